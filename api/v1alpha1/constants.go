@@ -1,0 +1,84 @@
+package v1alpha1
+
+// Condition types of an ElasticJob.
+const (
+	// ConditionRunning is true while minReplicas <= published members <= maxReplicas.
+	ConditionRunning = "Running"
+	// ConditionResizing is true while the membership is changing.
+	ConditionResizing = "Resizing"
+	// ConditionSuspended is true while the job is suspended by the user
+	// (reason UserSuspended) or waits for capacity (reason WaitingForCapacity).
+	ConditionSuspended = "Suspended"
+	// ConditionComplete is true once the job succeeded.
+	ConditionComplete = "Complete"
+	// ConditionFailed is true once the job failed.
+	ConditionFailed = "Failed"
+	// ConditionCreateRefused is true while the API server refuses to create the
+	// job's pods (quota, admission); its message is the refusal.
+	ConditionCreateRefused = "CreateRefused"
+)
+
+// Condition reasons.
+const (
+	ReasonMembersReady        = "MembersReady"
+	ReasonWaitingForCapacity  = "WaitingForCapacity"
+	ReasonUserSuspended       = "UserSuspended"
+	ReasonNotSuspended        = "NotSuspended"
+	ReasonScalingUp           = "ScalingUp"
+	ReasonScalingDown         = "ScalingDown"
+	ReasonWorkersLeaving      = "WorkersLeaving"
+	ReasonStable              = "Stable"
+	ReasonSucceeded           = "Succeeded"
+	ReasonBackoffLimit        = "BackoffLimitExceeded"
+	ReasonWorkerFailed        = "WorkerFailed"
+	ReasonLauncherFailed      = "LauncherFailed"
+	ReasonDeadlineExceeded    = "DeadlineExceeded"
+	ReasonRestarting          = "Restarting"
+	ReasonFinished            = "Finished"
+	ReasonPodCreateRefused    = "PodCreateRefused"
+	ReasonPodCreateAccepted   = "PodCreateAccepted"
+	ReasonMaxWaitTimeExceeded = "MaxWaitTimeExceeded"
+	ReasonScaleIn             = "ScaleIn"
+	ReasonNeverRan            = "Pending"
+)
+
+// Labels, annotations and environment.
+const (
+	// LabelJobName names the job a pod belongs to.
+	LabelJobName = "etjob.dev/job-name"
+	// LabelRole is "worker" or "launcher".
+	LabelRole = "etjob.dev/role"
+	// LabelWorkerIndex is the worker's index.
+	LabelWorkerIndex = "etjob.dev/worker-index"
+	// LabelAttempt is the job's restart count when the pod was created.
+	LabelAttempt = "etjob.dev/attempt"
+
+	// RoleWorker is the worker role.
+	RoleWorker = "worker"
+	// RoleLauncher is the launcher role.
+	RoleLauncher = "launcher"
+
+	// AnnotationLeave on a worker pod, set by the controller to an RFC 3339
+	// time, tells the worker (through its node agent) to checkpoint and leave.
+	AnnotationLeave = "etjob.dev/leave"
+	// AnnotationLeaveReason on a worker pod says why it was told to leave:
+	// ScaleIn (not a preemption) or the notice that caused it.
+	AnnotationLeaveReason = "etjob.dev/leave-reason"
+	// AnnotationScaleIn on a worker pod asks that this worker be removed first
+	// on the next scale-in (set by ScaleIn requests naming instances).
+	AnnotationScaleIn = "etjob.dev/scale-in"
+	// AnnotationNodeNotice on a Node holds the reclamation deadline (RFC 3339);
+	// the node agent sets it.
+	AnnotationNodeNotice = "etjob.dev/reclaim-deadline"
+	// AnnotationNodeNoticeSource on a Node says where the notice came from.
+	AnnotationNodeNoticeSource = "etjob.dev/reclaim-source"
+
+	// ExitCodePreempted is the reserved exit code of a worker that stops because
+	// it was told to (EX_TEMPFAIL of sysexits.h: "try again later"). It counts as
+	// a preemption, never as a failure, and it is not 0, which Horovod would take
+	// for the end of the whole job.
+	ExitCodePreempted = 75
+
+	// RendezvousPort is the port of the torchrun rendezvous store in the launcher.
+	RendezvousPort = 29400
+)

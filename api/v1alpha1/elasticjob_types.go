@@ -1,0 +1,396 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Framework names the distributed training launcher an ElasticJob drives.
+// +kubebuilder:validation:Enum=torchrun;horovod
+type Framework string
+
+const (
+	// FrameworkTorchrun runs PyTorch elastic agents (torchrun) in every worker;
+	// the launcher hosts the rendezvous store.
+	FrameworkTorchrun Framework = "torchrun"
+	// FrameworkHorovod runs horovodrun in the launcher with
+	// --host-discovery-script /etc/edl/discover_hosts.sh.
+	FrameworkHorovod Framework = "horovod"
+)
+
+// RestartPolicy is the job-level policy applied when the job fails as a whole.
+// +kubebuilder:validation:Enum=Never;OnFailure
+type RestartPolicy string
+
+const (
+	// RestartPolicyNever fails the job on its first job-level failure.
+	RestartPolicyNever RestartPolicy = "Never"
+	// RestartPolicyOnFailure restarts the whole job, up to backoffLimit failures.
+	RestartPolicyOnFailure RestartPolicy = "OnFailure"
+)
+
+// WorkerRestartPolicy says what happens when one worker fails for a reason
+// that is not a preemption.
+// +kubebuilder:validation:Enum=Always;OnFailure;Never;ExitCode
+type WorkerRestartPolicy string
+
+const (
+	// WorkerRestartAlways replaces a failed worker under a new name.
+	WorkerRestartAlways WorkerRestartPolicy = "Always"
+	// WorkerRestartOnFailure replaces a failed worker under a new name. A worker
+	// that exits 0 is never restarted: for torchrun that starts completion.
+	WorkerRestartOnFailure WorkerRestartPolicy = "OnFailure"
+	// WorkerRestartNever turns a worker failure into a job-level failure.
+	WorkerRestartNever WorkerRestartPolicy = "Never"
+	// WorkerRestartExitCode replaces a worker that exited with a retryable code
+	// (128 or more, or killed by a signal) and turns a permanent one (1-127) into
+	// a job-level failure, as Kubeflow's ExitCode policy does.
+	WorkerRestartExitCode WorkerRestartPolicy = "ExitCode"
+)
+
+// CleanPodPolicy says which pods are deleted once the job has finished.
+// +kubebuilder:validation:Enum=All;Running;None
+type CleanPodPolicy string
+
+const (
+	// CleanPodPolicyAll deletes every pod of the job when it finishes.
+	CleanPodPolicyAll CleanPodPolicy = "All"
+	// CleanPodPolicyRunning deletes the pods that are still running or pending.
+	CleanPodPolicyRunning CleanPodPolicy = "Running"
+	// CleanPodPolicyNone keeps every pod.
+	CleanPodPolicyNone CleanPodPolicy = "None"
+)
+
+// ElasticJobSpec is the desired state of an ElasticJob.
+// +kubebuilder:validation:XValidation:rule="self.minReplicas <= self.replicas",message="spec.minReplicas must be less than or equal to spec.replicas",fieldPath=".minReplicas"
+// +kubebuilder:validation:XValidation:rule="self.replicas <= self.maxReplicas",message="spec.replicas must be less than or equal to spec.maxReplicas",fieldPath=".replicas"
+// +kubebuilder:validation:XValidation:rule="self.framework != 'horovod' || has(self.launcherTemplate)",message="spec.launcherTemplate is required when spec.framework is horovod",fieldPath=".launcherTemplate"
+type ElasticJobSpec struct {
+	// replicas is the desired number of workers. `kubectl scale`, an HPA and
+	// `etjob scale` write it through the /scale subresource.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	// +optional
+	Replicas int32 `json:"replicas"`
+
+	// minReplicas is the fewest workers the job trains with. Below it the job
+	// checkpoints, stops and waits for capacity.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	// +optional
+	MinReplicas int32 `json:"minReplicas"`
+
+	// maxReplicas is the most workers the job ever runs. Arena's default is 1000.
+	// +kubebuilder:default=1000
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	// +optional
+	MaxReplicas int32 `json:"maxReplicas"`
+
+	// slotsPerWorker is the number of training processes per worker (torchrun
+	// --nproc_per_node, horovod host:slots). Unset means the worker's GPU limit,
+	// else 1; the value in effect is status.slotsPerWorker.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	// +optional
+	SlotsPerWorker *int32 `json:"slotsPerWorker,omitempty"`
+
+	// framework is the distributed launcher: torchrun or horovod.
+	// +kubebuilder:default=torchrun
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.framework is immutable"
+	// +optional
+	Framework Framework `json:"framework"`
+
+	// workerTemplate is the pod template of every worker. Its first container
+	// runs the training command.
+	WorkerTemplate corev1.PodTemplateSpec `json:"workerTemplate"`
+
+	// launcherTemplate is the pod template of the launcher. Required for
+	// horovod (it runs horovodrun). For torchrun it hosts the rendezvous store on
+	// reliable capacity; when unset it defaults to the worker's first container
+	// image running `python3 -m etjob.rdzv`, without GPUs.
+	// +optional
+	LauncherTemplate *corev1.PodTemplateSpec `json:"launcherTemplate,omitempty"`
+
+	// maxWaitTime (whole seconds, 0 = no limit) bounds how long workers that are
+	// scheduled but idle are held while the job is below minReplicas, and how
+	// long a worker on a NotReady node is tolerated before it is replaced. It
+	// never applies to pods merely waiting to be scheduled.
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MaxWaitTime int32 `json:"maxWaitTime"`
+
+	// restartPolicy is the job-level policy: Never fails the job on a job-level
+	// failure, OnFailure restarts the whole job until backoffLimit is spent.
+	// +kubebuilder:default=Never
+	// +optional
+	RestartPolicy RestartPolicy `json:"restartPolicy"`
+
+	// backoffLimit is the number of failures (preemptions excluded) the job
+	// tolerates before it is marked Failed.
+	// +kubebuilder:default=6
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	// +optional
+	BackoffLimit int32 `json:"backoffLimit"`
+
+	// workerRestartPolicy says what happens when one worker fails for a reason
+	// other than a preemption: Always / OnFailure replace it under a new name,
+	// Never fails the job, ExitCode replaces it on codes >= 128 only.
+	// +kubebuilder:default=ExitCode
+	// +optional
+	WorkerRestartPolicy WorkerRestartPolicy `json:"workerRestartPolicy"`
+
+	// suspend, as in batch/v1 Job: true deletes every pod of the job and keeps
+	// it until set back to false. The templates' scheduling fields may change
+	// while the job is suspended (what a queue such as Kueue needs).
+	// +optional
+	Suspend *bool `json:"suspend,omitempty"`
+
+	// checkpointDir is the checkpoint directory on shared storage (a PVC mounted
+	// by the worker template), exported to workers as ETJOB_CHECKPOINT_DIR.
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	CheckpointDir string `json:"checkpointDir,omitempty"`
+
+	// spot configures running on spot / preemptible capacity.
+	// +optional
+	Spot *SpotSpec `json:"spot,omitempty"`
+
+	// cleanPodPolicy says which pods are deleted when the job finishes.
+	// +kubebuilder:default=Running
+	// +optional
+	CleanPodPolicy CleanPodPolicy `json:"cleanPodPolicy"`
+
+	// ttlSecondsAfterFinished deletes the job this long after it finished.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+
+	// activeDeadlineSeconds fails the job this long after it started (or was
+	// last resumed), as in batch/v1 Job.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
+}
+
+// SpotSpec configures how the job runs on spot / preemptible capacity.
+type SpotSpec struct {
+	// enabled makes workers tolerate and prefer spot nodes (Arena's
+	// --spot-instance); the launcher still requires on-demand capacity.
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+
+	// preemptionReasons lists extra pod event or condition reasons that mean
+	// "this pod was taken back", beyond the built-in ones (DisruptionTarget,
+	// Evicted, SpotToBeReleased, the etjob notice annotation).
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=set
+	// +optional
+	PreemptionReasons []string `json:"preemptionReasons,omitempty"`
+
+	// leaveGracePeriodSeconds is how long a worker told to leave is given to
+	// checkpoint and exit before its pod is deleted.
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	LeaveGracePeriodSeconds int32 `json:"leaveGracePeriodSeconds,omitempty"`
+}
+
+// WorkerState is the state of one worker as the controller sees it.
+type WorkerState string
+
+const (
+	// WorkerPending waits to be scheduled or to start.
+	WorkerPending WorkerState = "Pending"
+	// WorkerStarting runs but is not ready yet.
+	WorkerStarting WorkerState = "Starting"
+	// WorkerMember is ready and in the published membership.
+	WorkerMember WorkerState = "Member"
+	// WorkerReady is ready but not (yet) in the published membership.
+	WorkerReady WorkerState = "Ready"
+	// WorkerLeaving was told to leave (node notice, scale-in, suspend).
+	WorkerLeaving WorkerState = "Leaving"
+	// WorkerSucceeded exited 0.
+	WorkerSucceeded WorkerState = "Succeeded"
+	// WorkerFailed failed for a reason other than a preemption.
+	WorkerFailed WorkerState = "Failed"
+	// WorkerPreempted was taken back (notice, eviction, node loss, graceful exit).
+	WorkerPreempted WorkerState = "Preempted"
+)
+
+// WorkerStatus is one worker in status.workers.
+type WorkerStatus struct {
+	// name is the pod name; never reused within a job.
+	Name string `json:"name"`
+	// index is the worker's index, part of its name.
+	Index int32 `json:"index"`
+	// state is the worker's state.
+	State WorkerState `json:"state"`
+	// node is the node the worker runs on, if scheduled.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// reason says why the worker is in its state, when that is not obvious.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// MembershipStatus is the membership the controller published.
+type MembershipStatus struct {
+	// generation grows by one with every published change; it never goes back.
+	Generation int64 `json:"generation"`
+	// hosts are the published members, as horovod's `host:slots` lines print them.
+	// +optional
+	Hosts []string `json:"hosts,omitempty"`
+	// changeTime is when the membership last changed.
+	// +optional
+	ChangeTime *metav1.Time `json:"changeTime,omitempty"`
+}
+
+// CheckpointStatus is the last checkpoint the workers reported.
+type CheckpointStatus struct {
+	// step is the training step the checkpoint holds.
+	Step int64 `json:"step"`
+	// path is the checkpoint file, relative to spec.checkpointDir.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// time is when the checkpoint was written.
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
+}
+
+// TimelineEvent is one entry of the job's bounded membership timeline.
+type TimelineEvent struct {
+	// time is when it happened.
+	Time metav1.Time `json:"time"`
+	// type is Join, Leave, Notice, Suspend, Resume, Restart, Scale, Complete or Fail.
+	Type string `json:"type"`
+	// generation is the membership generation after the event.
+	Generation int64 `json:"generation"`
+	// members is the number of published members after the event.
+	Members int32 `json:"members"`
+	// message says what happened.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// ElasticJobStatus is the observed state of an ElasticJob.
+type ElasticJobStatus struct {
+	// conditions: Running, Resizing, Suspended, Complete, Failed, with reasons.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the spec generation this status reflects.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// summary is the one-word state shown by `kubectl get`; the truth is in
+	// conditions.
+	// +optional
+	Summary string `json:"summary,omitempty"`
+
+	// replicas is the number of worker pods that are not leaving or finished
+	// (the /scale subresource's status.replicas).
+	Replicas int32 `json:"replicas"`
+	// readyReplicas is the number of ready workers that are not leaving.
+	ReadyReplicas int32 `json:"readyReplicas"`
+	// members is the number of published members.
+	Members int32 `json:"members"`
+	// leavingReplicas is the number of workers told to leave.
+	// +optional
+	LeavingReplicas int32 `json:"leavingReplicas,omitempty"`
+	// desired is "replicas (min-max)", shown by `kubectl get`.
+	// +optional
+	Desired string `json:"desired,omitempty"`
+	// selector selects the job's worker pods (for /scale and HPAs).
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// slotsPerWorker is the value in effect: spec.slotsPerWorker, else the
+	// worker's GPU limit, else 1.
+	// +optional
+	SlotsPerWorker int32 `json:"slotsPerWorker,omitempty"`
+
+	// workers lists every worker pod of the current attempt.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Workers []WorkerStatus `json:"workers,omitempty"`
+
+	// membership is the published membership.
+	// +optional
+	Membership MembershipStatus `json:"membership,omitempty"`
+
+	// nextWorkerIndex is the index the next new worker gets; indices (and so
+	// names) are never reused, because Horovod blacklists failed hosts by name.
+	// +optional
+	NextWorkerIndex int32 `json:"nextWorkerIndex,omitempty"`
+
+	// restarts counts whole-job restarts.
+	// +optional
+	Restarts int32 `json:"restarts,omitempty"`
+	// failures counts failures that spend backoffLimit (preemptions never do).
+	// +optional
+	Failures int32 `json:"failures,omitempty"`
+	// preemptions counts workers and launchers taken back by their capacity.
+	// +optional
+	Preemptions int32 `json:"preemptions,omitempty"`
+
+	// lastCheckpoint is the last checkpoint the workers reported.
+	// +optional
+	LastCheckpoint *CheckpointStatus `json:"lastCheckpoint,omitempty"`
+
+	// timeline is a bounded history of membership events (newest last).
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Timeline []TimelineEvent `json:"timeline,omitempty"`
+
+	// startTime is when the job started, or was last resumed.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// belowMinSince is when the job last fell below minReplicas members.
+	// +optional
+	BelowMinSince *metav1.Time `json:"belowMinSince,omitempty"`
+	// completionTime is when the job finished (Complete or Failed).
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+}
+
+// ElasticJob is an elastic distributed training job that keeps training while
+// nodes come and go, checkpoints on reclamation notices, shrinks, suspends and
+// resumes.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=etjob;ej,categories=all
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Desired",type=string,JSONPath=`.status.desired`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.summary`
+// +kubebuilder:printcolumn:name="Restarts",type=integer,JSONPath=`.status.restarts`
+// +kubebuilder:printcolumn:name="Preemptions",type=integer,JSONPath=`.status.preemptions`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ElasticJob struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ElasticJobSpec   `json:"spec,omitempty"`
+	Status ElasticJobStatus `json:"status,omitempty"`
+}
+
+// ElasticJobList is a list of ElasticJobs.
+// +kubebuilder:object:root=true
+type ElasticJobList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ElasticJob `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ElasticJob{}, &ElasticJobList{})
+}

@@ -1,0 +1,249 @@
+// Package controller holds etjob's reconcilers. They observe (informer caches
+// only), call the pure decision core, apply its plan, write status once and
+// emit events; they decide nothing themselves.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/core"
+	"github.com/etjob/etjob/internal/render"
+)
+
+// expectationsRecheck is how soon a job whose cache has not caught up with our
+// own writes is looked at again if no event arrives first.
+const expectationsRecheck = 2 * time.Second
+
+// ElasticJobReconciler reconciles ElasticJobs.
+type ElasticJobReconciler struct {
+	client.Client
+	Recorder     events.EventRecorder
+	Clock        clock.PassiveClock
+	expectations *Expectations
+}
+
+// NewElasticJobReconciler returns a reconciler using the manager's client.
+func NewElasticJobReconciler(c client.Client, rec events.EventRecorder, clk clock.PassiveClock) *ElasticJobReconciler {
+	return &ElasticJobReconciler{Client: c, Recorder: rec, Clock: clk, expectations: NewExpectations()}
+}
+
+// +kubebuilder:rbac:groups=etjob.dev,resources=elasticjobs,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=etjob.dev,resources=elasticjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
+// +kubebuilder:rbac:groups="",resources=pods/exec,verbs=create
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
+
+// Reconcile observes one job, lets the decision core plan, and applies it.
+func (r *ElasticJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	job := &etjobv1.ElasticJob{}
+	if err := r.Get(ctx, req.NamespacedName, job); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.expectations.Forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if job.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	snap, synced, err := r.observe(ctx, job)
+	if err != nil || !synced {
+		return ctrl.Result{RequeueAfter: expectationsRecheck}, err
+	}
+	plan := core.Decide(snap, r.Clock.Now())
+	applyErr := r.apply(ctx, job, &plan)
+	if err := r.writeStatus(ctx, job, plan.Status, applyErr); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.emit(job, plan.Events)
+	if applyErr != nil {
+		return ctrl.Result{}, applyErr
+	}
+	if plan.DeleteJob {
+		return ctrl.Result{}, r.deleteJob(ctx, job)
+	}
+	return ctrl.Result{RequeueAfter: plan.RequeueAfter}, nil
+}
+
+// observe reads the job's pods and their nodes from the caches. It reports
+// synced=false while the cache has not yet seen this controller's own creates
+// and deletes, so a lagging cache never causes a double create or delete.
+func (r *ElasticJobReconciler) observe(ctx context.Context, job *etjobv1.ElasticJob) (core.Snapshot, bool, error) {
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingFields{OwnerUIDIndex: string(job.UID)}); err != nil {
+		return core.Snapshot{}, false, err
+	}
+	snap := core.Snapshot{Job: job, Nodes: map[string]*corev1.Node{}}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		snap.Pods = append(snap.Pods, p)
+		if n := p.Spec.NodeName; n != "" && snap.Nodes[n] == nil {
+			node := &corev1.Node{}
+			if err := r.Get(ctx, types.NamespacedName{Name: n}, node); err == nil {
+				snap.Nodes[n] = node
+			} else if !apierrors.IsNotFound(err) {
+				return core.Snapshot{}, false, err
+			}
+		}
+	}
+	return snap, r.expectations.Satisfied(client.ObjectKeyFromObject(job), snap.Pods, r.Clock.Now()), nil
+}
+
+// apply carries out the plan: deletions, signals, creations, then the
+// membership. It stops at the first error; the next pass picks up the rest.
+func (r *ElasticJobReconciler) apply(ctx context.Context, job *etjobv1.ElasticJob, plan *core.Plan) error {
+	key := client.ObjectKeyFromObject(job)
+	logger := log.FromContext(ctx)
+	for _, d := range plan.Delete {
+		r.expectations.ExpectDelete(key, d.Name, r.Clock.Now())
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: job.Namespace}}
+		if err := r.Delete(ctx, pod, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			r.expectations.DeleteObserved(key, d.Name)
+			return fmt.Errorf("deleting pod %s: %w", d.Name, err)
+		}
+		logger.V(1).Info("deleted pod", "pod", d.Name, "reason", d.Reason)
+	}
+	for _, s := range plan.Signal {
+		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q,%q:%q}}}`,
+			etjobv1.AnnotationLeave, s.At.UTC().Format(time.RFC3339), etjobv1.AnnotationLeaveReason, s.Reason)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: s.Pod, Namespace: job.Namespace}}
+		if err := r.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("signalling pod %s: %w", s.Pod, err)
+		}
+	}
+	if err := r.ensureSupporting(ctx, job, plan); err != nil {
+		return err
+	}
+	var pods []*corev1.Pod
+	if plan.CreateLauncher {
+		pods = append(pods, render.Launcher(withStatus(job, plan)))
+	}
+	for _, i := range plan.CreateWorkers {
+		pods = append(pods, render.Worker(withStatus(job, plan), i))
+	}
+	for _, p := range pods {
+		r.expectations.ExpectCreate(key, p.Name, r.Clock.Now())
+		if err := r.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
+			r.expectations.CreateObserved(key, p.Name)
+			return &createRefusedError{pod: p.Name, err: err}
+		}
+	}
+	return nil
+}
+
+// withStatus returns the job with the status the plan is about to write, so
+// that rendered pods carry the current attempt.
+func withStatus(job *etjobv1.ElasticJob, plan *core.Plan) *etjobv1.ElasticJob {
+	j := job.DeepCopy()
+	j.Status = plan.Status
+	return j
+}
+
+// ensureSupporting creates the Service, membership ConfigMap and (horovod)
+// launcher RBAC when missing, and updates the ConfigMap when the membership
+// changed. Reads go to the cache: a steady job costs no writes.
+func (r *ElasticJobReconciler) ensureSupporting(ctx context.Context, job *etjobv1.ElasticJob, plan *core.Plan) error {
+	if meta.IsStatusConditionTrue(plan.Status.Conditions, etjobv1.ConditionComplete) ||
+		meta.IsStatusConditionTrue(plan.Status.Conditions, etjobv1.ConditionFailed) {
+		return nil
+	}
+	want := render.ConfigMap(job, plan.Status.Membership)
+	cm := &corev1.ConfigMap{}
+	switch err := r.Get(ctx, client.ObjectKeyFromObject(want), cm); {
+	case apierrors.IsNotFound(err):
+		if err := r.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating ConfigMap %s: %w", want.Name, err)
+		}
+	case err != nil:
+		return err
+	case !equality.Semantic.DeepEqual(cm.Data, want.Data):
+		cm.Data = want.Data
+		if err := r.Update(ctx, cm); err != nil {
+			return fmt.Errorf("publishing membership in ConfigMap %s: %w", want.Name, err)
+		}
+	}
+	objs := []client.Object{render.Service(job)}
+	if job.Spec.Framework == etjobv1.FrameworkHorovod {
+		sa, role, rb := render.LauncherRBAC(job)
+		objs = append(objs, sa, role, rb)
+	}
+	for _, o := range objs {
+		existing := o.DeepCopyObject().(client.Object)
+		err := r.Get(ctx, client.ObjectKeyFromObject(o), existing)
+		if apierrors.IsNotFound(err) {
+			err = r.Create(ctx, o)
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// createRefusedError is an API refusal to create a pod (quota, admission).
+type createRefusedError struct {
+	pod string
+	err error
+}
+
+func (e *createRefusedError) Error() string {
+	return fmt.Sprintf("creating pod %s: %v", e.pod, e.err)
+}
+func (e *createRefusedError) Unwrap() error { return e.err }
+
+// writeStatus writes the planned status once, if it changed. An API refusal
+// to create pods shows as the CreateRefused condition with the server's words.
+func (r *ElasticJobReconciler) writeStatus(ctx context.Context, job *etjobv1.ElasticJob, st etjobv1.ElasticJobStatus, applyErr error) error {
+	var refused *createRefusedError
+	now := metav1.NewTime(r.Clock.Now())
+	switch {
+	case errors.As(applyErr, &refused):
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: etjobv1.ConditionCreateRefused, Status: metav1.ConditionTrue,
+			Reason: etjobv1.ReasonPodCreateRefused, Message: refused.Error(), ObservedGeneration: job.Generation, LastTransitionTime: now})
+	case applyErr == nil && meta.IsStatusConditionTrue(st.Conditions, etjobv1.ConditionCreateRefused):
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: etjobv1.ConditionCreateRefused, Status: metav1.ConditionFalse,
+			Reason: etjobv1.ReasonPodCreateAccepted, ObservedGeneration: job.Generation, LastTransitionTime: now})
+	}
+	if equality.Semantic.DeepEqual(job.Status, st) {
+		return nil
+	}
+	job = job.DeepCopy()
+	job.Status = st
+	return r.Status().Update(ctx, job)
+}
+
+func (r *ElasticJobReconciler) emit(job *etjobv1.ElasticJob, evs []core.Event) {
+	for _, e := range evs {
+		t := corev1.EventTypeNormal
+		if e.Warning {
+			t = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(job, nil, t, e.Reason, e.Reason, "%s", e.Message)
+	}
+}
+
+func (r *ElasticJobReconciler) deleteJob(ctx context.Context, job *etjobv1.ElasticJob) error {
+	log.FromContext(ctx).Info("deleting finished job after ttlSecondsAfterFinished")
+	return client.IgnoreNotFound(r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground),
+		client.Preconditions{UID: &job.UID}))
+}

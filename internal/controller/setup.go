@@ -1,0 +1,102 @@
+package controller
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+)
+
+// Cache indexes.
+const (
+	// OwnerUIDIndex indexes pods by the UID of their controlling ElasticJob.
+	OwnerUIDIndex = "etjob.dev/owner-uid"
+	// NodeNameIndex indexes the jobs' pods by node.
+	NodeNameIndex = "etjob.dev/node-name"
+)
+
+// SetupIndexes registers the cache indexes the reconciler reads through.
+func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
+	if err := idx.IndexField(ctx, &corev1.Pod{}, OwnerUIDIndex, func(o client.Object) []string {
+		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "ElasticJob" && ref.APIVersion == etjobv1.GroupVersion.String() {
+			return []string{string(ref.UID)}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return idx.IndexField(ctx, &corev1.Pod{}, NodeNameIndex, func(o client.Object) []string {
+		if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
+			return []string{n}
+		}
+		return nil
+	})
+}
+
+// SetupWithManager registers the reconciler: it owns pods and ConfigMaps, and
+// watches Nodes for notices, readiness and removal.
+func (r *ElasticJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&etjobv1.ElasticJob{}).
+		Owns(&corev1.Pod{}).
+		Owns(&corev1.ConfigMap{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodeChanged())).
+		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
+		Named("elasticjob").
+		Complete(r)
+}
+
+// jobsOnNode maps a Node to the jobs with pods on it.
+func (r *ElasticJobReconciler) jobsOnNode(ctx context.Context, o client.Object) []reconcile.Request {
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.MatchingFields{NodeNameIndex: o.GetName()}); err != nil {
+		return nil
+	}
+	seen := map[types.NamespacedName]bool{}
+	var reqs []reconcile.Request
+	for _, p := range pods.Items {
+		name := p.Labels[etjobv1.LabelJobName]
+		key := types.NamespacedName{Namespace: p.Namespace, Name: name}
+		if name == "" || seen[key] {
+			continue
+		}
+		seen[key] = true
+		reqs = append(reqs, reconcile.Request{NamespacedName: key})
+	}
+	return reqs
+}
+
+// nodeChanged passes Node events that matter to a job: a notice annotation,
+// the Ready condition, and deletion.
+func nodeChanged() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
+			return o.Annotations[etjobv1.AnnotationNodeNotice] != n.Annotations[etjobv1.AnnotationNodeNotice] ||
+				nodeReady(o) != nodeReady(n)
+		},
+	}
+}
+
+func nodeReady(n *corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return corev1.ConditionUnknown
+}

@@ -1,0 +1,63 @@
+package core
+
+import (
+	"strconv"
+	"time"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+)
+
+// Plan is what Decide wants done. The controller applies it in this order:
+// deletions, signals, creations, the membership, then one status write, then
+// events; the simulator applies it to its model.
+type Plan struct {
+	// CreateLauncher asks for the launcher pod of the current attempt.
+	CreateLauncher bool
+	// CreateWorkers lists the indices of new workers to create (names are
+	// derived from them and never reused).
+	CreateWorkers []int32
+	// Delete lists pods to delete.
+	Delete []Deletion
+	// Signal lists pods to tell to leave (the etjob.dev/leave annotation).
+	Signal []Signal
+	// Membership is the membership to publish; nil when unchanged.
+	Membership *etjobv1.MembershipStatus
+	// Status is the job status to write (written only if it differs).
+	Status etjobv1.ElasticJobStatus
+	// Events are Kubernetes Events to emit after the status write.
+	Events []Event
+	// RequeueAfter is the next deadline at which Decide must look again even
+	// if nothing changes (a grace period, maxWaitTime, a TTL); 0 means none.
+	RequeueAfter time.Duration
+	// DeleteJob asks to delete the job itself (ttlSecondsAfterFinished).
+	DeleteJob bool
+}
+
+// Deletion is one pod to delete and why.
+type Deletion struct {
+	Name   string
+	Reason string
+}
+
+// Signal tells one worker to checkpoint and leave from At on.
+type Signal struct {
+	Pod    string
+	At     time.Time
+	Reason string
+}
+
+// Event is a Kubernetes Event about the job.
+type Event struct {
+	Warning bool
+	Reason  string
+	Message string
+}
+
+// WorkerName is the name of the job's worker with the given index. Names are
+// derived, deterministic and never reused within a job.
+func WorkerName(job string, index int32) string {
+	return job + "-worker-" + strconv.Itoa(int(index))
+}
+
+// LauncherName is the name of the job's launcher pod.
+func LauncherName(job string) string { return job + "-launcher" }

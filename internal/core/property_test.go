@@ -1,0 +1,291 @@
+package core_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/core"
+	"github.com/etjob/etjob/internal/render"
+	. "github.com/etjob/etjob/internal/testutil"
+)
+
+// world is a small model of a cluster that applies plans the way the
+// controller and the API server would, and moves pods the way kubelets,
+// schedulers and clouds do, at random.
+type world struct {
+	r       *rand.Rand
+	now     time.Time
+	job     *etjobv1.ElasticJob
+	pods    map[string]*corev1.Pod
+	nodes   map[string]*corev1.Node
+	created map[string]bool
+	nodeSeq int
+	log     []string
+}
+
+func (w *world) snapshot() core.Snapshot {
+	var pods []*corev1.Pod
+	for _, p := range w.pods {
+		pods = append(pods, p.DeepCopy())
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	return core.Snapshot{Job: w.job.DeepCopy(), Pods: pods, Nodes: w.nodes}
+}
+
+func (w *world) apply(t *testing.T, plan core.Plan) {
+	for _, d := range plan.Delete {
+		p := w.pods[d.Name]
+		if p == nil {
+			t.Fatalf("%s: plan deletes %s, which does not exist", w.trace(), d.Name)
+		}
+		if w.r.IntN(3) == 0 && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			ts := metav1.NewTime(w.now) // graceful deletion: gone at a later step
+			p.DeletionTimestamp = &ts
+		} else {
+			delete(w.pods, d.Name)
+		}
+	}
+	for _, s := range plan.Signal {
+		p := w.pods[s.Pod]
+		if p == nil {
+			t.Fatalf("%s: plan signals %s, which does not exist", w.trace(), s.Pod)
+		}
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[etjobv1.AnnotationLeave] = s.At.UTC().Format(time.RFC3339)
+		p.Annotations[etjobv1.AnnotationLeaveReason] = s.Reason
+	}
+	job := w.job.DeepCopy()
+	job.Status = plan.Status
+	var newPods []*corev1.Pod
+	if plan.CreateLauncher {
+		newPods = append(newPods, render.Launcher(job))
+	}
+	for _, i := range plan.CreateWorkers {
+		newPods = append(newPods, render.Worker(job, i))
+	}
+	for _, p := range newPods {
+		if w.created[p.Name] {
+			if p.Labels[etjobv1.LabelRole] == etjobv1.RoleWorker {
+				t.Fatalf("%s: worker name %s created twice", w.trace(), p.Name)
+			}
+			if w.pods[p.Name] != nil {
+				t.Fatalf("%s: launcher %s created while it still exists", w.trace(), p.Name)
+			}
+		}
+		w.created[p.Name] = true
+		p.Status.Phase = corev1.PodPending
+		w.pods[p.Name] = p
+	}
+	w.job.Status = plan.Status
+}
+
+// step moves the world at random.
+func (w *world) step() {
+	w.now = w.now.Add(time.Duration(w.r.IntN(20)) * time.Second)
+	names := make([]string, 0, len(w.pods))
+	for n := range w.pods {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	pick := func(ok func(*corev1.Pod) bool) *corev1.Pod {
+		var c []*corev1.Pod
+		for _, n := range names {
+			if p := w.pods[n]; ok(p) {
+				c = append(c, p)
+			}
+		}
+		if len(c) == 0 {
+			return nil
+		}
+		return c[w.r.IntN(len(c))]
+	}
+	alive := func(p *corev1.Pod) bool {
+		return p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+	}
+	switch e := w.r.IntN(100); {
+	case e < 35: // a pending pod is scheduled on a new node and becomes ready
+		if p := pick(func(p *corev1.Pod) bool { return alive(p) && p.Spec.NodeName == "" }); p != nil {
+			w.nodeSeq++
+			n := fmt.Sprintf("n%d", w.nodeSeq)
+			w.nodes[n] = MakeNode(n).Obj()
+			p.Spec.NodeName = n
+			p.Status.Phase = corev1.PodRunning
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+			w.log = append(w.log, "ready "+p.Name)
+		}
+	case e < 45: // graceful deletions finish
+		for _, n := range names {
+			if w.pods[n].DeletionTimestamp != nil {
+				delete(w.pods, n)
+			}
+		}
+		w.log = append(w.log, "deletions done")
+	case e < 55: // a worker exits
+		if p := pick(func(p *corev1.Pod) bool { return alive(p) && p.Spec.NodeName != "" }); p != nil {
+			code := []int32{1, 75, 137, 75, 75, 0}[w.r.IntN(6)]
+			if code == 0 && w.r.IntN(4) != 0 {
+				code = 75
+			}
+			setExited(p, code, w.now)
+			w.log = append(w.log, fmt.Sprintf("exit %s %d", p.Name, code))
+		}
+	case e < 62: // a node vanishes
+		if p := pick(func(p *corev1.Pod) bool { return alive(p) && p.Spec.NodeName != "" }); p != nil {
+			delete(w.nodes, p.Spec.NodeName)
+			w.log = append(w.log, "node lost under "+p.Name)
+		}
+	case e < 72: // a reclamation notice
+		if p := pick(func(p *corev1.Pod) bool { return alive(p) && p.Spec.NodeName != "" }); p != nil {
+			w.nodes[p.Spec.NodeName] = MakeNode(p.Spec.NodeName).Notice(w.now.Add(2*time.Minute), "aws").Obj()
+			w.log = append(w.log, "notice under "+p.Name)
+		}
+	case e < 80: // a leaver exits gracefully
+		if p := pick(func(p *corev1.Pod) bool { return alive(p) && p.Annotations[etjobv1.AnnotationLeave] != "" }); p != nil {
+			setExited(p, etjobv1.ExitCodePreempted, w.now)
+			w.log = append(w.log, "left "+p.Name)
+		}
+	case e < 92: // someone scales the job
+		s := &w.job.Spec
+		s.Replicas = s.MinReplicas + w.r.Int32N(s.MaxReplicas-s.MinReplicas+1)
+		w.log = append(w.log, fmt.Sprintf("scale %d", s.Replicas))
+	case e < 96: // suspend toggles
+		b := !(w.job.Spec.Suspend != nil && *w.job.Spec.Suspend)
+		w.job.Spec.Suspend = &b
+		w.log = append(w.log, fmt.Sprintf("suspend %v", b))
+	default: // time passes a lot
+		w.now = w.now.Add(time.Duration(w.r.IntN(120)) * time.Second)
+		w.log = append(w.log, "time passes")
+	}
+}
+
+func setExited(p *corev1.Pod, code int32, at time.Time) {
+	p.Status.Phase = corev1.PodFailed
+	if code == 0 {
+		p.Status.Phase = corev1.PodSucceeded
+	}
+	p.Status.Conditions = nil
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", State: corev1.ContainerState{
+		Terminated: &corev1.ContainerStateTerminated{ExitCode: code, FinishedAt: metav1.NewTime(at)}}}}
+}
+
+func (w *world) trace() string {
+	from := max(0, len(w.log)-12)
+	return "after [" + strings.Join(w.log[from:], "; ") + "]"
+}
+
+// TestDecideProperties drives Decide through random event sequences and checks,
+// with computations independent of the code under test, DESIGN.md's running
+// invariant, a monotonic generation, no name created twice, never more than
+// maxReplicas workers alive, backoffLimit, and finished jobs staying finished.
+func TestDecideProperties(t *testing.T) {
+	for seed := range uint64(300) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 42))
+			lo := 1 + r.Int32N(3)
+			hi := lo + r.Int32N(4)
+			job := MakeElasticJob("j", "ns").Min(lo).Max(hi).Replicas(lo + r.Int32N(hi-lo+1)).BackoffLimit(r.Int32N(4)).
+				MaxWaitTime([]int32{0, 60}[r.IntN(2)]).
+				WorkerRestartPolicy([]etjobv1.WorkerRestartPolicy{etjobv1.WorkerRestartExitCode, etjobv1.WorkerRestartAlways}[r.IntN(2)]).
+				RestartPolicy([]etjobv1.RestartPolicy{etjobv1.RestartPolicyNever, etjobv1.RestartPolicyOnFailure}[r.IntN(2)])
+			if r.IntN(2) == 0 {
+				job.Framework(etjobv1.FrameworkHorovod)
+			}
+			w := &world{r: r, now: t0, job: job.Obj(), pods: map[string]*corev1.Pod{}, nodes: map[string]*corev1.Node{}, created: map[string]bool{}}
+			finished := false
+			for range 200 {
+				prev := w.job.Status
+				plan := core.Decide(w.snapshot(), w.now)
+				st := plan.Status
+				checkInvariants(t, w, prev, plan)
+				w.apply(t, plan)
+
+				// Never more than maxReplicas workers alive after the plan.
+				alive := 0
+				for _, p := range w.pods {
+					if p.Labels[etjobv1.LabelRole] == etjobv1.RoleWorker && p.DeletionTimestamp == nil &&
+						p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+						alive++
+					}
+				}
+				if alive > int(w.job.Spec.MaxReplicas) {
+					t.Fatalf("%s: %d workers alive, max %d", w.trace(), alive, w.job.Spec.MaxReplicas)
+				}
+				done := meta.IsStatusConditionTrue(st.Conditions, etjobv1.ConditionComplete) || meta.IsStatusConditionTrue(st.Conditions, etjobv1.ConditionFailed)
+				if finished && !done {
+					t.Fatalf("%s: a finished job became unfinished: %+v", w.trace(), st.Conditions)
+				}
+				if finished && (plan.CreateLauncher || len(plan.CreateWorkers) > 0) {
+					t.Fatalf("%s: a finished job created pods", w.trace())
+				}
+				finished = done
+				w.step()
+			}
+		})
+	}
+}
+
+func checkInvariants(t *testing.T, w *world, prev etjobv1.ElasticJobStatus, plan core.Plan) {
+	t.Helper()
+	st := plan.Status
+	spec := w.job.Spec
+	// Generation: never backwards; moves exactly when the hosts change.
+	if st.Membership.Generation < prev.Membership.Generation {
+		t.Fatalf("%s: generation went back %d -> %d", w.trace(), prev.Membership.Generation, st.Membership.Generation)
+	}
+	changed := !slices.Equal(prev.Membership.Hosts, st.Membership.Hosts)
+	if changed != (st.Membership.Generation == prev.Membership.Generation+1) || st.Membership.Generation > prev.Membership.Generation+1 {
+		t.Fatalf("%s: hosts %v -> %v but generation %d -> %d", w.trace(), prev.Membership.Hosts, st.Membership.Hosts,
+			prev.Membership.Generation, st.Membership.Generation)
+	}
+	signaled := map[string]bool{}
+	for _, s := range plan.Signal {
+		signaled[s.Pod] = true
+	}
+	deleted := map[string]bool{}
+	for _, d := range plan.Delete {
+		deleted[d.Name] = true
+	}
+	// Members are ready workers that are not leaving, never a leaver or a pod
+	// this plan deletes.
+	for _, h := range st.Membership.Hosts {
+		name := h[:strings.LastIndexByte(h, ':')]
+		p := w.pods[name]
+		if p == nil || deleted[name] || signaled[name] || p.DeletionTimestamp != nil {
+			t.Fatalf("%s: member %s is gone, deleted or signalled", w.trace(), name)
+		}
+		ready := p.Status.Phase == corev1.PodRunning && len(p.Status.Conditions) > 0 && p.Status.Conditions[0].Status == corev1.ConditionTrue
+		node, nodeOK := w.nodes[p.Spec.NodeName]
+		noticed := nodeOK && node.Annotations[etjobv1.AnnotationNodeNotice] != ""
+		if !ready || !nodeOK || noticed || p.Annotations[etjobv1.AnnotationLeave] != "" {
+			t.Fatalf("%s: member %s is not a ready, staying worker (ready %v, node %v, noticed %v)", w.trace(), name, ready, nodeOK, noticed)
+		}
+	}
+	// The running invariant.
+	if meta.IsStatusConditionTrue(st.Conditions, etjobv1.ConditionRunning) {
+		n := int32(len(st.Membership.Hosts))
+		if n < spec.MinReplicas || n > spec.MaxReplicas {
+			t.Fatalf("%s: Running with %d members, min %d max %d", w.trace(), n, spec.MinReplicas, spec.MaxReplicas)
+		}
+	}
+	if st.Failures > spec.BackoffLimit && !meta.IsStatusConditionTrue(st.Conditions, etjobv1.ConditionFailed) {
+		t.Fatalf("%s: %d failures over backoffLimit %d but not Failed", w.trace(), st.Failures, spec.BackoffLimit)
+	}
+	if st.Failures > spec.BackoffLimit+1 {
+		t.Fatalf("%s: failures %d counted past backoffLimit %d", w.trace(), st.Failures, spec.BackoffLimit)
+	}
+	if st.Restarts < prev.Restarts || st.Preemptions < prev.Preemptions || st.Failures < prev.Failures {
+		t.Fatalf("%s: a counter went back", w.trace())
+	}
+}

@@ -1,0 +1,247 @@
+// Package core is etjob's pure decision core: Decide(snapshot, now) -> Plan.
+//
+// It reads no clock, does no I/O and holds no client: the controller, the trace
+// simulator and the tests all drive this same function with what they observed.
+// Everything that is a decision (is this exit a preemption? who leaves on a
+// scale-in? is the job below min?) is made here and nowhere else.
+package core
+
+import (
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+)
+
+// Snapshot is everything Decide looks at: the job (spec and the bookkeeping it
+// keeps in status), its pods of every attempt, and the nodes those pods are on.
+type Snapshot struct {
+	// Job is the ElasticJob as last read. Decide never modifies it.
+	Job *etjobv1.ElasticJob
+	// Pods are the job's pods (workers and launcher, any attempt).
+	Pods []*corev1.Pod
+	// Nodes are the nodes known to the cluster, by name. A pod bound to a node
+	// missing from this map has lost its node.
+	Nodes map[string]*corev1.Node
+}
+
+// Tunables of the decision core that are not part of the API.
+const (
+	// MaxCreatesPerPass bounds the pods created by one Decide, as kube's Job
+	// controller bounds its batches, so a large job ramps up without a burst.
+	MaxCreatesPerPass = 32
+	// CompletionGracePeriod is how long the other members are given to exit 0
+	// after the first torchrun member did, before the job is declared complete.
+	CompletionGracePeriod = 60 * time.Second
+	// TimelineLimit bounds status.timeline.
+	TimelineLimit = 64
+)
+
+// SlotsPerWorker returns the slots per worker in effect: spec.slotsPerWorker,
+// else the GPU limit of the worker's first container, else 1. No CRD marker can
+// express "default to another field's value", so the core derives it and the
+// controller publishes it in status.slotsPerWorker.
+func SlotsPerWorker(spec *etjobv1.ElasticJobSpec) int32 {
+	if spec.SlotsPerWorker != nil && *spec.SlotsPerWorker > 0 {
+		return *spec.SlotsPerWorker
+	}
+	if cs := spec.WorkerTemplate.Spec.Containers; len(cs) > 0 {
+		for name, q := range cs[0].Resources.Limits {
+			if isGPUResource(name) && q.Value() > 0 {
+				return int32(q.Value())
+			}
+		}
+	}
+	return 1
+}
+
+// GPUsPerWorker returns the accelerators the worker's first container asks for.
+func GPUsPerWorker(spec *etjobv1.ElasticJobSpec) int64 {
+	if cs := spec.WorkerTemplate.Spec.Containers; len(cs) > 0 {
+		for name, q := range cs[0].Resources.Limits {
+			if isGPUResource(name) {
+				return q.Value()
+			}
+		}
+	}
+	return 0
+}
+
+func isGPUResource(name corev1.ResourceName) bool {
+	switch name {
+	case "nvidia.com/gpu", "amd.com/gpu", "aliyun.com/gpu-mem", "etjob.dev/gpu":
+		return true
+	}
+	return false
+}
+
+// GPUResource is the extended resource that process nodes advertise and the
+// CLI asks for with --gpus (nvidia.com/gpu, as on real GPU nodes).
+const GPUResource corev1.ResourceName = "nvidia.com/gpu"
+
+// podView is what Decide derives from one pod: its role and attempt, and the
+// classification that every later decision uses.
+type podView struct {
+	pod      *corev1.Pod
+	role     string
+	index    int32
+	attempt  int32
+	deleting bool
+	// terminal: the pod's phase is Succeeded or Failed.
+	terminal  bool
+	succeeded bool
+	exitCode  int32 // of the first container; -1 when unknown
+	ready     bool
+	scheduled bool
+	// preempted: terminal for a reason that is not the workload's fault.
+	preempted     bool
+	preemptReason string
+	// released: terminal after being told to leave by a scale-in: neither a
+	// failure nor a preemption.
+	released bool
+	// lost: not terminal, but its node is gone (or NotReady too long).
+	lost       bool
+	lostReason string
+	// noticed: its node carries a reclamation notice.
+	noticed      bool
+	noticeReason string
+	// leaveAt: when the controller told it to leave (zero if never), and why.
+	leaveAt     time.Time
+	leaveReason string
+	// scaleIn: named by a ScaleIn request.
+	scaleIn bool
+	// finishedAt: when its first container terminated (zero if unknown).
+	finishedAt time.Time
+	// notReadySince: when its node became NotReady (zero if Ready).
+	notReadySince time.Time
+}
+
+func (v *podView) leaving() bool { return v.noticed || !v.leaveAt.IsZero() }
+
+// active: counts toward the desired size: alive, not going away.
+func (v *podView) active() bool {
+	return !v.deleting && !v.terminal && !v.lost && !v.leaving()
+}
+
+// preemptionReasons are the pod status reasons and condition types that mean
+// "the capacity was taken back" (Kubernetes Job's pod failure policy and
+// Alibaba's serverless notices are the model).
+var preemptionReasons = map[string]bool{
+	"Evicted":          true,
+	"Preempting":       true,
+	"NodeLost":         true,
+	"NodeShutdown":     true,
+	"Shutdown":         true,
+	"Terminated":       true,
+	"DeletionByPodGC":  true,
+	"SpotToBeReleased": true,
+	"PreemptionByScheduler":        true,
+	"TerminationByKubelet":         true,
+	"EvictionByEvictionAPI":        true,
+	"DeletionByTaintManager":       true,
+	string(corev1.DisruptionTarget): true,
+}
+
+func classify(s *Snapshot, pod *corev1.Pod) *podView {
+	v := &podView{pod: pod, exitCode: -1}
+	v.role = pod.Labels[etjobv1.LabelRole]
+	if i, err := strconv.ParseInt(pod.Labels[etjobv1.LabelWorkerIndex], 10, 32); err == nil {
+		v.index = int32(i)
+	}
+	if a, err := strconv.ParseInt(pod.Labels[etjobv1.LabelAttempt], 10, 32); err == nil {
+		v.attempt = int32(a)
+	}
+	v.deleting = pod.DeletionTimestamp != nil
+	v.terminal = pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	v.succeeded = pod.Status.Phase == corev1.PodSucceeded
+	v.scheduled = pod.Spec.NodeName != ""
+	if len(pod.Status.ContainerStatuses) > 0 {
+		cs := pod.Status.ContainerStatuses[0]
+		if t := cs.State.Terminated; t != nil {
+			v.exitCode = t.ExitCode
+			v.finishedAt = t.FinishedAt.Time
+		} else if t := cs.LastTerminationState.Terminated; t != nil && v.terminal {
+			v.exitCode = t.ExitCode
+			v.finishedAt = t.FinishedAt.Time
+		}
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			v.ready = pod.Status.Phase == corev1.PodRunning
+		}
+	}
+	if t, err := time.Parse(time.RFC3339, pod.Annotations[etjobv1.AnnotationLeave]); err == nil {
+		v.leaveAt = t
+		v.leaveReason = pod.Annotations[etjobv1.AnnotationLeaveReason]
+	}
+	_, v.scaleIn = pod.Annotations[etjobv1.AnnotationScaleIn]
+
+	var extra map[string]bool
+	if sp := s.Job.Spec.Spot; sp != nil && len(sp.PreemptionReasons) > 0 {
+		extra = make(map[string]bool, len(sp.PreemptionReasons))
+		for _, r := range sp.PreemptionReasons {
+			extra[r] = true
+		}
+	}
+	isPreemptionReason := func(r string) bool { return preemptionReasons[r] || extra[r] }
+
+	if v.scheduled {
+		node, ok := s.Nodes[pod.Spec.NodeName]
+		switch {
+		case !ok:
+			v.lost, v.lostReason = true, "NodeLost"
+		default:
+			if d := node.Annotations[etjobv1.AnnotationNodeNotice]; d != "" {
+				v.noticed = true
+				v.noticeReason = "ReclaimNotice"
+				if src := node.Annotations[etjobv1.AnnotationNodeNoticeSource]; src != "" {
+					v.noticeReason = "ReclaimNotice(" + src + ")"
+				}
+			}
+			for _, c := range node.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+					v.notReadySince = c.LastTransitionTime.Time
+				}
+			}
+		}
+	}
+
+	if v.terminal && !v.succeeded {
+		switch {
+		case !v.leaveAt.IsZero() && v.leaveReason == etjobv1.ReasonScaleIn && !v.noticed:
+			v.released = true
+		case v.exitCode == etjobv1.ExitCodePreempted:
+			v.preempted, v.preemptReason = true, "GracefulExit"
+		case v.noticed:
+			v.preempted, v.preemptReason = true, v.noticeReason
+		case !v.leaveAt.IsZero() && v.leaveReason != etjobv1.ReasonScaleIn:
+			v.preempted, v.preemptReason = true, "LeftAfterSignal"
+		case v.lost:
+			v.preempted, v.preemptReason = true, v.lostReason
+		case isPreemptionReason(pod.Status.Reason):
+			v.preempted, v.preemptReason = true, pod.Status.Reason
+		}
+		if !v.preempted && !v.released {
+			for _, c := range pod.Status.Conditions {
+				if c.Status == corev1.ConditionTrue && isPreemptionReason(string(c.Type)) {
+					v.preempted, v.preemptReason = true, string(c.Type)
+				}
+			}
+		}
+	}
+	if !v.terminal {
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+				v.noticed, v.noticeReason = true, "DisruptionTarget"
+			}
+		}
+	}
+	return v
+}
+
+// retryableExit reports whether an exit code is retryable under the ExitCode
+// worker restart policy: 128 and above (killed by a signal, or the container
+// runtime's own codes) are, 1-127 (the program's own errors) are not.
+func retryableExit(code int32) bool { return code < 0 || code >= 128 }

@@ -1,0 +1,404 @@
+// Package render builds the objects an ElasticJob owns: worker and launcher
+// pods, the membership ConfigMap, the headless Service, and the launcher's RBAC.
+// Builders are pure and deterministic: same job in, same objects out.
+package render
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/core"
+)
+
+// AgentPort is the port of the node agent's node-local signal endpoint.
+const AgentPort = 9477
+
+// CapacityTypeLabels maps the node labels that real clouds use to mark spot
+// capacity to their spot value. Workers of spot jobs prefer nodes matching any;
+// launchers of spot jobs require nodes matching none.
+var CapacityTypeLabels = map[string]string{
+	"karpenter.sh/capacity-type":              "spot",  // Karpenter (any cloud), and etjob's local cluster
+	"eks.amazonaws.com/capacityType":          "SPOT",  // EKS managed node groups
+	"cloud.google.com/gke-spot":               "true",  // GKE Spot VMs
+	"cloud.google.com/gke-preemptible":        "true",  // GKE preemptible VMs
+	"kubernetes.azure.com/scalesetpriority":   "spot",  // AKS spot node pools
+	"node.alibabacloud.com/instance-charge-type": "SpotInstance", // ACK spot node pools
+}
+
+// spotTolerations are the taints that providers put on spot nodes.
+var spotTolerations = []corev1.Toleration{
+	{Key: "cloud.google.com/gke-spot", Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule},
+	{Key: "kubernetes.azure.com/scalesetpriority", Operator: corev1.TolerationOpEqual, Value: "spot", Effect: corev1.TaintEffectNoSchedule},
+	{Key: "karpenter.sh/capacity-type", Operator: corev1.TolerationOpEqual, Value: "spot", Effect: corev1.TaintEffectNoSchedule},
+}
+
+// ConfigMapName is the name of the job's membership ConfigMap.
+func ConfigMapName(job string) string { return job + "-etjob" }
+
+// LauncherServiceAccountName is the service account of a horovod launcher.
+func LauncherServiceAccountName(job string) string { return job + "-launcher" }
+
+// RendezvousEndpoint is host:port of the torchrun rendezvous store, served by
+// the launcher and reachable through the job's headless Service.
+func RendezvousEndpoint(job *etjobv1.ElasticJob) string {
+	return fmt.Sprintf("%s.%s.%s.svc:%d", core.LauncherName(job.Name), job.Name, job.Namespace, etjobv1.RendezvousPort)
+}
+
+// RendezvousID is torchrun's rdzv_id: a closed rendezvous cannot be reused, so
+// every whole-job restart gets a new one.
+func RendezvousID(job *etjobv1.ElasticJob) string {
+	return fmt.Sprintf("%s-%d", job.UID, job.Status.Restarts)
+}
+
+// Labels returns the labels of a pod of the job with the given role.
+func Labels(job *etjobv1.ElasticJob, role string) map[string]string {
+	return map[string]string{
+		etjobv1.LabelJobName: job.Name,
+		etjobv1.LabelRole:    role,
+		etjobv1.LabelAttempt: strconv.Itoa(int(job.Status.Restarts)),
+	}
+}
+
+func owner(job *etjobv1.ElasticJob) []metav1.OwnerReference {
+	t := true
+	return []metav1.OwnerReference{{
+		APIVersion: etjobv1.GroupVersion.String(), Kind: "ElasticJob",
+		Name: job.Name, UID: job.UID, Controller: &t, BlockOwnerDeletion: &t,
+	}}
+}
+
+// Worker builds the worker pod with the given index.
+func Worker(job *etjobv1.ElasticJob, index int32) *corev1.Pod {
+	tmpl := job.Spec.WorkerTemplate.DeepCopy()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            core.WorkerName(job.Name, index),
+			Namespace:       job.Namespace,
+			Labels:          merge(tmpl.Labels, Labels(job, etjobv1.RoleWorker)),
+			Annotations:     tmpl.Annotations,
+			OwnerReferences: owner(job),
+		},
+		Spec: tmpl.Spec,
+	}
+	pod.Labels[etjobv1.LabelWorkerIndex] = strconv.Itoa(int(index))
+	pod.Spec.Hostname = pod.Name
+	pod.Spec.Subdomain = job.Name
+	// The controller replaces failed workers under new names (Horovod
+	// blacklists by name); a kubelet restarting in place would hide failures.
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	env := commonEnv(job)
+	env = append(env, corev1.EnvVar{Name: "ETJOB_WORKER_INDEX", Value: strconv.Itoa(int(index))})
+	if job.Spec.Framework == etjobv1.FrameworkTorchrun {
+		env = append(env, torchrunEnv(job)...)
+	}
+	injectEnv(&pod.Spec, env)
+	if sp := job.Spec.Spot; sp != nil && sp.Enabled {
+		preferSpot(&pod.Spec)
+	}
+	return pod
+}
+
+// Launcher builds the launcher pod: horovodrun for horovod, the rendezvous
+// store for torchrun (by default `python3 -m etjob.rdzv` from the worker image).
+func Launcher(job *etjobv1.ElasticJob) *corev1.Pod {
+	var tmpl *corev1.PodTemplateSpec
+	if job.Spec.LauncherTemplate != nil {
+		tmpl = job.Spec.LauncherTemplate.DeepCopy()
+	} else {
+		tmpl = defaultLauncherTemplate(job)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            core.LauncherName(job.Name),
+			Namespace:       job.Namespace,
+			Labels:          merge(tmpl.Labels, Labels(job, etjobv1.RoleLauncher)),
+			Annotations:     tmpl.Annotations,
+			OwnerReferences: owner(job),
+		},
+		Spec: tmpl.Spec,
+	}
+	pod.Spec.Hostname = pod.Name
+	pod.Spec.Subdomain = job.Name
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	env := commonEnv(job)
+	if job.Spec.Framework == etjobv1.FrameworkHorovod {
+		pod.Spec.ServiceAccountName = LauncherServiceAccountName(job.Name)
+		env = append(env,
+			corev1.EnvVar{Name: "OMPI_MCA_plm_rsh_agent", Value: "/etc/edl/kubexec.sh"},
+			corev1.EnvVar{Name: "OMPI_MCA_orte_default_hostfile", Value: "/etc/edl/hostfile"},
+		)
+		mountEDL(job, &pod.Spec)
+	}
+	injectEnv(&pod.Spec, env)
+	if sp := job.Spec.Spot; sp != nil && sp.Enabled && pod.Spec.Affinity == nil {
+		requireOnDemand(&pod.Spec)
+	}
+	return pod
+}
+
+func defaultLauncherTemplate(job *etjobv1.ElasticJob) *corev1.PodTemplateSpec {
+	w := job.Spec.WorkerTemplate
+	c := corev1.Container{Name: "rendezvous", Command: []string{"python3", "-m", "etjob.rdzv", "--port", strconv.Itoa(etjobv1.RendezvousPort)}}
+	if len(w.Spec.Containers) > 0 {
+		wc := w.Spec.Containers[0]
+		c.Image, c.ImagePullPolicy, c.WorkingDir = wc.Image, wc.ImagePullPolicy, wc.WorkingDir
+		c.Env = append([]corev1.EnvVar(nil), wc.Env...)
+	}
+	c.Ports = []corev1.ContainerPort{{Name: "rdzv", ContainerPort: etjobv1.RendezvousPort}}
+	return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		Containers:         []corev1.Container{c},
+		ImagePullSecrets:   w.Spec.ImagePullSecrets,
+		PriorityClassName:  w.Spec.PriorityClassName,
+		SchedulerName:      w.Spec.SchedulerName,
+		ServiceAccountName: w.Spec.ServiceAccountName,
+	}}
+}
+
+func commonEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
+	s := job.Spec
+	env := []corev1.EnvVar{
+		// Arena's variables, set at creation: they go stale after a resize
+		// (docs/user-guide.md points to WORLD_SIZE for the live value).
+		{Name: "workers", Value: strconv.Itoa(int(s.Replicas))},
+		{Name: "minWorkers", Value: strconv.Itoa(int(s.MinReplicas))},
+		{Name: "maxWorkers", Value: strconv.Itoa(int(s.MaxReplicas))},
+		{Name: "gpus", Value: strconv.Itoa(int(core.GPUsPerWorker(&s)))},
+		{Name: "ETJOB_JOB_NAME", Value: job.Name},
+		{Name: "ETJOB_NAMESPACE", Value: job.Namespace},
+		{Name: "ETJOB_POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "ETJOB_NODE_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
+		{Name: "ETJOB_AGENT_ADDR", Value: "$(ETJOB_NODE_IP):" + strconv.Itoa(AgentPort)},
+		{Name: "ETJOB_RDZV_ENDPOINT", Value: RendezvousEndpoint(job)},
+		{Name: "ETJOB_FRAMEWORK", Value: string(s.Framework)},
+		{Name: "ETJOB_SLOTS_PER_WORKER", Value: strconv.Itoa(int(core.SlotsPerWorker(&s)))},
+		{Name: "ETJOB_ATTEMPT", Value: strconv.Itoa(int(job.Status.Restarts))},
+		{Name: "ETJOB_EXIT_CODE_PREEMPTED", Value: strconv.Itoa(etjobv1.ExitCodePreempted)},
+	}
+	if s.CheckpointDir != "" {
+		env = append(env, corev1.EnvVar{Name: "ETJOB_CHECKPOINT_DIR", Value: s.CheckpointDir})
+	}
+	return env
+}
+
+// torchrunEnv configures the torchrun agents through PET_* variables, which
+// torch.distributed.run reads for every flag (DESIGN.md: torchrun).
+func torchrunEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
+	s := job.Spec
+	return []corev1.EnvVar{
+		{Name: "PET_NNODES", Value: fmt.Sprintf("%d:%d", s.MinReplicas, s.MaxReplicas)},
+		{Name: "PET_NPROC_PER_NODE", Value: strconv.Itoa(int(core.SlotsPerWorker(&s)))},
+		{Name: "PET_RDZV_BACKEND", Value: "c10d"},
+		{Name: "PET_RDZV_ENDPOINT", Value: RendezvousEndpoint(job)},
+		{Name: "PET_RDZV_ID", Value: RendezvousID(job)},
+		// is_host=false: the store lives in the launcher, never on a worker
+		// whose loss would take the job down (FACTS.md).
+		{Name: "PET_RDZV_CONF", Value: "is_host=false,join_timeout=600,last_call_timeout=3"},
+		{Name: "PET_MAX_RESTARTS", Value: "1000"},
+		{Name: "PET_MONITOR_INTERVAL", Value: "1"},
+	}
+}
+
+// injectEnv adds env to every container, leaving alone what the user set.
+func injectEnv(spec *corev1.PodSpec, env []corev1.EnvVar) {
+	for i := range spec.Containers {
+		c := &spec.Containers[i]
+		have := map[string]bool{}
+		for _, e := range c.Env {
+			have[e.Name] = true
+		}
+		var add []corev1.EnvVar
+		for _, e := range env {
+			if !have[e.Name] {
+				add = append(add, e)
+			}
+		}
+		// Ours first, so the user's values may refer to them with $(VAR).
+		c.Env = append(add, c.Env...)
+	}
+}
+
+func preferSpot(spec *corev1.PodSpec) {
+	for _, t := range spotTolerations {
+		if !hasToleration(spec.Tolerations, t) {
+			spec.Tolerations = append(spec.Tolerations, t)
+		}
+	}
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := spec.Affinity.NodeAffinity
+	for _, k := range sortedKeys(CapacityTypeLabels) {
+		na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution,
+			corev1.PreferredSchedulingTerm{Weight: 50, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: k, Operator: corev1.NodeSelectorOpIn, Values: []string{CapacityTypeLabels[k]},
+			}}}})
+	}
+}
+
+func requireOnDemand(spec *corev1.PodSpec) {
+	var reqs []corev1.NodeSelectorRequirement
+	for _, k := range sortedKeys(CapacityTypeLabels) {
+		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: k, Operator: corev1.NodeSelectorOpNotIn, Values: []string{CapacityTypeLabels[k]}})
+	}
+	spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: reqs}}},
+	}}
+}
+
+func hasToleration(ts []corev1.Toleration, t corev1.Toleration) bool {
+	for _, x := range ts {
+		if x.Operator == corev1.TolerationOpExists && x.Key == "" {
+			return true
+		}
+		if x.Key == t.Key && x.Value == t.Value && x.Effect == t.Effect {
+			return true
+		}
+	}
+	return false
+}
+
+func mountEDL(job *etjobv1.ElasticJob, spec *corev1.PodSpec) {
+	mode := int32(0o755)
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "etjob-edl", VolumeSource: corev1.VolumeSource{
+		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName(job.Name)}, DefaultMode: &mode},
+	}})
+	for i := range spec.Containers {
+		spec.Containers[i].VolumeMounts = append(spec.Containers[i].VolumeMounts, corev1.VolumeMount{Name: "etjob-edl", MountPath: "/etc/edl"})
+	}
+}
+
+// ConfigMap builds the membership ConfigMap: `hosts` (host:slots, what
+// discover_hosts.sh prints), `hostfile` (MPI's format), `generation`, and the
+// scripts the horovod launcher runs from /etc/edl.
+func ConfigMap(job *etjobv1.ElasticJob, m etjobv1.MembershipStatus) *corev1.ConfigMap {
+	var hosts, hostfile strings.Builder
+	for _, h := range m.Hosts {
+		hosts.WriteString(h + "\n")
+		if i := strings.LastIndexByte(h, ':'); i > 0 {
+			hostfile.WriteString(h[:i] + " slots=" + h[i+1:] + "\n")
+		}
+	}
+	container := "worker"
+	if cs := job.Spec.WorkerTemplate.Spec.Containers; len(cs) > 0 {
+		container = cs[0].Name
+	}
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: ConfigMapName(job.Name), Namespace: job.Namespace,
+			Labels:          map[string]string{etjobv1.LabelJobName: job.Name},
+			OwnerReferences: owner(job),
+		},
+		Data: map[string]string{
+			"hosts":              hosts.String(),
+			"hostfile":           hostfile.String(),
+			"generation":         strconv.FormatInt(m.Generation, 10),
+			"discover_hosts.sh":  DiscoverHostsScript(job.Namespace, ConfigMapName(job.Name)),
+			"kubexec.sh":         KubexecScript(job.Namespace, container),
+		},
+	}
+}
+
+// DiscoverHostsScript is /etc/edl/discover_hosts.sh. It prints the published
+// members as host:slots. A mounted ConfigMap can lag a minute on a real
+// kubelet, longer than a 30 s spot notice (DESIGN.md: Horovod discovery), so
+// it reads the live ConfigMap through the API with the launcher's own token,
+// and falls back to the mounted file.
+func DiscoverHostsScript(namespace, configMap string) string {
+	return `#!/bin/sh
+# Generated by etjob: prints host:slots for each published member of this job.
+SA=/var/run/secrets/kubernetes.io/serviceaccount
+if [ -n "${KUBERNETES_SERVICE_HOST:-}" ] && [ -r "$SA/token" ] && command -v python3 >/dev/null 2>&1; then
+  python3 - <<'PY' 2>/dev/null && exit 0
+import json, os, ssl, sys, urllib.request
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+host = os.environ["KUBERNETES_SERVICE_HOST"]
+if ":" in host: host = "[" + host + "]"
+url = "https://%s:%s/api/v1/namespaces/` + namespace + `/configmaps/` + configMap + `" % (host, os.environ.get("KUBERNETES_SERVICE_PORT", "443"))
+req = urllib.request.Request(url, headers={"Authorization": "Bearer " + open(sa + "/token").read().strip()})
+ctx = ssl.create_default_context(cafile=sa + "/ca.crt")
+with urllib.request.urlopen(req, timeout=2, context=ctx) as r:
+    sys.stdout.write(json.load(r)["data"]["hosts"])
+PY
+fi
+exec cat /etc/edl/hosts
+`
+}
+
+// KubexecScript is /etc/edl/kubexec.sh, the launcher-to-worker transport
+// (OMPI_MCA_plm_rsh_agent): `kubexec.sh POD COMMAND...` runs COMMAND in the
+// worker pod through the API with the launcher's namespaced Role.
+func KubexecScript(namespace, container string) string {
+	return `#!/bin/sh
+# Generated by etjob: runs a command in a worker pod (MPI / horovod rsh agent).
+set -e
+POD="$1"; shift
+exec kubectl exec -n ` + namespace + ` -c ` + container + ` "$POD" -- /bin/sh -c "$*"
+`
+}
+
+// Service builds the job's headless Service: every pod is resolvable as
+// <pod>.<job>.<namespace>.svc, including the launcher's rendezvous store.
+func Service(job *etjobv1.ElasticJob) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: job.Name, Namespace: job.Namespace,
+			Labels:          map[string]string{etjobv1.LabelJobName: job.Name},
+			OwnerReferences: owner(job),
+		},
+		Spec: corev1.ServiceSpec{
+			ClusterIP:                corev1.ClusterIPNone,
+			Selector:                 map[string]string{etjobv1.LabelJobName: job.Name},
+			PublishNotReadyAddresses: true,
+			Ports:                    []corev1.ServicePort{{Name: "rdzv", Port: etjobv1.RendezvousPort}},
+		},
+	}
+}
+
+// LauncherRBAC builds the horovod launcher's ServiceAccount, Role and
+// RoleBinding: read its own membership ConfigMap (live discovery), list and
+// exec into the job's pods (the kubexec transport). Nothing cluster-wide.
+func LauncherRBAC(job *etjobv1.ElasticJob) (*corev1.ServiceAccount, *rbacv1.Role, *rbacv1.RoleBinding) {
+	name := LauncherServiceAccountName(job.Name)
+	om := metav1.ObjectMeta{Name: name, Namespace: job.Namespace, Labels: map[string]string{etjobv1.LabelJobName: job.Name}, OwnerReferences: owner(job)}
+	sa := &corev1.ServiceAccount{ObjectMeta: om}
+	role := &rbacv1.Role{ObjectMeta: *om.DeepCopy(), Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{ConfigMapName(job.Name)}, Verbs: []string{"get", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"create"}},
+	}}
+	rb := &rbacv1.RoleBinding{ObjectMeta: *om.DeepCopy(),
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: job.Namespace}},
+	}
+	return sa, role, rb
+}
+
+func merge(a, b map[string]string) map[string]string {
+	out := make(map[string]string, len(a)+len(b)+1)
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
