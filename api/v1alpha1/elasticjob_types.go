@@ -72,7 +72,7 @@ type ElasticJobSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000
 	// +optional
-	Replicas int32 `json:"replicas"`
+	Replicas int32 `json:"replicas,omitempty"`
 
 	// minReplicas is the fewest workers the job trains with. Below it the job
 	// checkpoints, stops and waits for capacity.
@@ -80,14 +80,14 @@ type ElasticJobSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000
 	// +optional
-	MinReplicas int32 `json:"minReplicas"`
+	MinReplicas int32 `json:"minReplicas,omitempty"`
 
 	// maxReplicas is the most workers the job ever runs. Arena's default is 1000.
 	// +kubebuilder:default=1000
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000
 	// +optional
-	MaxReplicas int32 `json:"maxReplicas"`
+	MaxReplicas int32 `json:"maxReplicas,omitempty"`
 
 	// slotsPerWorker is the number of training processes per worker (torchrun
 	// --nproc_per_node, horovod host:slots). Unset means the worker's GPU limit,
@@ -101,7 +101,7 @@ type ElasticJobSpec struct {
 	// +kubebuilder:default=torchrun
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.framework is immutable"
 	// +optional
-	Framework Framework `json:"framework"`
+	Framework Framework `json:"framework,omitempty"`
 
 	// workerTemplate is the pod template of every worker. Its first container
 	// runs the training command.
@@ -121,13 +121,13 @@ type ElasticJobSpec struct {
 	// +kubebuilder:default=0
 	// +kubebuilder:validation:Minimum=0
 	// +optional
-	MaxWaitTime int32 `json:"maxWaitTime"`
+	MaxWaitTime int32 `json:"maxWaitTime,omitempty"`
 
 	// restartPolicy is the job-level policy: Never fails the job on a job-level
 	// failure, OnFailure restarts the whole job until backoffLimit is spent.
 	// +kubebuilder:default=Never
 	// +optional
-	RestartPolicy RestartPolicy `json:"restartPolicy"`
+	RestartPolicy RestartPolicy `json:"restartPolicy,omitempty"`
 
 	// backoffLimit is the number of failures (preemptions excluded) the job
 	// tolerates before it is marked Failed.
@@ -135,14 +135,14 @@ type ElasticJobSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100000
 	// +optional
-	BackoffLimit int32 `json:"backoffLimit"`
+	BackoffLimit *int32 `json:"backoffLimit,omitempty"`
 
 	// workerRestartPolicy says what happens when one worker fails for a reason
 	// other than a preemption: Always / OnFailure replace it under a new name,
 	// Never fails the job, ExitCode replaces it on codes >= 128 only.
 	// +kubebuilder:default=ExitCode
 	// +optional
-	WorkerRestartPolicy WorkerRestartPolicy `json:"workerRestartPolicy"`
+	WorkerRestartPolicy WorkerRestartPolicy `json:"workerRestartPolicy,omitempty"`
 
 	// suspend, as in batch/v1 Job: true deletes every pod of the job and keeps
 	// it until set back to false. The templates' scheduling fields may change
@@ -163,7 +163,7 @@ type ElasticJobSpec struct {
 	// cleanPodPolicy says which pods are deleted when the job finishes.
 	// +kubebuilder:default=Running
 	// +optional
-	CleanPodPolicy CleanPodPolicy `json:"cleanPodPolicy"`
+	CleanPodPolicy CleanPodPolicy `json:"cleanPodPolicy,omitempty"`
 
 	// ttlSecondsAfterFinished deletes the job this long after it finished.
 	// +kubebuilder:validation:Minimum=0
@@ -297,7 +297,7 @@ type ElasticJobStatus struct {
 
 	// replicas is the number of worker pods that are not leaving or finished
 	// (the /scale subresource's status.replicas).
-	Replicas int32 `json:"replicas"`
+	Replicas int32 `json:"replicas,omitempty"`
 	// readyReplicas is the number of ready workers that are not leaving.
 	ReadyReplicas int32 `json:"readyReplicas"`
 	// members is the number of published members.
@@ -389,8 +389,4 @@ type ElasticJobList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ElasticJob `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&ElasticJob{}, &ElasticJobList{})
 }

@@ -6,17 +6,26 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
 	// GroupVersion is the group and version of this API.
 	GroupVersion = schema.GroupVersion{Group: "etjob.dev", Version: "v1alpha1"}
 
-	// SchemeBuilder registers the types of this API with a scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	// SchemeBuilder registers the types of this API with a scheme. It uses
+	// apimachinery only, so that the pure decision core, which imports these
+	// types, stays free of controller-runtime.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the types of this API to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &ElasticJob{}, &ElasticJobList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -106,7 +106,10 @@ func (r *ElasticJobReconciler) observe(ctx context.Context, job *etjobv1.Elastic
 			}
 		}
 	}
-	return snap, r.expectations.Satisfied(client.ObjectKeyFromObject(job), snap.Pods, r.Clock.Now()), nil
+	key := client.ObjectKeyFromObject(job)
+	synced := r.expectations.JobSynced(key, job.ResourceVersion) &&
+		r.expectations.Satisfied(key, snap.Pods, r.Clock.Now())
+	return snap, synced, nil
 }
 
 // apply carries out the plan: deletions, signals, creations, then the
@@ -229,7 +232,11 @@ func (r *ElasticJobReconciler) writeStatus(ctx context.Context, job *etjobv1.Ela
 	}
 	job = job.DeepCopy()
 	job.Status = st
-	return r.Status().Update(ctx, job)
+	if err := r.Status().Update(ctx, job); err != nil {
+		return err
+	}
+	r.expectations.StatusWritten(client.ObjectKeyFromObject(job), job.ResourceVersion)
+	return nil
 }
 
 func (r *ElasticJobReconciler) emit(job *etjobv1.ElasticJob, evs []core.Event) {

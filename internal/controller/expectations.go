@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strconv"
 	"sync"
 	"time"
 
@@ -18,6 +19,10 @@ const expectationsTimeout = 5 * time.Minute
 type Expectations struct {
 	mu   sync.Mutex
 	jobs map[types.NamespacedName]*expected
+	// written is the resourceVersion of the last status this controller wrote
+	// for a job: a cached job older than that would make it act on stale
+	// bookkeeping (a restart count, the next worker index) and create twice.
+	written map[types.NamespacedName]uint64
 }
 
 type expected struct {
@@ -27,7 +32,35 @@ type expected struct {
 
 // NewExpectations returns an empty store.
 func NewExpectations() *Expectations {
-	return &Expectations{jobs: map[types.NamespacedName]*expected{}}
+	return &Expectations{jobs: map[types.NamespacedName]*expected{}, written: map[types.NamespacedName]uint64{}}
+}
+
+// StatusWritten records the resourceVersion returned by a status write.
+func (e *Expectations) StatusWritten(job types.NamespacedName, resourceVersion string) {
+	rv, err := strconv.ParseUint(resourceVersion, 10, 64)
+	if err != nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.written[job] = rv
+}
+
+// JobSynced reports whether the cached job is at least as new as the last
+// status this controller wrote. resourceVersions are etcd revisions, which
+// grow; one that does not parse is trusted.
+func (e *Expectations) JobSynced(job types.NamespacedName, resourceVersion string) bool {
+	rv, err := strconv.ParseUint(resourceVersion, 10, 64)
+	if err != nil {
+		return true
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if rv >= e.written[job] {
+		delete(e.written, job)
+		return true
+	}
+	return false
 }
 
 func (e *Expectations) get(job types.NamespacedName) *expected {
@@ -72,6 +105,7 @@ func (e *Expectations) Forget(job types.NamespacedName) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.jobs, job)
+	delete(e.written, job)
 }
 
 // Satisfied reports whether the cached pods show every create (the pod is

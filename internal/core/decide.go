@@ -200,8 +200,8 @@ func (d *decision) handleLauncher() bool {
 	d.st.Failures++
 	msg := fmt.Sprintf("launcher %s lost (%s)", l.pod.Name, reason)
 	switch {
-	case d.st.Failures > d.spec.BackoffLimit:
-		d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.st.Failures, d.spec.BackoffLimit))
+	case d.st.Failures > BackoffLimit(d.spec):
+		d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.st.Failures, BackoffLimit(d.spec)))
 	case preempted || d.spec.RestartPolicy == etjobv1.RestartPolicyOnFailure:
 		d.restart(msg)
 	default:
@@ -251,8 +251,8 @@ func (d *decision) preempted(w *podView, reason string) {
 func (d *decision) workerFailed(w *podView) bool {
 	d.st.Failures++
 	msg := fmt.Sprintf("worker %s failed with exit code %d", w.pod.Name, w.exitCode)
-	if d.st.Failures > d.spec.BackoffLimit {
-		d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.st.Failures, d.spec.BackoffLimit))
+	if d.st.Failures > BackoffLimit(d.spec) {
+		d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.st.Failures, BackoffLimit(d.spec)))
 		return true
 	}
 	retry := false

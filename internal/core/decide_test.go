@@ -545,9 +545,13 @@ func TestSlotsPerWorker(t *testing.T) {
 		job  *etjobv1.ElasticJob
 		want int32
 	}{
-		"default is 1":            {job: MakeElasticJob("j", "ns").Obj(), want: 1},
-		"the GPU limit":           {job: MakeElasticJob("j", "ns").GPUs(4).Obj(), want: 4},
-		"spec.slotsPerWorker wins": {job: func() *etjobv1.ElasticJob { j := MakeElasticJob("j", "ns").GPUs(4).Obj(); j.Spec.SlotsPerWorker = &three; return j }(), want: 3},
+		"default is 1":  {job: MakeElasticJob("j", "ns").Obj(), want: 1},
+		"the GPU limit": {job: MakeElasticJob("j", "ns").GPUs(4).Obj(), want: 4},
+		"spec.slotsPerWorker wins": {job: func() *etjobv1.ElasticJob {
+			j := MakeElasticJob("j", "ns").GPUs(4).Obj()
+			j.Spec.SlotsPerWorker = &three
+			return j
+		}(), want: 3},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

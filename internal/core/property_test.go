@@ -279,11 +279,11 @@ func checkInvariants(t *testing.T, w *world, prev etjobv1.ElasticJobStatus, plan
 			t.Fatalf("%s: Running with %d members, min %d max %d", w.trace(), n, spec.MinReplicas, spec.MaxReplicas)
 		}
 	}
-	if st.Failures > spec.BackoffLimit && !meta.IsStatusConditionTrue(st.Conditions, etjobv1.ConditionFailed) {
-		t.Fatalf("%s: %d failures over backoffLimit %d but not Failed", w.trace(), st.Failures, spec.BackoffLimit)
+	if st.Failures > core.BackoffLimit(&spec) && !meta.IsStatusConditionTrue(st.Conditions, etjobv1.ConditionFailed) {
+		t.Fatalf("%s: %d failures over backoffLimit %d but not Failed", w.trace(), st.Failures, core.BackoffLimit(&spec))
 	}
-	if st.Failures > spec.BackoffLimit+1 {
-		t.Fatalf("%s: failures %d counted past backoffLimit %d", w.trace(), st.Failures, spec.BackoffLimit)
+	if st.Failures > core.BackoffLimit(&spec)+1 {
+		t.Fatalf("%s: failures %d counted past backoffLimit %d", w.trace(), st.Failures, core.BackoffLimit(&spec))
 	}
 	if st.Restarts < prev.Restarts || st.Preemptions < prev.Preemptions || st.Failures < prev.Failures {
 		t.Fatalf("%s: a counter went back", w.trace())

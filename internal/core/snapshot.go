@@ -57,6 +57,15 @@ func SlotsPerWorker(spec *etjobv1.ElasticJobSpec) int32 {
 	return 1
 }
 
+// BackoffLimit returns spec.backoffLimit, 6 (Arena's and batch/v1 Job's
+// default) when unset.
+func BackoffLimit(spec *etjobv1.ElasticJobSpec) int32 {
+	if spec.BackoffLimit != nil {
+		return *spec.BackoffLimit
+	}
+	return 6
+}
+
 // GPUsPerWorker returns the accelerators the worker's first container asks for.
 func GPUsPerWorker(spec *etjobv1.ElasticJobSpec) int64 {
 	if cs := spec.WorkerTemplate.Spec.Containers; len(cs) > 0 {
@@ -129,18 +138,18 @@ func (v *podView) active() bool {
 // "the capacity was taken back" (Kubernetes Job's pod failure policy and
 // Alibaba's serverless notices are the model).
 var preemptionReasons = map[string]bool{
-	"Evicted":          true,
-	"Preempting":       true,
-	"NodeLost":         true,
-	"NodeShutdown":     true,
-	"Shutdown":         true,
-	"Terminated":       true,
-	"DeletionByPodGC":  true,
-	"SpotToBeReleased": true,
-	"PreemptionByScheduler":        true,
-	"TerminationByKubelet":         true,
-	"EvictionByEvictionAPI":        true,
-	"DeletionByTaintManager":       true,
+	"Evicted":                       true,
+	"Preempting":                    true,
+	"NodeLost":                      true,
+	"NodeShutdown":                  true,
+	"Shutdown":                      true,
+	"Terminated":                    true,
+	"DeletionByPodGC":               true,
+	"SpotToBeReleased":              true,
+	"PreemptionByScheduler":         true,
+	"TerminationByKubelet":          true,
+	"EvictionByEvictionAPI":         true,
+	"DeletionByTaintManager":        true,
 	string(corev1.DisruptionTarget): true,
 }
 

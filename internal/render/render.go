@@ -24,11 +24,11 @@ const AgentPort = 9477
 // capacity to their spot value. Workers of spot jobs prefer nodes matching any;
 // launchers of spot jobs require nodes matching none.
 var CapacityTypeLabels = map[string]string{
-	"karpenter.sh/capacity-type":              "spot",  // Karpenter (any cloud), and etjob's local cluster
-	"eks.amazonaws.com/capacityType":          "SPOT",  // EKS managed node groups
-	"cloud.google.com/gke-spot":               "true",  // GKE Spot VMs
-	"cloud.google.com/gke-preemptible":        "true",  // GKE preemptible VMs
-	"kubernetes.azure.com/scalesetpriority":   "spot",  // AKS spot node pools
+	"karpenter.sh/capacity-type":                 "spot",         // Karpenter (any cloud), and etjob's local cluster
+	"eks.amazonaws.com/capacityType":             "SPOT",         // EKS managed node groups
+	"cloud.google.com/gke-spot":                  "true",         // GKE Spot VMs
+	"cloud.google.com/gke-preemptible":           "true",         // GKE preemptible VMs
+	"kubernetes.azure.com/scalesetpriority":      "spot",         // AKS spot node pools
 	"node.alibabacloud.com/instance-charge-type": "SpotInstance", // ACK spot node pools
 }
 
@@ -299,11 +299,11 @@ func ConfigMap(job *etjobv1.ElasticJob, m etjobv1.MembershipStatus) *corev1.Conf
 			OwnerReferences: owner(job),
 		},
 		Data: map[string]string{
-			"hosts":              hosts.String(),
-			"hostfile":           hostfile.String(),
-			"generation":         strconv.FormatInt(m.Generation, 10),
-			"discover_hosts.sh":  DiscoverHostsScript(job.Namespace, ConfigMapName(job.Name)),
-			"kubexec.sh":         KubexecScript(job.Namespace, container),
+			"hosts":             hosts.String(),
+			"hostfile":          hostfile.String(),
+			"generation":        strconv.FormatInt(m.Generation, 10),
+			"discover_hosts.sh": DiscoverHostsScript(job.Namespace, ConfigMapName(job.Name)),
+			"kubexec.sh":        KubexecScript(job.Namespace, container),
 		},
 	}
 }

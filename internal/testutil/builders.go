@@ -27,7 +27,6 @@ func MakeElasticJob(name, ns string) *JobWrapper {
 			Replicas: 1, MinReplicas: 1, MaxReplicas: 1000,
 			Framework:           etjobv1.FrameworkTorchrun,
 			RestartPolicy:       etjobv1.RestartPolicyNever,
-			BackoffLimit:        6,
 			WorkerRestartPolicy: etjobv1.WorkerRestartExitCode,
 			CleanPodPolicy:      etjobv1.CleanPodPolicyRunning,
 			WorkerTemplate: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
@@ -73,7 +72,7 @@ func (w *JobWrapper) WorkerRestartPolicy(p etjobv1.WorkerRestartPolicy) *JobWrap
 }
 
 // BackoffLimit sets spec.backoffLimit.
-func (w *JobWrapper) BackoffLimit(n int32) *JobWrapper { w.Spec.BackoffLimit = n; return w }
+func (w *JobWrapper) BackoffLimit(n int32) *JobWrapper { w.Spec.BackoffLimit = &n; return w }
 
 // MaxWaitTime sets spec.maxWaitTime.
 func (w *JobWrapper) MaxWaitTime(s int32) *JobWrapper { w.Spec.MaxWaitTime = s; return w }
@@ -101,7 +100,10 @@ func (w *JobWrapper) GPUs(n int64) *JobWrapper {
 }
 
 // Status sets the status.
-func (w *JobWrapper) Status(st etjobv1.ElasticJobStatus) *JobWrapper { w.ElasticJob.Status = st; return w }
+func (w *JobWrapper) Status(st etjobv1.ElasticJobStatus) *JobWrapper {
+	w.ElasticJob.Status = st
+	return w
+}
 
 // PodWrapper builds a pod of a job.
 type PodWrapper struct{ corev1.Pod }

@@ -1,0 +1,60 @@
+package controller
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+)
+
+// Scheme is the scheme of every etjob binary.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = etjobv1.AddToScheme(s)
+	return s
+}
+
+// ManagerOptions are the manager options: caches of pods and owned objects are
+// limited to etjob's own (labelled) objects, so the controller's memory does
+// not grow with unrelated workloads.
+func ManagerOptions(metricsAddr, probeAddr string, leaderElect bool, leaderElectNS string) ctrl.Options {
+	ours, _ := labels.NewRequirement(etjobv1.LabelJobName, selection.Exists, nil)
+	sel := labels.NewSelector().Add(*ours)
+	return ctrl.Options{
+		Scheme:                  Scheme(),
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        "etjob-controller.etjob.dev",
+		LeaderElectionNamespace: leaderElectNS,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:            {Label: sel},
+			&corev1.ConfigMap{}:      {Label: sel},
+			&corev1.Service{}:        {Label: sel},
+			&corev1.ServiceAccount{}: {Label: sel},
+			&rbacv1.Role{}:           {Label: sel},
+			&rbacv1.RoleBinding{}:    {Label: sel},
+		}},
+	}
+}
+
+// Setup registers indexes and the reconciler with the manager.
+func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int) error {
+	if err := SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	r := NewElasticJobReconciler(mgr.GetClient(), mgr.GetEventRecorder("etjob-controller"), clock.RealClock{})
+	return r.SetupWithManager(mgr, concurrency)
+}

@@ -1,0 +1,536 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/render"
+	. "github.com/etjob/etjob/internal/testutil"
+)
+
+const timeout = 30 * time.Second
+
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = f(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s: %v", what, err)
+}
+
+func newJob(ns, name string) *JobWrapper {
+	w := MakeElasticJob(name, ns)
+	w.UID, w.Generation = "", 0
+	return w
+}
+
+func create(t *testing.T, job *etjobv1.ElasticJob) *etjobv1.ElasticJob {
+	t.Helper()
+	if err := k8s.Create(context.Background(), job); err != nil {
+		t.Fatalf("creating job: %v", err)
+	}
+	return job
+}
+
+func getJob(t *testing.T, ns, name string) *etjobv1.ElasticJob {
+	t.Helper()
+	j := &etjobv1.ElasticJob{}
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, j); err != nil {
+		t.Fatalf("getting job: %v", err)
+	}
+	return j
+}
+
+// livePods returns the job's pods that are not terminating, by name.
+func livePods(t *testing.T, ns, job string) map[string]*corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	if err := k8s.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{etjobv1.LabelJobName: job}); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*corev1.Pod{}
+	for i := range pods.Items {
+		if pods.Items[i].DeletionTimestamp == nil {
+			out[pods.Items[i].Name] = &pods.Items[i]
+		}
+	}
+	return out
+}
+
+func names(m map[string]*corev1.Pod) []string {
+	var out []string
+	for n := range m {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func waitPods(t *testing.T, ns, job string, want ...string) map[string]*corev1.Pod {
+	t.Helper()
+	sort.Strings(want)
+	var got map[string]*corev1.Pod
+	eventually(t, fmt.Sprintf("pods %v", want), func() error {
+		got = livePods(t, ns, job)
+		if !slices.Equal(names(got), want) {
+			return fmt.Errorf("pods %v", names(got))
+		}
+		return nil
+	})
+	return got
+}
+
+func ensureNode(t *testing.T, name string) {
+	t.Helper()
+	n := MakeNode(name).Obj()
+	if err := k8s.Create(context.Background(), n); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	_ = k8s.Status().Update(context.Background(), n)
+}
+
+// startPod binds a pod to a (new) node, as the scheduler would, and makes it
+// Running and Ready, as the kubelet would.
+func startPod(t *testing.T, pod *corev1.Pod, node string) {
+	t.Helper()
+	ctx := context.Background()
+	ensureNode(t, node)
+	if pod.Spec.NodeName == "" {
+		b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace}, Target: corev1.ObjectReference{Kind: "Node", Name: node}}
+		if err := k8s.SubResource("binding").Create(ctx, pod, b); err != nil {
+			t.Fatalf("binding %s: %v", pod.Name, err)
+		}
+	}
+	eventually(t, "pod status update of "+pod.Name, func() error {
+		p := &corev1.Pod{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), p); err != nil {
+			return err
+		}
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+		return k8s.Status().Update(ctx, p)
+	})
+}
+
+// exitPod makes a pod terminal with the given exit code, as the kubelet would.
+func exitPod(t *testing.T, ns, name string, code int32) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, "exit of "+name, func() error {
+		p := &corev1.Pod{}
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p); err != nil {
+			return err
+		}
+		p.Status.Phase = corev1.PodFailed
+		if code == 0 {
+			p.Status.Phase = corev1.PodSucceeded
+		}
+		p.Status.Conditions = nil
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{ExitCode: code, FinishedAt: metav1.Now()}}}}
+		return k8s.Status().Update(ctx, p)
+	})
+}
+
+func startAll(t *testing.T, pods map[string]*corev1.Pod) {
+	t.Helper()
+	for _, n := range names(pods) {
+		p := pods[n]
+		if p.Status.Phase != corev1.PodRunning {
+			startPod(t, p, "node-"+p.Namespace+"-"+p.Name)
+		}
+	}
+}
+
+func waitHosts(t *testing.T, ns, job string, want ...string) {
+	t.Helper()
+	wantText := ""
+	for _, h := range want {
+		wantText += h + "\n"
+	}
+	eventually(t, fmt.Sprintf("published hosts %v", want), func() error {
+		cm := &corev1.ConfigMap{}
+		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: render.ConfigMapName(job)}, cm); err != nil {
+			return err
+		}
+		if cm.Data["hosts"] != wantText {
+			return fmt.Errorf("hosts %q", cm.Data["hosts"])
+		}
+		j := getJob(t, ns, job)
+		if !slices.Equal(j.Status.Membership.Hosts, want) && !(len(want) == 0 && len(j.Status.Membership.Hosts) == 0) {
+			return fmt.Errorf("status hosts %v", j.Status.Membership.Hosts)
+		}
+		return nil
+	})
+}
+
+func waitCondition(t *testing.T, ns, job, cond, reason string) *etjobv1.ElasticJob {
+	t.Helper()
+	var j *etjobv1.ElasticJob
+	eventually(t, "condition "+cond+"/"+reason, func() error {
+		j = getJob(t, ns, job)
+		c := meta.FindStatusCondition(j.Status.Conditions, cond)
+		if c == nil || c.Status != metav1.ConditionTrue || (reason != "" && c.Reason != reason) {
+			return fmt.Errorf("conditions %+v", j.Status.Conditions)
+		}
+		return nil
+	})
+	return j
+}
+
+// updateJob changes a job's spec, retrying on conflicts with the controller's
+// status writes.
+func updateJob(t *testing.T, ns, name string, mutate func(*etjobv1.ElasticJob)) {
+	t.Helper()
+	eventually(t, "update of job "+name, func() error {
+		j := getJob(t, ns, name)
+		mutate(j)
+		return k8s.Update(context.Background(), j)
+	})
+}
+
+func scaleTo(t *testing.T, ns, job string, n int32) {
+	t.Helper()
+	j := getJob(t, ns, job)
+	sc := &autoscalingv1.Scale{}
+	if err := k8s.SubResource("scale").Get(context.Background(), j, sc); err != nil {
+		t.Fatalf("reading /scale: %v", err)
+	}
+	sc.Spec.Replicas = n
+	if err := k8s.SubResource("scale").Update(context.Background(), j, client.WithSubResourceBody(sc)); err != nil {
+		t.Fatalf("writing /scale: %v", err)
+	}
+}
+
+func envOf(p *corev1.Pod) map[string]string {
+	out := map[string]string{}
+	for _, e := range p.Spec.Containers[0].Env {
+		out[e.Name] = e.Value
+	}
+	return out
+}
+
+func TestValidation(t *testing.T) {
+	ns := newNamespace(t)
+	cases := map[string]struct {
+		mutate func(*etjobv1.ElasticJob)
+		want   []string
+	}{
+		"minReplicas above replicas": {
+			mutate: func(j *etjobv1.ElasticJob) { j.Spec.MinReplicas, j.Spec.Replicas = 3, 2 },
+			want:   []string{"spec.minReplicas", "spec.replicas"},
+		},
+		"replicas above maxReplicas": {
+			mutate: func(j *etjobv1.ElasticJob) { j.Spec.Replicas, j.Spec.MaxReplicas = 5, 4 },
+			want:   []string{"spec.replicas", "spec.maxReplicas"},
+		},
+		"horovod without a launcher": {
+			mutate: func(j *etjobv1.ElasticJob) { j.Spec.Framework = etjobv1.FrameworkHorovod },
+			want:   []string{"spec.launcherTemplate"},
+		},
+		"minReplicas negative": {
+			mutate: func(j *etjobv1.ElasticJob) { j.Spec.MinReplicas = -1 },
+			want:   []string{"spec.minReplicas"},
+		},
+		"unknown worker restart policy": {
+			mutate: func(j *etjobv1.ElasticJob) { j.Spec.WorkerRestartPolicy = "Sometimes" },
+			want:   []string{"spec.workerRestartPolicy"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			j := newJob(ns, "bad").Replicas(2).Min(1).Max(4).Obj()
+			tc.mutate(j)
+			err := k8s.Create(context.Background(), j)
+			if err == nil {
+				t.Fatal("the API server accepted an invalid job")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %s", err, w)
+				}
+			}
+		})
+	}
+	t.Run("Arena's defaults are accepted", func(t *testing.T) {
+		j := newJob(ns, "arena-defaults").Obj()
+		j.Spec.MaxReplicas, j.Spec.MinReplicas, j.Spec.Replicas = 0, 0, 0 // let the API server default them
+		create(t, j)
+		got := getJob(t, ns, "arena-defaults")
+		if got.Spec.MinReplicas != 1 || got.Spec.MaxReplicas != 1000 || got.Spec.Replicas != 1 || got.Spec.BackoffLimit == nil || *got.Spec.BackoffLimit != 6 {
+			t.Errorf("defaults: min %d max %d replicas %d backoff %d", got.Spec.MinReplicas, got.Spec.MaxReplicas, got.Spec.Replicas, got.Spec.BackoffLimit)
+		}
+	})
+	t.Run("framework is immutable", func(t *testing.T) {
+		j := create(t, newJob(ns, "immutable").Obj())
+		j.Spec.Framework = etjobv1.FrameworkHorovod
+		j.Spec.LauncherTemplate = MakeElasticJob("x", ns).Framework(etjobv1.FrameworkHorovod).Obj().Spec.LauncherTemplate
+		err := k8s.Update(context.Background(), j)
+		if err == nil || !strings.Contains(err.Error(), "spec.framework is immutable") {
+			t.Errorf("update of framework: %v", err)
+		}
+	})
+	t.Run("server-side apply of minReplicas above replicas is refused", func(t *testing.T) {
+		j := newJob(ns, "ssa").Replicas(1).Min(2).Obj()
+		j.ManagedFields = nil
+		err := k8s.Patch(context.Background(), j, client.Apply, client.FieldOwner("test"), client.ForceOwnership) //nolint:staticcheck // SSA of a typed object
+		if err == nil || !strings.Contains(err.Error(), "spec.minReplicas must be less than or equal to spec.replicas") {
+			t.Errorf("server-side apply: %v", err)
+		}
+	})
+}
+
+func TestScaleMembershipAndNotices(t *testing.T) {
+	ns := newNamespace(t)
+	job := create(t, newJob(ns, "train").Replicas(2).Min(2).Max(4).GPUs(1).Obj())
+	pods := waitPods(t, ns, "train", "train-launcher", "train-worker-0", "train-worker-1")
+
+	env := envOf(pods["train-worker-1"])
+	for k, want := range map[string]string{
+		"workers": "2", "minWorkers": "2", "maxWorkers": "4", "gpus": "1",
+		"ETJOB_JOB_NAME": "train", "ETJOB_WORKER_INDEX": "1",
+		"PET_NNODES": "2:4", "PET_NPROC_PER_NODE": "1", "PET_RDZV_BACKEND": "c10d",
+		"PET_RDZV_ENDPOINT": "train-launcher.train." + ns + ".svc:29400",
+		"PET_RDZV_ID":       string(job.UID) + "-0",
+	} {
+		if env[k] != want {
+			t.Errorf("worker env %s = %q, want %q", k, env[k], want)
+		}
+	}
+	if pods["train-worker-1"].Spec.Hostname != "train-worker-1" || pods["train-worker-1"].Spec.Subdomain != "train" {
+		t.Errorf("worker hostname/subdomain = %q/%q", pods["train-worker-1"].Spec.Hostname, pods["train-worker-1"].Spec.Subdomain)
+	}
+	startAll(t, pods)
+	waitHosts(t, ns, "train", "train-worker-0:1", "train-worker-1:1")
+	j := waitCondition(t, ns, "train", etjobv1.ConditionRunning, etjobv1.ReasonMembersReady)
+	if j.Status.Selector != "etjob.dev/job-name=train,etjob.dev/role=worker" || j.Status.Desired != "2 (2-4)" {
+		t.Errorf("selector %q desired %q", j.Status.Selector, j.Status.Desired)
+	}
+	svc := &corev1.Service{}
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "train"}, svc); err != nil || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("headless service: %v %+v", err, svc.Spec)
+	}
+
+	// Scale out by k=2 through /scale, and count the controller's API requests
+	// until the new members are published.
+	counter.start()
+	scaleTo(t, ns, "train", 4)
+	pods = waitPods(t, ns, "train", "train-launcher", "train-worker-0", "train-worker-1", "train-worker-2", "train-worker-3")
+	startAll(t, pods)
+	waitHosts(t, ns, "train", "train-worker-0:1", "train-worker-1:1", "train-worker-2:1", "train-worker-3:1")
+	time.Sleep(time.Second) // let the last status write land
+	counts := counter.stop()
+	t.Logf("controller API requests for a scale-out of 2 pods: %v", counts)
+	writes, lists := 0, 0
+	for k, v := range counts {
+		verb := strings.Fields(k)[0]
+		res := strings.TrimPrefix(k, verb+" ")
+		if verb == "LIST" {
+			lists += v
+		}
+		if (verb == "POST" || verb == "PUT" || verb == "PATCH" || verb == "DELETE") && res != "events" {
+			writes += v
+		}
+	}
+	t.Logf("scale-out of k=2: %d API writes (Events excluded), %d LISTs after the initial sync", writes, lists)
+	if lists != 0 {
+		t.Errorf("the controller issued %d LIST calls after its initial sync, want 0 (it must read caches)", lists)
+	}
+
+	// Scale in to 3: the highest index is told to leave and leaves the membership first.
+	scaleTo(t, ns, "train", 3)
+	waitHosts(t, ns, "train", "train-worker-0:1", "train-worker-1:1", "train-worker-2:1")
+	eventually(t, "leave annotation on worker-3", func() error {
+		p := livePods(t, ns, "train")["train-worker-3"]
+		if p == nil || p.Annotations[etjobv1.AnnotationLeave] == "" || p.Annotations[etjobv1.AnnotationLeaveReason] != etjobv1.ReasonScaleIn {
+			return fmt.Errorf("annotations %v", p.Annotations)
+		}
+		return nil
+	})
+	exitPod(t, ns, "train-worker-3", etjobv1.ExitCodePreempted)
+	waitPods(t, ns, "train", "train-launcher", "train-worker-0", "train-worker-1", "train-worker-2")
+
+	// A reclamation notice on worker-1's node: it leaves the membership, is
+	// told to leave, and a replacement gets a new name.
+	node := &corev1.Node{}
+	nodeName := livePods(t, ns, "train")["train-worker-1"].Spec.NodeName
+	if err := k8s.Get(context.Background(), types.NamespacedName{Name: nodeName}, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Annotations = map[string]string{
+		etjobv1.AnnotationNodeNotice:       time.Now().Add(2 * time.Minute).UTC().Format(time.RFC3339),
+		etjobv1.AnnotationNodeNoticeSource: "aws",
+	}
+	if err := k8s.Update(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+	waitHosts(t, ns, "train", "train-worker-0:1", "train-worker-2:1")
+	pods = waitPods(t, ns, "train", "train-launcher", "train-worker-0", "train-worker-1", "train-worker-2", "train-worker-4")
+	if pods["train-worker-1"].Annotations[etjobv1.AnnotationLeave] == "" {
+		t.Errorf("worker-1 on a noticed node was not told to leave: %v", pods["train-worker-1"].Annotations)
+	}
+	exitPod(t, ns, "train-worker-1", etjobv1.ExitCodePreempted)
+	startAll(t, waitPods(t, ns, "train", "train-launcher", "train-worker-0", "train-worker-2", "train-worker-4"))
+	waitHosts(t, ns, "train", "train-worker-0:1", "train-worker-2:1", "train-worker-4:1")
+	j = getJob(t, ns, "train")
+	if j.Status.Preemptions != 1 || j.Status.Failures != 0 {
+		t.Errorf("preemptions %d failures %d, want 1 and 0", j.Status.Preemptions, j.Status.Failures)
+	}
+	if j.Status.Membership.Generation < 4 {
+		t.Errorf("generation %d, want at least 4", j.Status.Membership.Generation)
+	}
+}
+
+func TestFailuresRestartAndBackoff(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newJob(ns, "f").Replicas(2).Min(1).Max(2).BackoffLimit(2).RestartPolicy(etjobv1.RestartPolicyOnFailure).Obj())
+	startAll(t, waitPods(t, ns, "f", "f-launcher", "f-worker-0", "f-worker-1"))
+	waitHosts(t, ns, "f", "f-worker-0:1", "f-worker-1:1")
+
+	// A worker killed by a signal is replaced under a new name (ExitCode policy).
+	exitPod(t, ns, "f-worker-1", 137)
+	pods := waitPods(t, ns, "f", "f-launcher", "f-worker-0", "f-worker-2")
+	startAll(t, pods)
+	waitHosts(t, ns, "f", "f-worker-0:1", "f-worker-2:1")
+
+	// The launcher fails: the whole job restarts with a new rendezvous id.
+	exitPod(t, ns, "f-launcher", 1)
+	eventually(t, "restart", func() error {
+		if j := getJob(t, ns, "f"); j.Status.Restarts != 1 {
+			return fmt.Errorf("restarts %d", j.Status.Restarts)
+		}
+		return nil
+	})
+	pods = waitPods(t, ns, "f", "f-launcher", "f-worker-3", "f-worker-4")
+	if got := pods["f-launcher"].Labels[etjobv1.LabelAttempt]; got != "1" {
+		t.Errorf("launcher attempt label %q, want 1", got)
+	}
+	if env := envOf(pods["f-worker-3"]); !strings.HasSuffix(env["PET_RDZV_ID"], "-1") {
+		t.Errorf("rdzv id after restart = %q", env["PET_RDZV_ID"])
+	}
+	startAll(t, pods)
+
+	// A permanent failure: the third failure exceeds backoffLimit 2.
+	exitPod(t, ns, "f-worker-3", 1)
+	j := waitCondition(t, ns, "f", etjobv1.ConditionFailed, etjobv1.ReasonBackoffLimit)
+	if j.Status.Failures != 3 || j.Status.Summary != "Failed" {
+		t.Errorf("failures %d summary %q", j.Status.Failures, j.Status.Summary)
+	}
+	// cleanPodPolicy Running: the running pods go.
+	eventually(t, "cleanup", func() error {
+		for _, p := range livePods(t, ns, "f") {
+			if p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodPending {
+				return fmt.Errorf("pod %s still %s", p.Name, p.Status.Phase)
+			}
+		}
+		return nil
+	})
+}
+
+func TestSuspendResume(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newJob(ns, "s").Replicas(2).Min(1).Max(3).Obj())
+	startAll(t, waitPods(t, ns, "s", "s-launcher", "s-worker-0", "s-worker-1"))
+	waitHosts(t, ns, "s", "s-worker-0:1", "s-worker-1:1")
+
+	updateJob(t, ns, "s", func(j *etjobv1.ElasticJob) { j.Spec.Suspend = ptrTo(true) })
+	waitPods(t, ns, "s")
+	waitHosts(t, ns, "s")
+	j := waitCondition(t, ns, "s", etjobv1.ConditionSuspended, etjobv1.ReasonUserSuspended)
+	if j.Status.Summary != etjobv1.ReasonUserSuspended {
+		t.Errorf("summary %q", j.Status.Summary)
+	}
+
+	// While suspended the worker template's scheduling fields may change (Kueue).
+	updateJob(t, ns, "s", func(j *etjobv1.ElasticJob) {
+		j.Spec.WorkerTemplate.Spec.NodeSelector = map[string]string{"pool": "spot"}
+	})
+	updateJob(t, ns, "s", func(j *etjobv1.ElasticJob) { j.Spec.Suspend = ptrTo(false) })
+	pods := waitPods(t, ns, "s", "s-launcher", "s-worker-2", "s-worker-3")
+	if pods["s-worker-2"].Spec.NodeSelector["pool"] != "spot" {
+		t.Errorf("resumed worker did not get the new node selector: %v", pods["s-worker-2"].Spec.NodeSelector)
+	}
+	startAll(t, pods)
+	waitHosts(t, ns, "s", "s-worker-2:1", "s-worker-3:1")
+	j = waitCondition(t, ns, "s", etjobv1.ConditionRunning, "")
+	kinds := []string{}
+	for _, e := range j.Status.Timeline {
+		kinds = append(kinds, e.Type)
+	}
+	if !slices.Contains(kinds, "Suspend") || !slices.Contains(kinds, "Resume") {
+		t.Errorf("timeline %v lacks Suspend/Resume", kinds)
+	}
+}
+
+func TestCompletionCleanupAndTTL(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newJob(ns, "c").Replicas(2).Min(2).Max(2).TTL(2).Obj())
+	startAll(t, waitPods(t, ns, "c", "c-launcher", "c-worker-0", "c-worker-1"))
+	waitHosts(t, ns, "c", "c-worker-0:1", "c-worker-1:1")
+	exitPod(t, ns, "c-worker-0", 0)
+	exitPod(t, ns, "c-worker-1", 0)
+	j := waitCondition(t, ns, "c", etjobv1.ConditionComplete, etjobv1.ReasonSucceeded)
+	if j.Status.CompletionTime == nil {
+		t.Error("no completionTime")
+	}
+	// ttlSecondsAfterFinished: the job itself is deleted.
+	eventually(t, "TTL deletion", func() error {
+		err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "c"}, &etjobv1.ElasticJob{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("job still there: %v", err)
+	})
+}
+
+func TestHorovodDiscoveryAndRBAC(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newJob(ns, "h").Framework(etjobv1.FrameworkHorovod).Replicas(2).Min(1).Max(3).Obj())
+	pods := waitPods(t, ns, "h", "h-launcher", "h-worker-0", "h-worker-1")
+	l := pods["h-launcher"]
+	if l.Spec.ServiceAccountName != "h-launcher" {
+		t.Errorf("launcher service account %q", l.Spec.ServiceAccountName)
+	}
+	if !slices.ContainsFunc(l.Spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/etc/edl" }) {
+		t.Errorf("launcher lacks /etc/edl: %+v", l.Spec.Containers[0].VolumeMounts)
+	}
+	startAll(t, pods)
+	waitHosts(t, ns, "h", "h-worker-0:1", "h-worker-1:1")
+	cm := &corev1.ConfigMap{}
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "h-etjob"}, cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Data["hostfile"] != "h-worker-0 slots=1\nh-worker-1 slots=1\n" || !strings.Contains(cm.Data["discover_hosts.sh"], "/configmaps/h-etjob") {
+		t.Errorf("configmap data %v", cm.Data)
+	}
+	role := &rbacv1.Role{}
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "h-launcher"}, role); err != nil {
+		t.Fatalf("launcher Role: %v", err)
+	}
+	// The launcher exiting 0 completes a horovod job.
+	exitPod(t, ns, "h-launcher", 0)
+	waitCondition(t, ns, "h", etjobv1.ConditionComplete, "")
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -1,0 +1,221 @@
+// Package controller_test runs the ElasticJob controller against a real
+// kube-apiserver and etcd (envtest, with binaries built by
+// hack/build-controlplane.sh). No kubelet runs: tests move pod status
+// themselves, and a tiny "kubelet" finishes graceful deletions.
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/etjob/etjob/internal/controller"
+)
+
+var (
+	cfg      *rest.Config
+	k8s      client.Client
+	counter  = &requestCounter{}
+	repoRoot string
+	stopAll  context.CancelFunc
+)
+
+// requestCounter counts the controller's own API requests by verb and
+// resource, to measure writes per scale event and LISTs after the sync.
+type requestCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+	on     atomic.Bool
+}
+
+func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(r *http.Request) (*http.Response, error) {
+		if c.on.Load() {
+			verb := r.Method
+			q := r.URL.Query()
+			parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+			if verb == http.MethodGet && q.Get("watch") != "true" && !isNamedGet(parts) {
+				verb = "LIST"
+			} else if q.Get("watch") == "true" {
+				verb = "WATCH"
+			}
+			res := resourceOf(parts)
+			c.mu.Lock()
+			c.counts[verb+" "+res]++
+			c.mu.Unlock()
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+func (c *requestCounter) start() {
+	c.mu.Lock()
+	c.counts = map[string]int{}
+	c.mu.Unlock()
+	c.on.Store(true)
+}
+
+func (c *requestCounter) stop() map[string]int {
+	c.on.Store(false)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.counts
+	c.counts = map[string]int{}
+	return out
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// isNamedGet: /api/v1/namespaces/ns/pods/name has an even number of parts after
+// the group version prefix; a collection path has an odd one.
+func isNamedGet(parts []string) bool {
+	i := 2 // api/v1
+	if len(parts) > 0 && parts[0] == "apis" {
+		i = 3
+	}
+	rest := parts[min(i, len(parts)):]
+	if len(rest) >= 2 && rest[0] == "namespaces" {
+		rest = rest[2:]
+	}
+	return len(rest) >= 2
+}
+
+func resourceOf(parts []string) string {
+	i := 2
+	if len(parts) > 0 && parts[0] == "apis" {
+		i = 3
+	}
+	rest := parts[min(i, len(parts)):]
+	if len(rest) >= 2 && rest[0] == "namespaces" {
+		rest = rest[2:]
+	}
+	if len(rest) == 0 {
+		return ""
+	}
+	if len(rest) >= 3 {
+		return rest[0] + "/" + rest[2]
+	}
+	return rest[0]
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapLevel())))
+	out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "finding the repository root:", err)
+		return 1
+	}
+	repoRoot = strings.TrimSpace(string(out))
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		bin, err := exec.Command(filepath.Join(repoRoot, "hack/build-controlplane.sh")).Output()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "building the control plane (hack/build-controlplane.sh):", err)
+			return 1
+		}
+		os.Setenv("KUBEBUILDER_ASSETS", strings.TrimSpace(string(bin)))
+	}
+	env := &envtest.Environment{
+		CRDInstallOptions: envtest.CRDInstallOptions{Paths: []string{filepath.Join(repoRoot, "config/crd/bases")}, ErrorIfPathMissing: true},
+	}
+	cfg, err = env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		return 1
+	}
+	defer env.Stop()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	stopAll = cancel
+	defer cancel()
+	k8s, err = client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "client:", err)
+		return 1
+	}
+	mgrCfg := rest.CopyConfig(cfg)
+	mgrCfg.WrapTransport = counter.wrap
+	mgr, err := ctrl.NewManager(mgrCfg, controller.ManagerOptions("0", "0", false, ""))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+		return 1
+	}
+	if err := controller.Setup(ctx, mgr, 4); err != nil {
+		fmt.Fprintln(os.Stderr, "setup:", err)
+		return 1
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager stopped:", err)
+		}
+	}()
+	go kubelet(ctx)
+	return m.Run()
+}
+
+func zapLevel() zapcore.Level {
+	if os.Getenv("ETJOB_TEST_VERBOSE") != "" {
+		return -1
+	}
+	return 3 // DPanic: the controller's retried conflicts are expected here
+}
+
+// kubelet stands in for the kubelets that do not run here: it finishes the
+// graceful deletion of pods bound to a node, as a kubelet does once their
+// containers stopped.
+func kubelet(ctx context.Context) {
+	for ctx.Err() == nil {
+		var pods corev1.PodList
+		if err := k8s.List(ctx, &pods); err == nil {
+			for i := range pods.Items {
+				p := &pods.Items[i]
+				if p.DeletionTimestamp != nil {
+					_ = k8s.Delete(ctx, p, client.GracePeriodSeconds(0))
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+var nsSeq atomic.Int32
+
+// newNamespace creates a fresh namespace (with the default service account,
+// since no controller-manager runs here) for one test case.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := fmt.Sprintf("t%d-%d", nsSeq.Add(1), time.Now().UnixNano()%100000)
+	ctx := context.Background()
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
