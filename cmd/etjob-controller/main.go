@@ -13,6 +13,9 @@ import (
 	"github.com/etjob/etjob/internal/controller"
 )
 
+// version is set at build time (-X main.version=...).
+var version = "dev"
+
 func main() {
 	var (
 		metricsAddr   string
@@ -55,7 +58,7 @@ func main() {
 		log.Error(err, "adding the ready check")
 		os.Exit(1)
 	}
-	log.Info("starting the etjob controller")
+	log.Info("starting the etjob controller", "version", version)
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		log.Error(err, "running the manager")
 		os.Exit(1)

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,7 +54,6 @@ func NewElasticJobReconciler(c client.Client, rec events.EventRecorder, clk cloc
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
 
 // Reconcile observes one job, lets the decision core plan, and applies it.
 func (r *ElasticJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -148,10 +149,32 @@ func (r *ElasticJobReconciler) apply(ctx context.Context, job *etjobv1.ElasticJo
 		r.expectations.ExpectCreate(key, p.Name, r.Clock.Now())
 		if err := r.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
 			r.expectations.CreateObserved(key, p.Name)
+			forgetUncreated(plan, p)
 			return &createRefusedError{pod: p.Name, err: err}
 		}
 	}
 	return nil
+}
+
+// forgetUncreated drops from the planned status the workers from the refused
+// one on: they never existed, so their indices may be used again.
+func forgetUncreated(plan *core.Plan, refused *corev1.Pod) {
+	if refused.Labels[etjobv1.LabelRole] != etjobv1.RoleWorker {
+		return
+	}
+	idx, err := strconv.ParseInt(refused.Labels[etjobv1.LabelWorkerIndex], 10, 32)
+	if err != nil {
+		return
+	}
+	st := &plan.Status
+	st.NextWorkerIndex = int32(idx)
+	st.Workers = slices.DeleteFunc(st.Workers, func(w etjobv1.WorkerStatus) bool {
+		if w.Index >= int32(idx) && slices.Contains(plan.CreateWorkers, w.Index) {
+			st.Replicas--
+			return true
+		}
+		return false
+	})
 }
 
 // withStatus returns the job with the status the plan is about to write, so

@@ -14,6 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -534,3 +535,44 @@ func TestHorovodDiscoveryAndRBAC(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+func TestCreateRefusedByQuota(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "pods", Namespace: ns},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("2")}}}
+	if err := k8s.Create(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	// No quota controller runs here: publish the quota's status as it would.
+	q.Status = corev1.ResourceQuotaStatus{Hard: q.Spec.Hard, Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}
+	if err := k8s.Status().Update(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	create(t, newJob(ns, "q").Replicas(3).Min(1).Max(3).Obj())
+	j := waitCondition(t, ns, "q", etjobv1.ConditionCreateRefused, etjobv1.ReasonPodCreateRefused)
+	c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionCreateRefused)
+	if !strings.Contains(c.Message, "exceeded quota") {
+		t.Errorf("CreateRefused message %q does not carry the API server's refusal", c.Message)
+	}
+	// Raising the quota lets the job proceed and clears the condition.
+	eventually(t, "quota raise", func() error {
+		cur := &corev1.ResourceQuota{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(q), cur); err != nil {
+			return err
+		}
+		cur.Spec.Hard[corev1.ResourcePods] = resource.MustParse("10")
+		if err := k8s.Update(ctx, cur); err != nil {
+			return err
+		}
+		cur.Status.Hard = cur.Spec.Hard
+		return k8s.Status().Update(ctx, cur)
+	})
+	waitPods(t, ns, "q", "q-launcher", "q-worker-0", "q-worker-1", "q-worker-2")
+	eventually(t, "CreateRefused cleared", func() error {
+		if meta.IsStatusConditionTrue(getJob(t, ns, "q").Status.Conditions, etjobv1.ConditionCreateRefused) {
+			return fmt.Errorf("still refused")
+		}
+		return nil
+	})
+}

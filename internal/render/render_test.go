@@ -1,0 +1,93 @@
+package render_test
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/render"
+	. "github.com/etjob/etjob/internal/testutil"
+)
+
+func env(c corev1.Container) map[string]string {
+	out := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			out[e.Name] = "fieldRef:" + e.ValueFrom.FieldRef.FieldPath
+			continue
+		}
+		out[e.Name] = e.Value
+	}
+	return out
+}
+
+func TestWorker(t *testing.T) {
+	job := MakeElasticJob("train", "ml").Replicas(4).Min(2).Max(6).GPUs(2).Obj()
+	job.Spec.CheckpointDir = "/ckpt"
+	job.Status.Restarts = 2
+	job.Spec.WorkerTemplate.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "workers", Value: "mine"}}
+	pod := render.Worker(job, 7)
+	if pod.Name != "train-worker-7" || pod.Spec.Hostname != "train-worker-7" || pod.Spec.Subdomain != "train" {
+		t.Errorf("name/hostname/subdomain = %s/%s/%s", pod.Name, pod.Spec.Hostname, pod.Spec.Subdomain)
+	}
+	if pod.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("restartPolicy = %s", pod.Spec.RestartPolicy)
+	}
+	wantLabels := map[string]string{etjobv1.LabelJobName: "train", etjobv1.LabelRole: "worker", etjobv1.LabelWorkerIndex: "7", etjobv1.LabelAttempt: "2"}
+	if diff := cmp.Diff(wantLabels, pod.Labels); diff != "" {
+		t.Errorf("labels (-want +got):\n%s", diff)
+	}
+	got := env(pod.Spec.Containers[0])
+	want := map[string]string{
+		"workers":    "mine", // the user's value wins
+		"minWorkers": "2", "maxWorkers": "6", "gpus": "2",
+		"ETJOB_JOB_NAME": "train", "ETJOB_NAMESPACE": "ml", "ETJOB_WORKER_INDEX": "7",
+		"ETJOB_POD_NAME": "fieldRef:metadata.name", "ETJOB_NODE_IP": "fieldRef:status.hostIP",
+		"ETJOB_AGENT_ADDR": "$(ETJOB_NODE_IP):9477", "ETJOB_RDZV_ENDPOINT": "train-launcher.train.ml.svc:29400",
+		"ETJOB_FRAMEWORK": "torchrun", "ETJOB_SLOTS_PER_WORKER": "2", "ETJOB_ATTEMPT": "2",
+		"ETJOB_EXIT_CODE_PREEMPTED": "75", "ETJOB_CHECKPOINT_DIR": "/ckpt",
+		"PET_NNODES": "2:6", "PET_NPROC_PER_NODE": "2", "PET_RDZV_BACKEND": "c10d",
+		"PET_RDZV_ENDPOINT": "train-launcher.train.ml.svc:29400", "PET_RDZV_ID": "train-uid-2",
+		"PET_RDZV_CONF": "is_host=false,join_timeout=600,last_call_timeout=3", "PET_MAX_RESTARTS": "1000", "PET_MONITOR_INTERVAL": "1",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	if ref := pod.OwnerReferences[0]; ref.Kind != "ElasticJob" || ref.Controller == nil || !*ref.Controller {
+		t.Errorf("owner reference %+v", ref)
+	}
+}
+
+func TestSpotPlacement(t *testing.T) {
+	job := MakeElasticJob("train", "ml").Obj()
+	job.Spec.Spot = &etjobv1.SpotSpec{Enabled: true}
+	w := render.Worker(job, 0)
+	if w.Spec.Affinity == nil || len(w.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != len(render.CapacityTypeLabels) {
+		t.Errorf("spot worker affinity %+v", w.Spec.Affinity)
+	}
+	if len(w.Spec.Tolerations) == 0 {
+		t.Error("spot worker has no spot tolerations")
+	}
+	l := render.Launcher(job)
+	terms := l.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 1 || len(terms[0].MatchExpressions) != len(render.CapacityTypeLabels) || terms[0].MatchExpressions[0].Operator != corev1.NodeSelectorOpNotIn {
+		t.Errorf("launcher of a spot job must require on-demand capacity: %+v", terms)
+	}
+	if l.Spec.Containers[0].Command[2] != "etjob.rdzv" || l.Spec.Containers[0].Image != "python:3.11" {
+		t.Errorf("default torchrun launcher %+v", l.Spec.Containers[0])
+	}
+}
+
+func TestConfigMap(t *testing.T) {
+	job := MakeElasticJob("h", "ml").Framework(etjobv1.FrameworkHorovod).Obj()
+	cm := render.ConfigMap(job, etjobv1.MembershipStatus{Generation: 3, Hosts: []string{"h-worker-0:2", "h-worker-3:2"}})
+	if cm.Data["hosts"] != "h-worker-0:2\nh-worker-3:2\n" || cm.Data["hostfile"] != "h-worker-0 slots=2\nh-worker-3 slots=2\n" || cm.Data["generation"] != "3" {
+		t.Errorf("data %v", cm.Data)
+	}
+	l := render.Launcher(job)
+	if l.Spec.ServiceAccountName != "h-launcher" || env(l.Spec.Containers[0])["OMPI_MCA_plm_rsh_agent"] != "/etc/edl/kubexec.sh" {
+		t.Errorf("horovod launcher %+v", l.Spec)
+	}
+}

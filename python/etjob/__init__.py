@@ -1,0 +1,9 @@
+"""etjob worker library (stdlib only; torch only where a module says so).
+
+Modules:
+  etjob.rdzv  -- the torchrun rendezvous store the launcher hosts (needs torch).
+"""
+
+# The reserved exit code of a worker that stops because it was told to
+# (EX_TEMPFAIL); the controller counts it as a preemption, never a failure.
+EXIT_CODE_PREEMPTED = 75

@@ -1,0 +1,45 @@
+"""Standalone torchrun rendezvous store, hosted by an ElasticJob's launcher.
+
+torch's c10d rendezvous keeps its state in a TCPStore. By default the first
+elastic agent to bind the endpoint hosts it, and when that worker's node is
+reclaimed the whole job dies (FACTS.md). etjob runs the store here instead, on
+reliable capacity, and every worker agent joins with is_host=false.
+
+Usage: python3 -m etjob.rdzv [--host 0.0.0.0] [--port 29400]
+"""
+
+import argparse
+import signal
+import sys
+import threading
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python3 -m etjob.rdzv", description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    parser.add_argument("--port", type=int, default=29400, help="port to listen on (ETJOB_RDZV_ENDPOINT's)")
+    args = parser.parse_args(argv)
+
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    store = TCPStore(args.host, args.port, is_master=True, wait_for_workers=False, timeout=timedelta(days=365))
+    print("etjob rendezvous store listening on %s:%d" % (args.host, args.port), flush=True)
+
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        print("etjob rendezvous store: signal %d, exiting" % signum, flush=True)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while not stop.wait(3600):
+        pass
+    del store
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
