@@ -13,7 +13,12 @@ unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
 go vet ./...
 
-step "unit tests"
+step "control plane binaries (built once into the cache; cold ~7-15 min)"
+KUBEBUILDER_ASSETS=$(hack/build-controlplane.sh)
+export KUBEBUILDER_ASSETS
+echo "using $KUBEBUILDER_ASSETS"
+
+step "unit tests (the process-node tests use the real API server too)"
 go test -count=1 ./api/... ./internal/... ./cmd/... ./hack/...
 cover=$(go test -count=1 -cover ./internal/core/ | sed -n 's/.*coverage: \([0-9.]*\)%.*/\1/p')
 echo "decision core coverage: ${cover}%"
@@ -21,11 +26,6 @@ awk -v c="$cover" 'BEGIN { exit !(c >= 85) }' || { echo "decision core coverage 
 if go list -deps ./internal/core/ | grep -qE '^(k8s.io/client-go|sigs.k8s.io/controller-runtime)'; then
   echo "internal/core must not import client-go or controller-runtime"; exit 1
 fi
-
-step "control plane binaries (built once into the cache; cold ~7-15 min)"
-KUBEBUILDER_ASSETS=$(hack/build-controlplane.sh)
-export KUBEBUILDER_ASSETS
-echo "using $KUBEBUILDER_ASSETS"
 
 step "integration tests (real kube-apiserver + etcd)"
 go test -count=1 -p 1 -timeout 20m ./test/integration/...

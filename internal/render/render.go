@@ -173,6 +173,7 @@ func commonEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
 		{Name: "ETJOB_JOB_NAME", Value: job.Name},
 		{Name: "ETJOB_NAMESPACE", Value: job.Namespace},
 		{Name: "ETJOB_POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "ETJOB_POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 		{Name: "ETJOB_NODE_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
 		{Name: "ETJOB_AGENT_ADDR", Value: "$(ETJOB_NODE_IP):" + strconv.Itoa(AgentPort)},
 		{Name: "ETJOB_RDZV_ENDPOINT", Value: RendezvousEndpoint(job)},

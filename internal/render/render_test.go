@@ -44,7 +44,7 @@ func TestWorker(t *testing.T) {
 		"workers":    "mine", // the user's value wins
 		"minWorkers": "2", "maxWorkers": "6", "gpus": "2",
 		"ETJOB_JOB_NAME": "train", "ETJOB_NAMESPACE": "ml", "ETJOB_WORKER_INDEX": "7",
-		"ETJOB_POD_NAME": "fieldRef:metadata.name", "ETJOB_NODE_IP": "fieldRef:status.hostIP",
+		"ETJOB_POD_NAME": "fieldRef:metadata.name", "ETJOB_NODE_IP": "fieldRef:status.hostIP", "ETJOB_POD_IP": "fieldRef:status.podIP",
 		"ETJOB_AGENT_ADDR": "$(ETJOB_NODE_IP):9477", "ETJOB_RDZV_ENDPOINT": "train-launcher.train.ml.svc:29400",
 		"ETJOB_FRAMEWORK": "torchrun", "ETJOB_SLOTS_PER_WORKER": "2", "ETJOB_ATTEMPT": "2",
 		"ETJOB_EXIT_CODE_PREEMPTED": "75", "ETJOB_CHECKPOINT_DIR": "/ckpt",

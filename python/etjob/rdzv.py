@@ -9,6 +9,7 @@ Usage: python3 -m etjob.rdzv [--host 0.0.0.0] [--port 29400]
 """
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -16,7 +17,8 @@ import threading
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python3 -m etjob.rdzv", description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    parser.add_argument("--host", default=os.environ.get("ETJOB_POD_IP") or "0.0.0.0",
+                        help="address to listen on (default: $ETJOB_POD_IP, else all)")
     parser.add_argument("--port", type=int, default=29400, help="port to listen on (ETJOB_RDZV_ENDPOINT's)")
     args = parser.parse_args(argv)
 

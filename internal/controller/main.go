@@ -1,0 +1,68 @@
+package controller
+
+import (
+	"context"
+	"flag"
+
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+)
+
+// Main runs the controller with command-line args and returns the exit code.
+// cmd/etjob-controller and the local cluster (`etjob internal controller`) both
+// run it.
+func Main(args []string, version string) int {
+	fs := flag.NewFlagSet("etjob-controller", flag.ContinueOnError)
+	var (
+		kubeconfig    = fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+		metricsAddr   = fs.String("metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
+		probeAddr     = fs.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+		leaderElect   = fs.Bool("leader-elect", false, "elect a leader, so that only one replica reconciles")
+		leaderElectNS = fs.String("leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's)")
+		concurrency   = fs.Int("concurrency", 4, "jobs reconciled in parallel")
+		qps           = fs.Float64("kube-api-qps", 50, "client-side QPS limit towards the API server")
+		burst         = fs.Int("kube-api-burst", 100, "client-side burst towards the API server")
+	)
+	opts := zap.Options{}
+	opts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("setup")
+
+	cfg, err := ctrl.GetConfig()
+	if *kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	}
+	if err != nil {
+		log.Error(err, "loading the kubeconfig")
+		return 1
+	}
+	cfg.QPS, cfg.Burst = float32(*qps), *burst
+	mgr, err := ctrl.NewManager(cfg, ManagerOptions(*metricsAddr, *probeAddr, *leaderElect, *leaderElectNS))
+	if err != nil {
+		log.Error(err, "creating the manager")
+		return 1
+	}
+	if err := Setup(context.Background(), mgr, *concurrency); err != nil {
+		log.Error(err, "setting up the controller")
+		return 1
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "adding the health check")
+		return 1
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "adding the ready check")
+		return 1
+	}
+	log.Info("starting the etjob controller", "version", version)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "running the manager")
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,60 @@
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/etjob/etjob/config"
+)
+
+// RESTConfig returns a client config for the cluster's kubeconfig.
+func (c *Cluster) RESTConfig() (*rest.Config, error) {
+	return clientcmd.BuildConfigFromFlags("", c.Kubeconfig())
+}
+
+// installCRD installs the ElasticJob CRD with server-side apply (it is too
+// large for client-side apply's annotation) and waits until it is served.
+func (c *Cluster) installCRD(ctx context.Context) error {
+	cfg, err := c.RESTConfig()
+	if err != nil {
+		return err
+	}
+	s := runtime.NewScheme()
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
+		return err
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return err
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal(config.CRD, crd); err != nil {
+		return fmt.Errorf("parsing the embedded CRD: %w", err)
+	}
+	crd.TypeMeta.APIVersion, crd.TypeMeta.Kind = "apiextensions.k8s.io/v1", "CustomResourceDefinition"
+	if err := cl.Patch(ctx, crd, client.Apply, client.FieldOwner("etjob-cluster"), client.ForceOwnership); err != nil { //nolint:staticcheck // SSA of a typed object
+		return fmt.Errorf("installing the ElasticJob CRD: %w", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		got := &apiextensionsv1.CustomResourceDefinition{}
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(crd), got); err == nil {
+			for _, cond := range got.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					c.logf("  %-26s installed", "CRD elasticjobs.etjob.dev")
+					return nil
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("the ElasticJob CRD was not established within 30s")
+}

@@ -1,0 +1,760 @@
+package processnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
+	"github.com/virtual-kubelet/virtual-kubelet/log"
+	"github.com/virtual-kubelet/virtual-kubelet/node/api"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+)
+
+const (
+	// maxGracePeriod caps a pod's termination grace period so that deleting a
+	// process pod never takes longer than this before SIGKILL.
+	maxGracePeriod = 30 * time.Second
+	// minGracePeriod is a kubelet's minimum (pkg/kubelet/kuberuntime
+	// minimumGracePeriodInSeconds): even a force delete gets SIGTERM first.
+	minGracePeriod = 2 * time.Second
+	// initialBackoff and maxBackoff are a kubelet's crash-loop back-off.
+	initialBackoff = 10 * time.Second
+	maxBackoff     = 5 * time.Minute
+	// defaultPath is used when the node process has no PATH.
+	defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+)
+
+// ProviderConfig configures a Provider.
+type ProviderConfig struct {
+	// NodeName is the node the provider's pods are bound to.
+	NodeName string
+	// NodeIP is the node's IPv4 loopback address, reported as status.hostIP;
+	// pod IPs come from the /24 that holds it.
+	NodeIP string
+	// WorkDir holds one directory per pod, with the containers' log files.
+	WorkDir string
+	// ConfigMaps and Secrets resolve env and envFrom references; nil makes
+	// such references "not found".
+	ConfigMaps corev1listers.ConfigMapLister
+	Secrets    corev1listers.SecretLister
+	// Pods, when set, lets the provider remove a deleted pod from the API as
+	// soon as its processes stopped and its terminal status was written, as a
+	// kubelet's status manager does; otherwise virtual-kubelet removes it only
+	// when the grace period ends.
+	Pods corev1client.PodsGetter
+}
+
+// Provider is a virtual-kubelet provider whose pods run as host processes.
+// It implements nodeutil.Provider and node.PodNotifier. It is safe for
+// concurrent use.
+type Provider struct {
+	nodeName string
+	nodeIP   string
+	workDir  string
+	env      envSources
+	client   corev1client.PodsGetter
+
+	mu     sync.Mutex
+	pods   map[string]*podRun // by namespace/name
+	ips    *ipAllocator
+	notify func(*corev1.Pod)
+}
+
+// podRun is one pod known to the provider. Its fields are guarded by the
+// Provider's mu, except notifyMu, which orders the pod's notifications.
+type podRun struct {
+	pod        *corev1.Pod // spec as last received, status as owned here
+	ip         netip.Addr
+	dir        string
+	containers []*containerRun
+	deleting   bool
+	forgotten  bool
+	killTimer  *time.Timer
+
+	// notifyMu makes notifications leave in the order their snapshots were
+	// taken, so that a late "Running" never overwrites a "Failed".
+	notifyMu sync.Mutex
+}
+
+// containerRun is one container of a podRun.
+type containerRun struct {
+	index    int // in pod.Spec.Containers and pod.Status.ContainerStatuses
+	name     string
+	argv     []string
+	path     string
+	env      []string
+	dir      string
+	logPath  string
+	pidPath  string // holds pid while the process runs, for cleanup after a node crash
+	pid      int    // 0 when no process runs
+	backoff  *time.Timer
+	restarts int32
+}
+
+// NewProvider returns a Provider with no pods.
+func NewProvider(cfg ProviderConfig) (*Provider, error) {
+	if cfg.NodeName == "" {
+		return nil, errors.New("node name is empty: set it (etjob-node --node-name)")
+	}
+	if cfg.WorkDir == "" {
+		return nil, errors.New("work dir is empty: set it (etjob-node --work-dir)")
+	}
+	ips, err := newIPAllocator(cfg.NodeIP)
+	if err != nil {
+		return nil, err
+	}
+	return &Provider{
+		nodeName: cfg.NodeName,
+		nodeIP:   cfg.NodeIP,
+		workDir:  cfg.WorkDir,
+		env:      envSources{configMaps: cfg.ConfigMaps, secrets: cfg.Secrets},
+		client:   cfg.Pods,
+		pods:     map[string]*podRun{},
+		ips:      ips,
+	}, nil
+}
+
+func podKey(namespace, name string) string { return namespace + "/" + name }
+
+// NotifyPods registers the callback that receives every pod status change.
+func (p *Provider) NotifyPods(_ context.Context, notify func(*corev1.Pod)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.notify = notify
+}
+
+// CreatePod allocates the pod an IP, resolves its containers' environment
+// and starts one process group per container. It returns an InvalidInput
+// error for pods a process node cannot run (init containers, a container
+// without command).
+func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	if err := validatePod(pod); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	key := podKey(pod.Namespace, pod.Name)
+	if pr, ok := p.pods[key]; ok && pr.pod.UID == pod.UID {
+		p.mu.Unlock()
+		return nil
+	}
+	pr, err := p.preparePodLocked(pod)
+	if err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	p.pods[key] = pr
+	for _, cr := range pr.containers {
+		p.startLocked(ctx, pr, cr)
+	}
+	p.mu.Unlock()
+	p.publish(pr)
+	return nil
+}
+
+func validatePod(pod *corev1.Pod) error {
+	if len(pod.Spec.InitContainers) > 0 {
+		return errdefs.InvalidInputf("pod %s/%s has init containers, which process nodes do not run yet", pod.Namespace, pod.Name)
+	}
+	for _, c := range pod.Spec.Containers {
+		if len(c.Command) == 0 {
+			return errdefs.InvalidInputf("container %q of pod %s/%s has no command: a process node runs host binaries and has no image entrypoint; set command", c.Name, pod.Namespace, pod.Name)
+		}
+	}
+	return nil
+}
+
+// preparePodLocked builds the podRun of a new pod: IP, directories, status,
+// and each container's resolved argv and environment.
+func (p *Provider) preparePodLocked(in *corev1.Pod) (*podRun, error) {
+	ip, err := p.ips.allocate()
+	if err != nil {
+		return nil, err
+	}
+	pod := in.DeepCopy()
+	now := metav1.Now()
+	pod.Status = corev1.PodStatus{
+		Phase:     corev1.PodPending,
+		HostIP:    p.nodeIP,
+		HostIPs:   []corev1.HostIP{{IP: p.nodeIP}},
+		PodIP:     ip.String(),
+		PodIPs:    []corev1.PodIP{{IP: ip.String()}},
+		StartTime: &now,
+		QOSClass:  in.Status.QOSClass,
+	}
+	pr := &podRun{
+		pod: pod,
+		ip:  ip,
+		dir: filepath.Join(p.workDir, "pods", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID)),
+	}
+	fail := func(err error) (*podRun, error) {
+		p.ips.release(ip)
+		return nil, err
+	}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		cr, err := p.prepareContainer(pr, i, c)
+		if err != nil {
+			return fail(err)
+		}
+		pr.containers = append(pr.containers, cr)
+		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name:  c.Name,
+			Image: c.Image,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}},
+		})
+	}
+	if err := os.MkdirAll(pr.dir, 0o755); err != nil {
+		return fail(fmt.Errorf("pod directory: %w", err))
+	}
+	setConditions(pod, now)
+	return pr, nil
+}
+
+func (p *Provider) prepareContainer(pr *podRun, i int, c *corev1.Container) (*containerRun, error) {
+	env, err := resolveEnv(pr.pod, c, p.env)
+	if err != nil {
+		return nil, errdefs.AsInvalidInput(err)
+	}
+	base := map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"), "HOSTNAME": pr.pod.Name}
+	if base["PATH"] == "" {
+		base["PATH"] = defaultPath
+	}
+	vars := make(map[string]string, len(env))
+	for _, e := range env {
+		vars[e.Name] = e.Value
+	}
+	lookup := func(n string) (string, bool) { v, ok := vars[n]; return v, ok }
+	argv := make([]string, 0, len(c.Command)+len(c.Args))
+	for _, a := range append(append([]string{}, c.Command...), c.Args...) {
+		argv = append(argv, expand(a, lookup))
+	}
+	var envList []string
+	for _, k := range []string{"PATH", "HOME", "HOSTNAME"} {
+		if _, overridden := vars[k]; !overridden && base[k] != "" {
+			envList = append(envList, k+"="+base[k])
+		}
+	}
+	for _, e := range env {
+		envList = append(envList, e.Name+"="+e.Value)
+	}
+	pathEnv := base["PATH"]
+	if v, ok := vars["PATH"]; ok {
+		pathEnv = v
+	}
+	dir := c.WorkingDir
+	if dir == "" {
+		dir = pr.dir
+	}
+	return &containerRun{
+		index:   i,
+		name:    c.Name,
+		argv:    argv,
+		path:    lookPath(argv[0], pathEnv),
+		env:     envList,
+		dir:     dir,
+		logPath: filepath.Join(pr.dir, c.Name+".log"),
+		pidPath: filepath.Join(pr.dir, c.Name+".pid"),
+	}, nil
+}
+
+// lookPath finds name in the container's PATH, as a runtime does inside the
+// container; a name with a slash, or one not found, is returned unchanged so
+// that the start fails with the exec error.
+func lookPath(name, pathEnv string) string {
+	if filepath.Base(name) != name {
+		return name
+	}
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" {
+			continue
+		}
+		candidate := filepath.Join(dir, name)
+		if fi, err := os.Stat(candidate); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return candidate
+		}
+	}
+	return name
+}
+
+// startLocked starts cr's process in its own process group, with stdout and
+// stderr appended to its log file. A start that fails counts as an exit with
+// code 128, reason StartError, as containerd reports it.
+func (p *Provider) startLocked(ctx context.Context, pr *podRun, cr *containerRun) {
+	cs := &pr.pod.Status.ContainerStatuses[cr.index]
+	logFile, err := os.OpenFile(cr.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		p.exitedLocked(pr, cr, metav1.Now(), 128, "StartError", fmt.Sprintf("opening log file: %v", err))
+		return
+	}
+	defer logFile.Close() // the child holds its own descriptor
+	cmd := &exec.Cmd{
+		Path:        cr.path,
+		Args:        cr.argv,
+		Env:         cr.env,
+		Dir:         cr.dir,
+		Stdout:      logFile,
+		Stderr:      logFile,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	started := metav1.Now()
+	if err := cmd.Start(); err != nil {
+		p.exitedLocked(pr, cr, started, 128, "StartError", err.Error())
+		return
+	}
+	cr.pid = cmd.Process.Pid
+	started = metav1.Now()
+	// The pid is also the process group ID; whoever cleans up after a node
+	// that died without stopping its pods kills the group it names.
+	if err := os.WriteFile(cr.pidPath, []byte(strconv.Itoa(cr.pid)+"\n"), 0o644); err != nil {
+		log.G(ctx).WithError(err).Warn("writing pid file")
+	}
+	*cs = corev1.ContainerStatus{
+		Name:                 cs.Name,
+		Image:                cs.Image,
+		ContainerID:          "process://" + strconv.Itoa(cr.pid),
+		State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}},
+		LastTerminationState: cs.LastTerminationState,
+		Ready:                true,
+		Started:              new(true),
+		RestartCount:         cr.restarts,
+	}
+	setConditions(pr.pod, started)
+	log.G(ctx).WithField("pod", pr.pod.Name).WithField("container", cr.name).WithField("pid", cr.pid).Info("started container process")
+	go p.wait(pr, cr, cmd, started)
+}
+
+// wait reaps cr's process, then kills what is left of its process group:
+// the container ends with its main process, as it does in a PID namespace.
+func (p *Provider) wait(pr *podRun, cr *containerRun, cmd *exec.Cmd, started metav1.Time) {
+	_ = cmd.Wait()
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	code, reason := exitCode(cmd.ProcessState)
+	p.mu.Lock()
+	cr.pid = 0
+	_ = os.Remove(cr.pidPath)
+	p.exitedLocked(pr, cr, started, code, reason, "")
+	p.mu.Unlock()
+	p.publish(pr)
+}
+
+// exitCode maps a wait status to a container exit code: the exit status, or
+// 128+signal for a process killed by a signal, as container runtimes report.
+func exitCode(ps *os.ProcessState) (int32, string) {
+	code := int32(ps.ExitCode())
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		code = 128 + int32(ws.Signal())
+	}
+	if code == 0 {
+		return 0, "Completed"
+	}
+	return code, "Error"
+}
+
+// exitedLocked records that cr terminated and, unless the pod is being deleted
+// or its restartPolicy says otherwise, schedules a restart after a kubelet's
+// crash-loop back-off.
+func (p *Provider) exitedLocked(pr *podRun, cr *containerRun, started metav1.Time, code int32, reason, message string) {
+	cs := &pr.pod.Status.ContainerStatuses[cr.index]
+	now := metav1.Now()
+	terminated := &corev1.ContainerStateTerminated{
+		ExitCode:    code,
+		Reason:      reason,
+		Message:     message,
+		StartedAt:   started,
+		FinishedAt:  now,
+		ContainerID: cs.ContainerID,
+	}
+	cs.State = corev1.ContainerState{Terminated: terminated}
+	cs.Ready = false
+	cs.Started = new(false)
+	if !pr.deleting && shouldRestart(pr.pod.Spec.RestartPolicy, code) {
+		cs.LastTerminationState = cs.State
+		cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+			Reason:  "CrashLoopBackOff",
+			Message: fmt.Sprintf("back-off restarting container %q (exit code %d)", cr.name, code),
+		}}
+		delay := min(initialBackoff<<min(cr.restarts, 5), maxBackoff)
+		cr.backoff = time.AfterFunc(delay, func() { p.restart(pr, cr) })
+	}
+	setConditions(pr.pod, now)
+	if pr.deleting {
+		p.maybeForgetLocked(pr)
+	}
+}
+
+func shouldRestart(policy corev1.RestartPolicy, code int32) bool {
+	switch policy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		return code != 0
+	}
+	return true // Always, the default
+}
+
+func (p *Provider) restart(pr *podRun, cr *containerRun) {
+	p.mu.Lock()
+	if pr.deleting || pr.forgotten {
+		p.mu.Unlock()
+		return
+	}
+	cr.backoff = nil
+	cr.restarts++
+	p.startLocked(context.Background(), pr, cr)
+	p.mu.Unlock()
+	p.publish(pr)
+}
+
+// setConditions derives the pod's phase and conditions from its container
+// statuses: Pending until every container started once, Running while any
+// container runs or waits to restart, then Succeeded when all exited 0 and
+// Failed otherwise.
+func setConditions(pod *corev1.Pod, now metav1.Time) {
+	allRunning, anyActive, allZero, everStarted := true, false, true, true
+	for _, cs := range pod.Status.ContainerStatuses {
+		switch {
+		case cs.State.Running != nil:
+			anyActive = true
+		case cs.State.Waiting != nil:
+			allRunning = false
+			if cs.State.Waiting.Reason == "ContainerCreating" {
+				everStarted = false
+			}
+			anyActive = true
+		case cs.State.Terminated != nil:
+			allRunning = false
+			if cs.State.Terminated.ExitCode != 0 {
+				allZero = false
+			}
+		}
+	}
+	switch {
+	case !everStarted:
+		pod.Status.Phase = corev1.PodPending
+	case anyActive:
+		pod.Status.Phase = corev1.PodRunning
+	case allZero:
+		pod.Status.Phase = corev1.PodSucceeded
+	default:
+		pod.Status.Phase = corev1.PodFailed
+	}
+	ready, reason := corev1.ConditionFalse, "ContainersNotReady"
+	if allRunning && len(pod.Status.ContainerStatuses) > 0 {
+		ready, reason = corev1.ConditionTrue, ""
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		reason = "PodCompleted"
+	}
+	setCondition(pod, corev1.PodScheduled, corev1.ConditionTrue, "", now)
+	setCondition(pod, corev1.PodInitialized, corev1.ConditionTrue, "", now)
+	setCondition(pod, corev1.ContainersReady, ready, reason, now)
+	setCondition(pod, corev1.PodReady, ready, reason, now)
+}
+
+func setCondition(pod *corev1.Pod, t corev1.PodConditionType, s corev1.ConditionStatus, reason string, now metav1.Time) {
+	for i := range pod.Status.Conditions {
+		c := &pod.Status.Conditions[i]
+		if c.Type != t {
+			continue
+		}
+		if c.Status != s {
+			c.LastTransitionTime = now
+		}
+		c.Status, c.Reason = s, reason
+		return
+	}
+	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: t, Status: s, Reason: reason, LastTransitionTime: now})
+}
+
+// publish sends a snapshot of the pod to the registered callback.
+func (p *Provider) publish(pr *podRun) {
+	pr.notifyMu.Lock()
+	defer pr.notifyMu.Unlock()
+	p.mu.Lock()
+	snapshot, notify := pr.pod.DeepCopy(), p.notify
+	p.mu.Unlock()
+	if notify != nil {
+		notify(snapshot)
+	}
+}
+
+// UpdatePod records the pod's new metadata and spec; a running process does
+// not change (a kubelet also only acts on image and resize updates, which
+// process pods do not have).
+func (p *Provider) UpdatePod(_ context.Context, pod *corev1.Pod) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pr, ok := p.pods[podKey(pod.Namespace, pod.Name)]
+	if !ok {
+		return errdefs.NotFoundf("pod %s/%s is not on node %s", pod.Namespace, pod.Name, p.nodeName)
+	}
+	status := pr.pod.Status
+	pr.pod = pod.DeepCopy()
+	pr.pod.Status = status
+	return nil
+}
+
+// DeletePod stops the pod: SIGTERM to every container's process group, then
+// SIGKILL once the grace period (the deletion's, else the pod's
+// terminationGracePeriodSeconds, at most 30 s) has passed. It returns at
+// once; the terminal status is published when the last process exited, and
+// then the provider forgets the pod and frees its IP. The pod's directory and
+// logs stay in the work dir.
+func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
+	p.mu.Lock()
+	pr, ok := p.pods[podKey(pod.Namespace, pod.Name)]
+	if !ok || pr.forgotten {
+		p.mu.Unlock()
+		return errdefs.NotFoundf("pod %s/%s is not on node %s", pod.Namespace, pod.Name, p.nodeName)
+	}
+	if !pr.deleting {
+		pr.deleting = true
+		pr.pod.ObjectMeta = *pod.ObjectMeta.DeepCopy()
+		now := metav1.Now()
+		for _, cr := range pr.containers {
+			if cr.backoff != nil {
+				cr.backoff.Stop()
+				cr.backoff = nil
+				cs := &pr.pod.Status.ContainerStatuses[cr.index]
+				cs.State = cs.LastTerminationState
+			}
+			if cr.pid != 0 {
+				_ = syscall.Kill(-cr.pid, syscall.SIGTERM)
+			}
+		}
+		setConditions(pr.pod, now)
+		grace := gracePeriod(pod)
+		log.G(ctx).WithField("pod", pod.Name).WithField("grace", grace).Info("stopping pod processes")
+		pr.killTimer = time.AfterFunc(grace, func() { p.kill(pr) })
+		p.maybeForgetLocked(pr)
+	}
+	p.mu.Unlock()
+	p.publish(pr)
+	return nil
+}
+
+// gracePeriod is the time between SIGTERM and SIGKILL for pod.
+func gracePeriod(pod *corev1.Pod) time.Duration {
+	seconds := int64(maxGracePeriod / time.Second)
+	if pod.DeletionGracePeriodSeconds != nil {
+		seconds = *pod.DeletionGracePeriodSeconds
+	} else if pod.Spec.TerminationGracePeriodSeconds != nil {
+		seconds = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	return min(max(time.Duration(seconds)*time.Second, minGracePeriod), maxGracePeriod)
+}
+
+// kill sends SIGKILL to every process group of pr that still runs.
+func (p *Provider) kill(pr *podRun) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, cr := range pr.containers {
+		if cr.pid != 0 {
+			_ = syscall.Kill(-cr.pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// maybeForgetLocked drops a deleted pod once none of its processes runs, and
+// frees its IP.
+func (p *Provider) maybeForgetLocked(pr *podRun) {
+	for _, cr := range pr.containers {
+		if cr.pid != 0 {
+			return
+		}
+	}
+	if pr.forgotten {
+		return
+	}
+	pr.forgotten = true
+	if pr.killTimer != nil {
+		pr.killTimer.Stop()
+	}
+	delete(p.pods, podKey(pr.pod.Namespace, pr.pod.Name))
+	p.ips.release(pr.ip)
+	if p.client != nil && pr.pod.DeletionTimestamp != nil {
+		go p.finishDeletion(pr.pod.Namespace, pr.pod.Name, pr.pod.UID, gracePeriod(pr.pod))
+	}
+}
+
+// finishDeletion removes a deleted pod whose processes stopped from the API
+// once its terminal status is there, as a kubelet's status manager does
+// (pkg/kubelet/status: Delete with grace period 0 and a UID precondition).
+// virtual-kubelet would only do it when the grace period ends, which delays a
+// replacement pod with the same name. It gives up after the grace period, when
+// virtual-kubelet's own deletion takes over.
+func (p *Provider) finishDeletion(namespace, name string, uid types.UID, within time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	pods := p.client.Pods(namespace)
+	for ctx.Err() == nil {
+		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && pod.UID != uid) {
+			return
+		}
+		if err == nil && !anyContainerRunning(pod) {
+			zero := int64(0)
+			err = pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: metav1.NewUIDPreconditions(string(uid))})
+			if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// anyContainerRunning is virtual-kubelet's test (node/podcontroller.go
+// running) for whether a deleted pod's status is still pending.
+func anyContainerRunning(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Terminated == nil && cs.State.Waiting == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// GetPod returns a copy of the pod with its current status.
+func (p *Provider) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pr, ok := p.pods[podKey(namespace, name)]
+	if !ok {
+		return nil, errdefs.NotFoundf("pod %s/%s is not on node %s", namespace, name, p.nodeName)
+	}
+	return pr.pod.DeepCopy(), nil
+}
+
+// GetPodStatus returns a copy of the pod's current status.
+func (p *Provider) GetPodStatus(ctx context.Context, namespace, name string) (*corev1.PodStatus, error) {
+	pod, err := p.GetPod(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return &pod.Status, nil
+}
+
+// GetPods returns copies of all pods the provider knows.
+func (p *Provider) GetPods(context.Context) ([]*corev1.Pod, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pods := make([]*corev1.Pod, 0, len(p.pods))
+	for _, pr := range p.pods {
+		pods = append(pods, pr.pod.DeepCopy())
+	}
+	return pods, nil
+}
+
+// LogPath returns the path of a container's log file, which collects its
+// stdout and stderr across restarts.
+func (p *Provider) LogPath(namespace, podName, containerName string) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pr, ok := p.pods[podKey(namespace, podName)]
+	if !ok {
+		return "", errdefs.NotFoundf("pod %s/%s is not on node %s", namespace, podName, p.nodeName)
+	}
+	for _, cr := range pr.containers {
+		if cr.name == containerName {
+			return cr.logPath, nil
+		}
+	}
+	return "", errdefs.NotFoundf("pod %s/%s has no container %q", namespace, podName, containerName)
+}
+
+// GetContainerLogs returns the container's whole log file; opts (tail, since,
+// follow, timestamps) are not applied yet.
+func (p *Provider) GetContainerLogs(_ context.Context, namespace, podName, containerName string, _ api.ContainerLogOpts) (io.ReadCloser, error) {
+	path, err := p.LogPath(namespace, podName, containerName)
+	if err != nil {
+		return nil, err
+	}
+	return os.Open(path)
+}
+
+// errNotSupported is returned by the kubelet API calls that process nodes do
+// not serve yet.
+var errNotSupported = errors.New("not supported on process nodes yet")
+
+// RunInContainer is not supported yet (exec).
+func (p *Provider) RunInContainer(context.Context, string, string, string, []string, api.AttachIO) error {
+	return errNotSupported
+}
+
+// AttachToContainer is not supported yet.
+func (p *Provider) AttachToContainer(context.Context, string, string, string, api.AttachIO) error {
+	return errNotSupported
+}
+
+// GetStatsSummary is not supported yet.
+func (p *Provider) GetStatsSummary(context.Context) (*statsv1alpha1.Summary, error) {
+	return nil, errNotSupported
+}
+
+// GetMetricsResource is not supported yet.
+func (p *Provider) GetMetricsResource(context.Context) ([]*dto.MetricFamily, error) {
+	return nil, errNotSupported
+}
+
+// PortForward is not supported yet; pod IPs are loopback addresses that are
+// reachable from the host directly.
+func (p *Provider) PortForward(context.Context, string, string, int32, io.ReadWriteCloser) error {
+	return errNotSupported
+}
+
+// Shutdown stops every pod's processes as DeletePod does, with the given
+// grace period, and waits until they exited or ctx ends. A node calls it on
+// its way out so that no process outlives it.
+func (p *Provider) Shutdown(ctx context.Context, grace time.Duration) {
+	p.mu.Lock()
+	var pending []*podRun
+	for _, pr := range p.pods {
+		pending = append(pending, pr)
+		pr.deleting = true
+		for _, cr := range pr.containers {
+			if cr.backoff != nil {
+				cr.backoff.Stop()
+			}
+			if cr.pid != 0 {
+				_ = syscall.Kill(-cr.pid, syscall.SIGTERM)
+			}
+		}
+		if pr.killTimer == nil {
+			pr.killTimer = time.AfterFunc(grace, func() { p.kill(pr) })
+		}
+		p.maybeForgetLocked(pr)
+	}
+	p.mu.Unlock()
+	for ctx.Err() == nil {
+		p.mu.Lock()
+		n := len(p.pods)
+		p.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
