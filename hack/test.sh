@@ -8,6 +8,9 @@ export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 
 step() { printf '\n==> %s\n' "$*"; }
 
+step "Debian packages (python3-torch, python3-sklearn; installed once)"
+hack/install-deps.sh
+
 step "lint (gofmt, go vet)"
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
@@ -26,6 +29,9 @@ awk -v c="$cover" 'BEGIN { exit !(c >= 85) }' || { echo "decision core coverage 
 if go list -deps ./internal/core/ | grep -qE '^(k8s.io/client-go|sigs.k8s.io/controller-runtime)'; then
   echo "internal/core must not import client-go or controller-runtime"; exit 1
 fi
+
+step "worker library tests (Python stdlib unittest; real torchrun for the agreed stop)"
+PYTHONPATH="$PWD/python:$PWD/python/tests" /usr/bin/python3 -m unittest discover -s python/tests -t python/tests
 
 step "integration tests (real kube-apiserver + etcd)"
 go test -count=1 -p 1 -timeout 20m ./test/integration/...

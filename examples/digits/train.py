@@ -4,21 +4,25 @@ Runs under torchrun (`python3 -m etjob.torchrun train.py`) on Debian's torch
 (gloo on CPU), offline: the digits set ships with python3-sklearn. It does real
 work (a CNN, augmentation, several epochs) and survives membership changes:
 
-* the global batch order is a pure function of (seed, epoch, step), and each rank
-  takes its slice of the global batch, so a sample is seen once per epoch
-  whatever the world size was when its step ran;
-* rank 0 checkpoints atomically (temp file, fsync, rename, then `latest`) every
-  --checkpoint-every steps into $ETJOB_CHECKPOINT_DIR, and at the end;
+* etjob.torch.ElasticSampler: the global batch order is a pure function of
+  (seed, epoch), each rank takes its slice of the global batch, and the committed
+  ledger in every checkpoint proves each sample counts once per epoch;
+* etjob.supervisor: every step, one tiny all-reduce (etjob.torch.agree) decides
+  on all ranks at once whether to stop (a reclamation notice, a scale-in, a
+  SIGTERM) or to checkpoint (an early warning); on a stop rank 0 checkpoints the
+  agreed step and every rank exits 75, so no committed step is lost;
+* rank 0 also checkpoints atomically every --checkpoint-every steps into
+  $ETJOB_CHECKPOINT_DIR (what a hard, un-noticed loss falls back to);
 * every (re)start loads the latest checkpoint before wrapping the model in DDP
   (torchrun restarts all workers on every membership change).
 
 Every rank prints one line per step (`step=S epoch=E rank=R world=W loss=L`),
-rank 0 prints `checkpoint step=S` and `resume step=S`, and at the end
-`final accuracy=A`: the end-to-end tests assert on these lines.
+rank 0 prints `resume step=S`, `checkpoint step=S`, `stop step=S reason=R`
+and at the end `ledger ok` and `final accuracy=A`: the end-to-end tests assert
+on these lines.
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -29,6 +33,9 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from sklearn.datasets import load_digits
+
+import etjob.supervisor as kubeai  # the drop-in name of Alibaba's Job-Supervisor
+import etjob.torch as etorch
 
 
 def parse_args(argv=None):
@@ -74,35 +81,11 @@ def augment(x, gen):
     return x + 0.05 * torch.randn(x.shape, generator=gen)
 
 
-def save_checkpoint(directory, state):
-    os.makedirs(directory, exist_ok=True)
-    name = "ckpt-%08d.pt" % state["step"]
-    tmp = os.path.join(directory, "." + name + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(directory, name))
-    latest_tmp = os.path.join(directory, ".latest.tmp")
-    with open(latest_tmp, "w") as f:
-        json.dump({"file": name, "step": state["step"]}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(latest_tmp, os.path.join(directory, "latest"))
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def load_checkpoint(directory):
-    try:
-        with open(os.path.join(directory, "latest")) as f:
-            latest = json.load(f)
-    except (FileNotFoundError, ValueError):
-        return None
-    return torch.load(os.path.join(directory, latest["file"]))
+def log(msg):
+    # One write per line: ranks share the pod's stdout, and print() writes the
+    # line and its newline separately, which interleaves.
+    sys.stdout.write(msg + "\n")
+    sys.stdout.flush()
 
 
 def evaluate(model, test):
@@ -117,43 +100,61 @@ def main(argv=None):
     args = parse_args(argv)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
+    sup = kubeai.init()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     (xtr, ytr), test = dataset(args.seed)
-    steps_per_epoch = len(ytr) // args.global_batch
-    total = steps_per_epoch * args.epochs
+    sampler = etorch.ElasticSampler(len(ytr), args.global_batch, seed=args.seed)
+    total = sampler.steps_per_epoch * args.epochs
 
     model = Net(args.width)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     step = 0
-    ckpt = load_checkpoint(args.checkpoint_dir)
+    ckpt = etorch.load_checkpoint(args.checkpoint_dir)
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
+        sampler.load_state_dict(ckpt["sampler"])
         step = ckpt["step"]
     if rank == 0:
-        print("resume step=%d world=%d restart=%s" % (step, world, os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), flush=True)
+        log("resume step=%d world=%d restart=%s" % (step, world, os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
     ddp = nn.parallel.DistributedDataParallel(model)
 
+    def checkpoint():
+        if rank == 0:
+            etorch.save_checkpoint(args.checkpoint_dir, {
+                "model": model.state_dict(), "optimizer": opt.state_dict(),
+                "sampler": sampler.state_dict(), "step": step, "time": time.time()})
+            log("checkpoint step=%d" % step)
+
     while step < total:
-        epoch, i = divmod(step, steps_per_epoch)
-        order = torch.randperm(len(ytr), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
-        batch = order[i * args.global_batch:(i + 1) * args.global_batch][rank::world]
+        stop, early = etorch.agree(not sup.check_alive(), sup.should_checkpoint())
+        if stop:
+            checkpoint()
+            dist.barrier()  # the checkpoint is on disk before anyone leaves
+            if rank == 0:
+                log("stop step=%d reason=%s" % (step, sup.reason() or "peer"))
+            sup.exit_preempted()
+        if early and step % args.checkpoint_every != 0:
+            checkpoint()
         gen = torch.Generator().manual_seed(step * 7919 + rank)
+        batch = sampler.batch(rank, world)
         x, y = augment(xtr[batch], gen), ytr[batch]
-        # Each rank's loss is weighted by its share of the global batch, so the
-        # all-reduced gradient is the global batch's mean whatever the split.
         loss_sum = F.cross_entropy(ddp(x), y, reduction="sum")
         opt.zero_grad()
+        # Each rank's loss is weighted by its share of the global batch, so the
+        # all-reduced gradient is the global batch's mean whatever the split.
         (loss_sum * world / args.global_batch).backward()
         opt.step()
         step += 1
-        print("step=%d epoch=%d rank=%d world=%d loss=%.4f" % (step, epoch, rank, world, loss_sum.item() / max(len(batch), 1)), flush=True)
-        if rank == 0 and (step % args.checkpoint_every == 0 or step == total):
-            save_checkpoint(args.checkpoint_dir, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "time": time.time()})
-            print("checkpoint step=%d" % step, flush=True)
+        sampler.commit()
+        log("step=%d epoch=%d rank=%d world=%d loss=%.4f" % (step, sampler.epoch, rank, world, loss_sum.item() / max(len(batch), 1)))
+        if step % args.checkpoint_every == 0 or step == total:
+            checkpoint()
     if rank == 0:
-        print("final accuracy=%.4f steps=%d" % (evaluate(model, test), step), flush=True)
+        problems = etorch.check_ledger(sampler.ledger, len(ytr), args.global_batch)
+        log("ledger ok" if not problems else "ledger problems=%s" % "; ".join(problems))
+        log("final accuracy=%.4f steps=%d" % (evaluate(model, test), step))
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -146,14 +146,33 @@ func Launcher(job *etjobv1.ElasticJob) *corev1.Pod {
 func defaultLauncherTemplate(job *etjobv1.ElasticJob) *corev1.PodTemplateSpec {
 	w := job.Spec.WorkerTemplate
 	c := corev1.Container{Name: "rendezvous", Command: []string{"python3", "-m", "etjob.rdzv", "--port", strconv.Itoa(etjobv1.RendezvousPort)}}
+	var volumes []corev1.Volume
 	if len(w.Spec.Containers) > 0 {
 		wc := w.Spec.Containers[0]
 		c.Image, c.ImagePullPolicy, c.WorkingDir = wc.Image, wc.ImagePullPolicy, wc.WorkingDir
 		c.Env = append([]corev1.EnvVar(nil), wc.Env...)
+		c.EnvFrom = append([]corev1.EnvFromSource(nil), wc.EnvFrom...)
+		// The store runs the worker's software, so it gets the worker's
+		// node-independent volumes; never its claims, which may be
+		// ReadWriteOnce and would pin the launcher to a worker's node.
+		shareable := map[string]corev1.Volume{}
+		for _, v := range w.Spec.Volumes {
+			if v.PersistentVolumeClaim == nil && v.Ephemeral == nil {
+				shareable[v.Name] = v
+			}
+		}
+		for _, m := range wc.VolumeMounts {
+			if v, ok := shareable[m.Name]; ok {
+				c.VolumeMounts = append(c.VolumeMounts, m)
+				volumes = append(volumes, v)
+				delete(shareable, m.Name)
+			}
+		}
 	}
 	c.Ports = []corev1.ContainerPort{{Name: "rdzv", ContainerPort: etjobv1.RendezvousPort}}
 	return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 		Containers:         []corev1.Container{c},
+		Volumes:            volumes,
 		ImagePullSecrets:   w.Spec.ImagePullSecrets,
 		PriorityClassName:  w.Spec.PriorityClassName,
 		SchedulerName:      w.Spec.SchedulerName,

@@ -1,13 +1,21 @@
-"""torchrun for Debian's torch 1.13 on Python 3.11: `python3 -m etjob.torchrun ARGS...`.
+"""torchrun for etjob workers: `python3 -m etjob.torchrun ARGS...`.
 
-Stock /usr/bin/torchrun crashes at launch on Python 3.11 (FACTS.md): IntFlag
-iteration changed, so `Std.from_str("0")` returns None and multiprocessing/api.py
-fails with "'NoneType' object has no attribute 'get'". This wrapper fixes
-Std.from_str and then runs torch.distributed.run.main() unchanged; every torchrun
-flag (and its PET_* environment variable) works as documented.
+It runs torch.distributed.run unchanged (every torchrun flag and PET_* variable
+works as documented) with two additions:
+
+* Debian's torch 1.13 on Python 3.11 crashes at launch (FACTS.md: IntFlag
+  iteration changed, so `Std.from_str("0")` returns None); Std.from_str is fixed.
+* A worker told to leave (a reclamation notice, a scale-in: the node agent says
+  so) stops at the step all ranks agreed on, after the checkpoint, with exit
+  code 75. When that happens on a leaving pod, this agent leaves the rendezvous
+  itself (survivors need not wait out the 15 s heartbeat expiry, FACTS.md) and
+  exits 75, which the controller counts as a preemption. On a surviving pod the
+  agent restarts its workers, which resume from the agreed step's checkpoint.
 """
 
+import os
 import sys
+import time
 
 
 def _patch_std():
@@ -30,13 +38,59 @@ def _patch_std():
     std.from_str = staticmethod(from_str)
 
 
+
+def _patch_leaving(sup):
+    from torch.distributed.elastic.agent.server import api
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    original = api.SimpleElasticAgent._restart_workers
+
+    def _restart_workers(self, worker_group):
+        sup.poll_once()  # the workers may have heard it a poll earlier
+        if not sup.check_alive():
+            print("etjob.torchrun: this pod leaves (%s): leaving the rendezvous and exiting %d"
+                  % (sup.reason(), sup_module.EXIT_CODE_PREEMPTED), file=sys.stderr, flush=True)
+            try:
+                self._stop_workers(worker_group)
+            except Exception:
+                pass
+            handler = worker_group.spec.rdzv_handler
+            try:
+                handler._stop_heartbeats()
+                handler._op_executor.run(dr._RendezvousExitOp(), time.monotonic() + 10)
+            except Exception as e:  # the store may be gone too; heartbeats expire anyway
+                print("etjob.torchrun: leaving the rendezvous failed: %s" % e, file=sys.stderr, flush=True)
+            sup.exit_preempted()
+        return original(self, worker_group)
+
+    api.SimpleElasticAgent._restart_workers = _restart_workers
+
+
 def main(argv=None):
+    global sup_module
     _patch_std()
+    from etjob import supervisor as sup_module
+
+    if os.environ.get("ETJOB_AGENT_ADDR"):
+        # torch's agent keeps its own SIGTERM handling (it stops the workers).
+        _patch_leaving(sup_module.Supervisor(install_sigterm=False).start())
     from torch.distributed import run
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     if argv is not None:
         sys.argv = [sys.argv[0]] + list(argv)
-    run.main()
+    try:
+        run.main()
+    except ChildFailedError as e:
+        # Every worker stopped because it was told to: so does the pod, with
+        # the reserved code, instead of torchrun's generic 1.
+        codes = {f.exitcode for f in e.failures.values()}
+        if codes == {sup_module.EXIT_CODE_PREEMPTED}:
+            print("etjob.torchrun: all workers stopped as told; exiting %d" % sup_module.EXIT_CODE_PREEMPTED,
+                  file=sys.stderr, flush=True)
+            sys.exit(sup_module.EXIT_CODE_PREEMPTED)
+        raise
 
 
 if __name__ == "__main__":

@@ -1,0 +1,195 @@
+"""Spot-notice supervision for training processes (stdlib only, Python >= 3.9).
+
+A drop-in for Alibaba's closed kubeai Job-Supervisor::
+
+    import etjob.supervisor as kubeai
+    kubeai.init()
+    for batch in loader:
+        if not kubeai.check_alive():
+            save_checkpoint()
+            kubeai.exit_preempted()   # exit code 75: a preemption, never a failure
+        ...
+
+init() starts a background thread that asks this pod's node agent
+($ETJOB_AGENT_ADDR, node-local) every ~200 ms what this pod must do, proving
+who it is with its projected service-account token. check_alive() reads that
+cache and costs nothing. A SIGTERM (the last resort: the pod is being deleted)
+also makes check_alive() return False instead of killing the process, so the
+step in flight finishes and a checkpoint can be written.
+
+Without an agent (not on Kubernetes, or an old cluster) it degrades to the
+SIGTERM fallback alone and says so once on stderr.
+"""
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+#: The reserved exit code of a worker that stops because it was told to
+#: (EX_TEMPFAIL). The controller counts it as a preemption and never as a
+#: failure; it is not 0, which Horovod would take for the end of the job.
+EXIT_CODE_PREEMPTED = int(os.environ.get("ETJOB_EXIT_CODE_PREEMPTED", "75"))
+
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+class Supervisor:
+    """Supervisor polls the node agent and tracks SIGTERM for one pod."""
+
+    def __init__(self, agent_addr=None, namespace=None, pod=None, token_path=TOKEN_PATH,
+                 interval=0.2, install_sigterm=True, log=None):
+        self.agent_addr = agent_addr if agent_addr is not None else os.environ.get("ETJOB_AGENT_ADDR", "")
+        self.namespace = namespace or os.environ.get("ETJOB_NAMESPACE", "default")
+        self.pod = pod or os.environ.get("ETJOB_POD_NAME") or os.environ.get("HOSTNAME", "")
+        self.token_path = token_path
+        self.interval = interval
+        self._log = log or (lambda msg: print("etjob.supervisor: " + msg, file=sys.stderr, flush=True))
+        self._lock = threading.Lock()
+        self._signal = {"action": "none", "reason": "", "deadline": "", "source": ""}
+        self._sigterm = False
+        self._stop = threading.Event()
+        self._thread = None
+        self._warned = set()
+        if install_sigterm and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    # -- public API --------------------------------------------------------
+
+    def start(self):
+        """start begins polling the agent in a daemon thread (idempotent)."""
+        if self._thread is None and self.agent_addr:
+            self._thread = threading.Thread(target=self._run, name="etjob-supervisor", daemon=True)
+            self._thread.start()
+        elif not self.agent_addr:
+            self._warn_once("no-agent", "ETJOB_AGENT_ADDR is not set: only SIGTERM will stop this worker")
+        return self
+
+    def close(self):
+        """close stops the polling thread."""
+        self._stop.set()
+
+    def check_alive(self):
+        """check_alive is False once this worker must checkpoint and stop."""
+        with self._lock:
+            return not self._sigterm and self._signal["action"] != "leave"
+
+    def should_checkpoint(self):
+        """should_checkpoint is True when a checkpoint is wanted now: an early
+        warning (AWS rebalance, GCP maintenance) or a stop."""
+        with self._lock:
+            return self._sigterm or self._signal["action"] in ("checkpoint", "leave")
+
+    def deadline(self):
+        """deadline is the reclamation deadline (seconds since the epoch), or None."""
+        with self._lock:
+            d = self._signal.get("deadline") or ""
+        if not d:
+            return None
+        try:
+            from datetime import datetime
+            return datetime.fromisoformat(d.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+
+    def reason(self):
+        """reason says why this worker must stop ("" while it may go on)."""
+        with self._lock:
+            if self._sigterm:
+                return "SIGTERM"
+            return self._signal.get("reason", "") if self._signal["action"] != "none" else ""
+
+    def exit_preempted(self):
+        """exit_preempted ends the process with the reserved exit code."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_CODE_PREEMPTED)
+
+    def poll_once(self):
+        """poll_once asks the agent once and updates the cached signal."""
+        query = urllib.parse.urlencode({"namespace": self.namespace, "pod": self.pod})
+        addr = self.agent_addr if "://" in self.agent_addr else "http://" + self.agent_addr
+        req = urllib.request.Request(addr + "/v1/signal?" + query)
+        try:
+            with open(self.token_path) as f:
+                req.add_header("Authorization", "Bearer " + f.read().strip())
+        except OSError:
+            pass
+        try:
+            with urllib.request.urlopen(req, timeout=1) as resp:
+                got = json.load(resp)
+        except Exception as e:  # the agent may be restarting: keep the last answer
+            self._warn_once(type(e).__name__, "asking the node agent at %s failed: %s" % (self.agent_addr, e))
+            return False
+        if got.get("action") not in ("none", "checkpoint", "leave"):
+            self._warn_once("bad-action", "the node agent answered an unknown action: %r" % (got,))
+            return False
+        with self._lock:
+            changed = got.get("action") != self._signal.get("action")
+            self._signal = got
+        if changed and got.get("action") != "none":
+            self._log("node agent says %s (%s, deadline %s)" % (got.get("action"), got.get("reason", ""), got.get("deadline", "")))
+        return True
+
+    # -- internals -----------------------------------------------------------
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.poll_once()
+            self._stop.wait(self.interval)
+
+    def _on_sigterm(self, signum, frame):
+        with self._lock:
+            first = not self._sigterm
+            self._sigterm = True
+        if first:
+            self._log("SIGTERM: finishing the step, then checkpoint and exit %d" % EXIT_CODE_PREEMPTED)
+
+    def _warn_once(self, key, msg):
+        if key not in self._warned:
+            self._warned.add(key)
+            self._log(msg)
+
+
+_default = None
+
+
+def init(**kwargs):
+    """init starts the process-wide supervisor (kubeai.init())."""
+    global _default
+    if _default is None:
+        _default = Supervisor(**kwargs).start()
+    return _default
+
+
+def _sup():
+    return _default if _default is not None else init()
+
+
+def check_alive():
+    """check_alive is False once this worker must checkpoint and stop (kubeai.check_alive())."""
+    return _sup().check_alive()
+
+
+def should_checkpoint():
+    """should_checkpoint is True when a checkpoint is wanted now."""
+    return _sup().should_checkpoint()
+
+
+def deadline():
+    """deadline is the reclamation deadline (epoch seconds) or None."""
+    return _sup().deadline()
+
+
+def reason():
+    """reason says why this worker must stop."""
+    return _sup().reason()
+
+
+def exit_preempted():
+    """exit_preempted ends the process with the reserved exit code 75."""
+    _sup().exit_preempted()

@@ -1,0 +1,91 @@
+import os
+import signal
+import tempfile
+import time
+import unittest
+from datetime import datetime, timezone
+
+from etjob import supervisor
+from agentstub import AgentStub
+
+
+class SupervisorTest(unittest.TestCase):
+    def setUp(self):
+        self.agent = AgentStub()
+        self.token = tempfile.NamedTemporaryFile("w", delete=False)
+        self.token.write("tok123\n")
+        self.token.close()
+
+    def tearDown(self):
+        self.agent.close()
+        os.unlink(self.token.name)
+
+    def sup(self, **kw):
+        return supervisor.Supervisor(agent_addr=self.agent.addr, namespace="ns", pod="p-0",
+                                     token_path=self.token.name, install_sigterm=False,
+                                     log=lambda m: None, **kw)
+
+    def test_leave_turns_check_alive_false(self):
+        s = self.sup()
+        self.assertTrue(s.poll_once())
+        self.assertTrue(s.check_alive())
+        self.assertFalse(s.should_checkpoint())
+        self.agent.answer = {"action": "leave", "reason": "ReclaimNotice(aws)", "deadline": "2026-11-29T10:00:00Z", "source": "aws"}
+        s.poll_once()
+        self.assertFalse(s.check_alive())
+        self.assertTrue(s.should_checkpoint())
+        self.assertEqual(s.reason(), "ReclaimNotice(aws)")
+        self.assertEqual(s.deadline(), datetime(2026, 11, 29, 10, 0, tzinfo=timezone.utc).timestamp())
+        path, auth = self.agent.requests[-1]
+        self.assertEqual(path, "/v1/signal?namespace=ns&pod=p-0")
+        self.assertEqual(auth, "Bearer tok123")
+
+    def test_early_warning_asks_for_a_checkpoint_only(self):
+        s = self.sup()
+        self.agent.answer = {"action": "checkpoint", "reason": "rebalance"}
+        s.poll_once()
+        self.assertTrue(s.check_alive())
+        self.assertTrue(s.should_checkpoint())
+
+    def test_malformed_or_unknown_answers_keep_the_last_state(self):
+        s = self.sup()
+        self.agent.raw = b"{not json"
+        self.assertFalse(s.poll_once())
+        self.assertTrue(s.check_alive())
+        self.agent.raw = None
+        self.agent.answer = {"action": "explode"}
+        self.assertFalse(s.poll_once())
+        self.assertTrue(s.check_alive())
+
+    def test_unreachable_agent_is_not_a_stop(self):
+        s = supervisor.Supervisor(agent_addr="127.0.0.1:1", namespace="ns", pod="p", install_sigterm=False, log=lambda m: None)
+        self.assertFalse(s.poll_once())
+        self.assertTrue(s.check_alive())
+
+    def test_background_polling(self):
+        s = self.sup(interval=0.02).start()
+        try:
+            self.agent.answer = {"action": "leave", "reason": "ScaleIn"}
+            deadline = time.time() + 5
+            while s.check_alive() and time.time() < deadline:
+                time.sleep(0.01)
+            self.assertFalse(s.check_alive())
+        finally:
+            s.close()
+
+    def test_sigterm_is_the_last_resort(self):
+        s = supervisor.Supervisor(agent_addr="", install_sigterm=True, log=lambda m: None)
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            self.assertFalse(s.check_alive())
+            self.assertEqual(s.reason(), "SIGTERM")
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    def test_exit_code_is_reserved(self):
+        self.assertEqual(supervisor.EXIT_CODE_PREEMPTED, 75)
+
+
+if __name__ == "__main__":
+    unittest.main()

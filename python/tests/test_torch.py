@@ -1,0 +1,120 @@
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+try:
+    import torch  # noqa: F401
+    from etjob import torch as etorch
+except ImportError:  # pragma: no cover
+    etorch = None
+
+from agentstub import AgentStub
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+@unittest.skipIf(etorch is None, "needs torch (/usr/bin/python3 with python3-torch)")
+class SamplerTest(unittest.TestCase):
+    def test_exactly_once_per_epoch_across_world_sizes_and_restores(self):
+        rng = random.Random(7)
+        size, gb = 103, 8
+        s = etorch.ElasticSampler(size, gb, seed=3)
+        seen = {}  # epoch -> samples trained in committed steps
+        saved = (s.state_dict(), {})
+        while s.epoch < 4:
+            world = rng.randint(1, 4)  # the membership changes between steps
+            idx = torch.cat([s.batch(r, world) for r in range(world)]).tolist()
+            self.assertEqual(len(idx), gb)
+            seen.setdefault(s.epoch, []).extend(idx)
+            s.commit()
+            if rng.random() < 0.3:  # a checkpoint
+                saved = (s.state_dict(), {e: list(v) for e, v in seen.items()})
+            elif rng.random() < 0.1:  # a hard loss: back to the last checkpoint
+                s.load_state_dict(saved[0])
+                seen = {e: list(v) for e, v in saved[1].items()}
+        for epoch in range(3):
+            self.assertEqual(len(seen[epoch]), len(set(seen[epoch])), "epoch %d repeats a sample" % epoch)
+            self.assertEqual(len(seen[epoch]), (size // gb) * gb)
+        self.assertEqual(etorch.check_ledger(s.ledger, size, gb), [])
+
+    def test_check_ledger_finds_repeats_and_gaps(self):
+        self.assertTrue(etorch.check_ledger([[0, 0, 8], [0, 0, 8]], 16, 8))
+        self.assertTrue(etorch.check_ledger([[0, 8, 16]], 16, 8))
+        self.assertEqual(etorch.check_ledger([[0, 0, 8], [0, 8, 16], [1, 0, 8]], 16, 8), [])
+
+    def test_checkpoint_is_atomic_and_latest_wins(self):
+        d = tempfile.mkdtemp()
+        self.assertIsNone(etorch.load_checkpoint(d))
+        etorch.save_checkpoint(d, {"step": 3, "x": 1})
+        etorch.save_checkpoint(d, {"step": 5, "x": 2})
+        self.assertEqual(etorch.load_checkpoint(d)["step"], 5)
+        self.assertFalse([f for f in os.listdir(d) if f.endswith(".tmp")])
+
+    def test_agree_without_a_process_group(self):
+        self.assertTrue(etorch.agree(True))
+        self.assertEqual(etorch.agree(False, True), (False, True))
+
+
+@unittest.skipIf(etorch is None, "needs torch")
+class AgreedStopTest(unittest.TestCase):
+    """Real torchrun, two ranks: a leave signal stops both at one step, rank 0
+    checkpoints that step, the run exits 75, and a restart resumes exactly
+    after it: no committed step lost."""
+
+    def run_train(self, agent, ckpt, epochs):
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), ETJOB_CHECKPOINT_DIR=ckpt,
+                   ETJOB_NAMESPACE="ns", ETJOB_POD_NAME="w-0", WIDTH="8")
+        if agent:
+            env["ETJOB_AGENT_ADDR"] = agent.addr
+        return subprocess.Popen(
+            [sys.executable, "-m", "etjob.torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=2",
+             os.path.join(REPO, "examples/digits/train.py"), "--epochs", str(epochs), "--checkpoint-every", "1000"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def test_leave_stops_all_ranks_at_one_step_with_zero_loss(self):
+        agent = AgentStub()
+        ckpt = tempfile.mkdtemp()
+        try:
+            p = self.run_train(agent, ckpt, epochs=30)
+            lines = []
+            for line in p.stdout:
+                lines.append(line)
+                if line.startswith("step=20 "):
+                    agent.answer = {"action": "leave", "reason": "ReclaimNotice(test)"}
+            code = p.wait(timeout=120)
+            out = "".join(lines)
+            self.assertEqual(code, 75, out[-2000:])
+            stops = [l for l in lines if l.startswith("stop step=")]
+            self.assertEqual(len(stops), 1, out[-2000:])
+            stop_step = int(stops[0].split()[1].split("=")[1])
+            self.assertIn("checkpoint step=%d\n" % stop_step, lines)
+            last = {}
+            for st, rank in re.findall(r"step=(\d+) epoch=\d+ rank=(\d+) ", out):
+                last[rank] = int(st)
+            self.assertEqual(last, {"0": stop_step, "1": stop_step}, "both ranks stop at the agreed step")
+
+            agent.answer = {"action": "none"}
+            p = self.run_train(agent, ckpt, epochs=30)
+            first_step = None
+            resume = None
+            for line in p.stdout:
+                if line.startswith("resume step="):
+                    resume = int(line.split()[1].split("=")[1])
+                if line.startswith("step=") and first_step is None:
+                    first_step = int(line.split()[0].split("=")[1])
+                    p.kill()
+            p.wait(timeout=60)
+            self.assertEqual(resume, stop_step)
+            self.assertEqual(first_step, stop_step + 1, "training resumes at the step after the agreed stop")
+        finally:
+            agent.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
