@@ -158,8 +158,32 @@ func (d *decision) run() {
 	}
 	d.scale()
 	d.publish()
+	d.stopBelowMin()
 	d.waitForCapacity()
 	d.conditions()
+}
+
+// stopBelowMin: when a running job falls below minReplicas members, every
+// remaining worker is told to checkpoint at the step all ranks agree on and
+// stop, and the job waits for capacity with pending pods (the seed's "each
+// worker receives a signal; rank 0 saves a checkpoint; the job is suspended").
+// Idle survivors would otherwise hold their nodes, and torch agents waiting in
+// a rendezvous give up after its join timeout.
+func (d *decision) stopBelowMin() {
+	if !d.wasRunning || len(d.members) >= int(d.spec.MinReplicas) {
+		return
+	}
+	stopped := 0
+	for _, w := range d.workers {
+		if w.active() && w.ready && !d.deleted[w.pod.Name] && !d.signaled[w.pod.Name] {
+			d.signal(w, etjobv1.ReasonWaitingForCapacity)
+			stopped++
+		}
+	}
+	if stopped > 0 {
+		d.publish()
+		d.record("Stop", fmt.Sprintf("below spec.minReplicas (%d): %d workers told to checkpoint and stop", d.spec.MinReplicas, stopped))
+	}
 }
 
 // handleLauncher deals with a finished or lost launcher. It reports whether the
@@ -297,7 +321,7 @@ func (d *decision) leave(w *podView) {
 		d.requeueAt(at)
 		return
 	}
-	if w.noticed || w.leaveReason != etjobv1.ReasonScaleIn {
+	if w.noticed || !isRelease(w.leaveReason) {
 		d.preempted(w, "LeaveGracePeriodExpired")
 	} else {
 		d.delete(w, "LeaveGracePeriodExpired")

@@ -358,6 +358,20 @@ func TestDecide(t *testing.T) {
 			wantCondReason: map[string]string{etjobv1.ConditionSuspended: etjobv1.ReasonUserSuspended},
 			wantSummary:    etjobv1.ReasonUserSuspended,
 		},
+		"a survivor that stopped for capacity is released, not preempted": {
+			job: base().Replicas(2).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Obj(),
+				MakeWorker(base().Obj(), 1).Annotation(etjobv1.AnnotationLeave, t0.Add(-5*time.Second).Format(time.RFC3339)).
+					Annotation(etjobv1.AnnotationLeaveReason, etjobv1.ReasonWaitingForCapacity).Node("n1").Exited(75, t0).Obj(),
+				MakeWorker(base().Obj(), 2).Obj(),
+			},
+			nodes:          nodes("od", "n1"),
+			wantDelete:     []string{"j-worker-1"},
+			wantCreate:     []int32{3},
+			wantCondReason: map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonWaitingForCapacity},
+			wantSummary:    "Pending",
+		},
 		"a node notice tells its worker to leave and starts a replacement": {
 			job: base().Replicas(2).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2})).Obj(),
 			pods: []*corev1.Pod{
@@ -578,9 +592,13 @@ func TestWaitingForCapacityAfterRunning(t *testing.T) {
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != etjobv1.ReasonWaitingForCapacity {
 		t.Fatalf("Suspended = %+v, want True/WaitingForCapacity", c)
 	}
-	want := "waiting for capacity: 1 of spec.minReplicas (2) workers ready, 1 pending: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+	want := "waiting for capacity: 0 of spec.minReplicas (2) workers ready, 1 pending: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
 	if c.Message != want {
 		t.Errorf("message = %q, want %q", c.Message, want)
+	}
+	// Below min, the survivor is told to checkpoint at the agreed step and stop.
+	if len(plan.Signal) != 1 || plan.Signal[0].Pod != "j-worker-0" || plan.Signal[0].Reason != etjobv1.ReasonWaitingForCapacity {
+		t.Errorf("signals = %+v, want j-worker-0 told to stop for WaitingForCapacity", plan.Signal)
 	}
 	if plan.Status.Summary != etjobv1.ReasonWaitingForCapacity {
 		t.Errorf("summary = %q", plan.Status.Summary)

@@ -107,8 +107,8 @@ type podView struct {
 	// preempted: terminal for a reason that is not the workload's fault.
 	preempted     bool
 	preemptReason string
-	// released: terminal after being told to leave by a scale-in: neither a
-	// failure nor a preemption.
+	// released: terminal after being told to leave by the job's own decision
+	// (isRelease): neither a failure nor a preemption.
 	released bool
 	// lost: not terminal, but its node is gone (or NotReady too long).
 	lost       bool
@@ -219,13 +219,13 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 
 	if v.terminal && !v.succeeded {
 		switch {
-		case !v.leaveAt.IsZero() && v.leaveReason == etjobv1.ReasonScaleIn && !v.noticed:
+		case !v.leaveAt.IsZero() && isRelease(v.leaveReason) && !v.noticed:
 			v.released = true
 		case v.exitCode == etjobv1.ExitCodePreempted:
 			v.preempted, v.preemptReason = true, "GracefulExit"
 		case v.noticed:
 			v.preempted, v.preemptReason = true, v.noticeReason
-		case !v.leaveAt.IsZero() && v.leaveReason != etjobv1.ReasonScaleIn:
+		case !v.leaveAt.IsZero() && !isRelease(v.leaveReason):
 			v.preempted, v.preemptReason = true, "LeftAfterSignal"
 		case v.lost:
 			v.preempted, v.preemptReason = true, v.lostReason
@@ -248,6 +248,13 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 		}
 	}
 	return v
+}
+
+// isRelease reports whether a leave reason is the job's own decision (a
+// scale-in, or stopping every worker to wait for capacity below min): a worker
+// that leaves for it is neither a failure nor a preemption.
+func isRelease(reason string) bool {
+	return reason == etjobv1.ReasonScaleIn || reason == etjobv1.ReasonWaitingForCapacity
 }
 
 // retryableExit reports whether an exit code is retryable under the ExitCode
