@@ -57,5 +57,12 @@ verify: generate lint ## Regenerate and fail if anything generated is out of dat
 	git diff --exit-code -- api config
 
 .PHONY: demo
-demo: ## The local demo (issue #3; not built yet: prints what exists).
-	@echo "make demo: the local cluster with process nodes is issue #3 and is not built yet." ; exit 2
+demo: ## The local demo: a cluster of process nodes, real torchrun training through spot reclamations.
+	hack/install-deps.sh
+	$(GO) build -o bin/etjob ./cmd/etjob
+	bin/etjob demo $(DEMO_FLAGS)
+
+.PHONY: test-e2e
+test-e2e: ## End-to-end tests on the local cluster with real torchrun training.
+	hack/install-deps.sh
+	KUBEBUILDER_ASSETS=$$(hack/build-controlplane.sh) $(GO) test -p 1 -count=1 -timeout 60m ./test/e2e/...

@@ -82,9 +82,10 @@ def augment(x, gen):
 
 
 def log(msg):
-    # One write per line: ranks share the pod's stdout, and print() writes the
-    # line and its newline separately, which interleaves.
-    sys.stdout.write(msg + "\n")
+    # One write per line (ranks share the pod's stdout, and print() writes the
+    # line and its newline separately, which interleaves), with the wall time so
+    # that logs of different pods can be merged in order.
+    sys.stdout.write("%s t=%.3f\n" % (msg, time.time()))
     sys.stdout.flush()
 
 

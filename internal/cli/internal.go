@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/etjob/etjob/internal/agent"
 	"github.com/etjob/etjob/internal/controller"
 	"github.com/etjob/etjob/internal/localcluster"
 )
@@ -19,6 +20,7 @@ func newInternalCommand() *cobra.Command {
 	}{
 		{"controller", func(args []string) int { return controller.Main(args, Version) }},
 		{"node", localcluster.NodeMain},
+		{"agent", agent.Main},
 	} {
 		run := c.run
 		cmd.AddCommand(&cobra.Command{

@@ -32,7 +32,7 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	root.AddCommand(newClusterCommand(streams), newInternalCommand())
+	root.AddCommand(newClusterCommand(streams), newDemoCommand(streams), newInternalCommand())
 	return root
 }
 

@@ -119,6 +119,10 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--allow-privileged=true",
 		"--enable-priority-and-fairness=false",
+		// Logs and exec go to a process node's kubelet API at its loopback
+		// InternalIP; with no --kubelet-certificate-authority the API server
+		// does not verify the node's self-signed serving certificate.
+		"--kubelet-preferred-address-types=InternalIP",
 		"--v=0",
 	); err != nil {
 		return err
@@ -160,12 +164,26 @@ type NodeSpec struct {
 	Spot         bool
 	InstanceType string
 	PricePerHour string
+	// Provider is the cloud whose metadata service the node emulates
+	// (alibaba, aws, gcp, azure) and whose notices its agent reads.
+	Provider string
 	// Index picks the node's loopback /24: 127.0.<Index>.1.
 	Index int
 }
 
+// Ports of a node's own endpoints, on its node IP.
+const (
+	// MetadataPort serves the node's emulated cloud metadata service.
+	MetadataPort = 8775
+	// AgentPort serves the node agent's pod signals (render.AgentPort).
+	AgentPort = 9477
+)
+
 // NodeIP is the node's loopback address.
 func (n NodeSpec) NodeIP() string { return fmt.Sprintf("127.0.%d.1", n.Index) }
+
+// MetadataURL is the base URL of the node's emulated metadata service.
+func (n NodeSpec) MetadataURL() string { return fmt.Sprintf("http://%s:%d", n.NodeIP(), MetadataPort) }
 
 // Labels are the node's labels: capacity type as Karpenter writes it (the
 // labels real clouds use are listed in internal/render.CapacityTypeLabels),
@@ -180,6 +198,7 @@ func (n NodeSpec) Labels() map[string]string {
 		"node.kubernetes.io/instance-type": n.InstanceType,
 		"topology.kubernetes.io/zone":      "local-a",
 		"etjob.dev/price-per-hour":         n.PricePerHour,
+		"etjob.dev/cloud-provider":         n.Provider,
 	}
 }
 
@@ -199,8 +218,16 @@ func (c *Cluster) StartNode(n NodeSpec) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	return c.start("node-"+n.Name, c.Self, "internal", "node", "--kubeconfig="+c.Kubeconfig(),
-		"--node-name="+n.Name, "--node-ip="+n.NodeIP(), "--labels="+strings.Join(kv, ","), "--work-dir="+dir)
+	if err := c.start("node-"+n.Name, c.Self, "internal", "node", "--kubeconfig="+c.Kubeconfig(),
+		"--node-name="+n.Name, "--node-ip="+n.NodeIP(), "--labels="+strings.Join(kv, ","), "--work-dir="+dir,
+		fmt.Sprintf("--metadata-listen=%s:%d", n.NodeIP(), MetadataPort)); err != nil {
+		return err
+	}
+	// The node agent reads the node's cloud notices from its metadata service
+	// and serves its pods' signals, as the etjob-agent DaemonSet does.
+	return c.start("agent-"+n.Name, c.Self, "internal", "agent", "--kubeconfig="+c.Kubeconfig(),
+		"--node-name="+n.Name, "--provider="+n.Provider, "--metadata-url="+n.MetadataURL(),
+		fmt.Sprintf("--listen=%s:%d", n.NodeIP(), AgentPort), "--poll-interval=500ms")
 }
 
 // StopNode stops a node's process (SIGKILL when hard, as a vanished VM) and
@@ -210,7 +237,7 @@ func (c *Cluster) StopNode(name string, hard bool) error {
 	if hard {
 		sig = syscall.SIGKILL
 	}
-	err := c.stop("node-"+name, sig)
+	err := errors.Join(c.stop("node-"+name, sig), c.stop("agent-"+name, sig))
 	c.killPods(name)
 	return err
 }
@@ -234,6 +261,9 @@ func (c *Cluster) Stop() error {
 	for _, name := range c.running() {
 		if strings.HasPrefix(name, "node-") {
 			errs = append(errs, c.StopNode(strings.TrimPrefix(name, "node-"), false))
+		}
+		if strings.HasPrefix(name, "agent-") {
+			errs = append(errs, c.stop(name, syscall.SIGTERM))
 		}
 	}
 	for _, name := range []string{"etjob-controller", "kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd"} {

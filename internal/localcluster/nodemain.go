@@ -5,15 +5,19 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
 	vkslog "github.com/virtual-kubelet/virtual-kubelet/log/slog"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/etjob/etjob/internal/agent/metadata"
 	"github.com/etjob/etjob/internal/localcluster/processnode"
 )
 
@@ -37,6 +41,7 @@ func runNode(args []string) error {
 		labels     = fs.String("labels", "", "extra node labels, k=v,k2=v2 (e.g. karpenter.sh/capacity-type=spot,etjob.dev/price-per-hour=0.91)")
 		workDir    = fs.String("work-dir", "", "directory for per-pod directories and container logs (required)")
 		verbose    = fs.Bool("v", false, "log debug messages")
+		mdListen   = fs.String("metadata-listen", "", "serve the node's emulated cloud metadata service (all four providers) and its control endpoints here")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -69,6 +74,15 @@ func runNode(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if *mdListen != "" {
+		ln, err := net.Listen("tcp", *mdListen)
+		if err != nil {
+			return fmt.Errorf("--metadata-listen: %w", err)
+		}
+		srv := &http.Server{Handler: MetadataHandler(metadata.New()), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+	}
 	return processnode.Run(ctx, processnode.Options{
 		Client:   client,
 		NodeName: *nodeName,
@@ -76,4 +90,51 @@ func runNode(args []string) error {
 		Labels:   lbls,
 		WorkDir:  *workDir,
 	})
+}
+
+// MetadataHandler serves a node's emulated cloud metadata service and, under
+// /etjob/, the controls `etjob cluster reclaim` uses, the way a cloud's own
+// control plane would change what its metadata service says:
+//
+//	POST /etjob/reclaim?provider=P&deadline=RFC3339
+//	POST /etjob/early-warning?provider=P
+//	POST /etjob/clear
+func MetadataHandler(md *metadata.Server) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", md)
+	mux.HandleFunc("POST /etjob/reclaim", func(w http.ResponseWriter, r *http.Request) {
+		deadline, err := time.Parse(time.RFC3339, r.URL.Query().Get("deadline"))
+		if err != nil {
+			http.Error(w, "deadline: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := setNotice(func() { md.SetReclaim(r.URL.Query().Get("provider"), deadline) }); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /etjob/early-warning", func(w http.ResponseWriter, r *http.Request) {
+		if err := setNotice(func() { md.SetEarlyWarning(r.URL.Query().Get("provider")) }); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /etjob/clear", func(w http.ResponseWriter, _ *http.Request) {
+		md.Clear()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return mux
+}
+
+// setNotice turns the emulator's panic on an unknown provider into an error.
+func setNotice(f func()) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v (providers: alibaba, aws, gcp, azure)", r)
+		}
+	}()
+	f()
+	return nil
 }

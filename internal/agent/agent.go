@@ -1,0 +1,376 @@
+// Package agent is the etjob node agent, one per node: it reads the node's
+// reclamation notices (the cloud's metadata service through package notice,
+// and Kubernetes-side taints), marks its Node for the controller, and serves
+// the pods on its node their current signal over a node-local endpoint, so
+// that a notice reaches the workers even with the controller down.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/etjob/etjob/internal/agent/notice"
+	"github.com/etjob/etjob/internal/render"
+)
+
+// DefaultKubernetesNoticeWindow is the time a Kubernetes-side notice (a
+// taint) gives before the node goes: none is announced, so a window is
+// assumed (AWS's two minutes).
+const DefaultKubernetesNoticeWindow = 120 * time.Second
+
+// Options configures an Agent.
+type Options struct {
+	// Client talks to the API server.
+	Client kubernetes.Interface
+	// NodeName is this node.
+	NodeName string
+	// Source reads the cloud's notices; nil means Kubernetes-side signals only.
+	Source notice.Source
+	// PollInterval is the time between metadata reads; zero means 1 s.
+	PollInterval time.Duration
+	// Confirm is how many identical metadata readings a change needs; zero
+	// means 2.
+	Confirm int
+	// KubernetesNoticeWindow is the deadline given to a Kubernetes-side
+	// notice; zero means DefaultKubernetesNoticeWindow.
+	KubernetesNoticeWindow time.Duration
+	// Listener, if set, is where the signal endpoint serves; else Listen.
+	Listener net.Listener
+	// Listen is the signal endpoint's address; empty means the node's
+	// internal IP on port 9477.
+	Listen string
+	// Authenticator checks pod tokens; nil means TokenReview through Client.
+	Authenticator Authenticator
+	// InsecureSkipPodAuth serves any caller as the pod it names (local
+	// debugging only).
+	InsecureSkipPodAuth bool
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Log is the logger; nil means slog.Default().
+	Log *slog.Logger
+}
+
+// Agent is one node's agent. Create it with New and start it with Run.
+type Agent struct {
+	o        Options
+	log      *slog.Logger
+	recorder record.EventRecorder
+
+	nodes corelisters.NodeLister
+	pods  corelisters.PodLister
+
+	kick chan struct{}
+
+	mu           sync.Mutex
+	cloud        notice.Notice
+	cloudSettled bool
+	k8sSince     time.Time
+	state        NodeState
+	warnSince    time.Time
+	acked        map[string]bool
+
+	progress progressStore
+	addr     chan string
+}
+
+// New checks o and returns an agent.
+func New(o Options) (*Agent, error) {
+	if o.Client == nil {
+		return nil, errors.New("agent: Options.Client is required")
+	}
+	if o.NodeName == "" {
+		return nil, errors.New("agent: the node name is required (--node-name or $NODE_NAME)")
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = time.Second
+	}
+	if o.Confirm <= 0 {
+		o.Confirm = 2
+	}
+	if o.KubernetesNoticeWindow <= 0 {
+		o.KubernetesNoticeWindow = DefaultKubernetesNoticeWindow
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Authenticator == nil {
+		o.Authenticator = NewTokenReviewAuthenticator(o.Client, nil, 60*time.Second, o.Now)
+	}
+	return &Agent{o: o, log: o.Log.With("node", o.NodeName), kick: make(chan struct{}, 1), acked: map[string]bool{}, addr: make(chan string, 1)}, nil
+}
+
+// Addr returns the signal endpoint's address once it listens.
+func (a *Agent) Addr(ctx context.Context) (string, error) {
+	select {
+	case s := <-a.addr:
+		a.addr <- s
+		return s, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// Run watches the node and its pods, polls the metadata service, keeps the
+// Node's markings current and serves the signal endpoint until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.o.Client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	a.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "etjob-agent", Host: a.o.NodeName})
+
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(a.o.Client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+		lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", a.o.NodeName).String()
+	}))
+	podFactory := informers.NewSharedInformerFactoryWithOptions(a.o.Client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+		lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", a.o.NodeName).String()
+	}))
+	nodeInf, podInf := nodeFactory.Core().V1().Nodes(), podFactory.Core().V1().Pods()
+	a.nodes, a.pods = nodeInf.Lister(), podInf.Lister()
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.poke() },
+		UpdateFunc: func(any, any) { a.poke() },
+		DeleteFunc: func(any) { a.poke() },
+	}
+	if _, err := nodeInf.Informer().AddEventHandler(handler); err != nil {
+		return err
+	}
+	if _, err := podInf.Informer().AddEventHandler(handler); err != nil {
+		return err
+	}
+	nodeFactory.Start(ctx.Done())
+	podFactory.Start(ctx.Done())
+	defer nodeFactory.Shutdown()
+	defer podFactory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), nodeInf.Informer().HasSynced, podInf.Informer().HasSynced) {
+		return fmt.Errorf("agent: the node and pod caches did not sync: %w", ctx.Err())
+	}
+
+	l, err := a.listen()
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	a.addr <- l.Addr().String()
+	a.log.Info("serving pod signals", "addr", l.Addr().String(), "source", sourceName(a.o.Source))
+	srvErr := make(chan error, 1)
+	go func() { srvErr <- srv.Serve(l) }()
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = srv.Shutdown(sctx)
+	}()
+
+	if a.o.Source != nil {
+		d := &notice.Debouncer{Confirm: a.o.Confirm, Log: a.log.With("provider", a.o.Source.Provider())}
+		go notice.Watch(ctx, a.o.Source, a.o.PollInterval, d, a.o.Now, a.setCloud)
+	} else {
+		a.mu.Lock()
+		a.cloudSettled = true
+		a.mu.Unlock()
+	}
+
+	a.poke()
+	backoff := time.Duration(0)
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-srvErr:
+			return fmt.Errorf("agent: serving %s: %w", l.Addr(), err)
+		case <-a.kick:
+		case <-retry:
+		}
+		if err := a.sync(ctx); err != nil && ctx.Err() == nil {
+			backoff = min(max(2*backoff, 200*time.Millisecond), 30*time.Second)
+			a.log.Error("updating the node", "err", err, "retryIn", backoff)
+			retry = time.After(backoff)
+			continue
+		}
+		backoff, retry = 0, nil
+	}
+}
+
+func sourceName(s notice.Source) string {
+	if s == nil {
+		return "kubernetes only"
+	}
+	return s.Provider()
+}
+
+func (a *Agent) poke() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Agent) setCloud(n notice.Notice) {
+	a.mu.Lock()
+	a.cloud, a.cloudSettled = n, true
+	a.mu.Unlock()
+	a.log.Info("cloud notice", "kind", n.Kind.String(), "deadline", n.Deadline, "detail", n.Detail)
+	a.poke()
+}
+
+// listen binds Options.Listener, Options.Listen, or the node's internal IP
+// on port 9477.
+func (a *Agent) listen() (net.Listener, error) {
+	if a.o.Listener != nil {
+		return a.o.Listener, nil
+	}
+	addr := a.o.Listen
+	if addr == "" {
+		host := ""
+		if node, err := a.nodes.Get(a.o.NodeName); err == nil {
+			for _, ad := range node.Status.Addresses {
+				if ad.Type == corev1.NodeInternalIP {
+					host = ad.Address
+					break
+				}
+			}
+		}
+		if host == "" {
+			a.log.Warn("the node has no InternalIP yet; listening on all addresses")
+		}
+		addr = net.JoinHostPort(host, fmt.Sprint(render.AgentPort))
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("agent: --listen %s: %w", addr, err)
+	}
+	return l, nil
+}
+
+// State returns the node state the agent serves.
+func (a *Agent) State() NodeState {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state
+}
+
+// sync recomputes the node state from the cloud notice and the cached Node
+// and pods, then brings the Node's markings and events in line.
+func (a *Agent) sync(ctx context.Context) error {
+	node, err := a.nodes.Get(a.o.NodeName)
+	if err != nil {
+		node = nil
+	}
+	pods, _ := a.pods.List(labels.Everything())
+	now := a.o.Now()
+	kind, src := KubernetesNotice(node, pods)
+
+	a.mu.Lock()
+	var st NodeState
+	switch a.cloud.Kind {
+	case notice.Reclaim:
+		st.Reclaim = a.cloud
+	case notice.EarlyWarning:
+		st.Warning = a.cloud
+	}
+	if kind == notice.Reclaim {
+		if a.k8sSince.IsZero() {
+			a.k8sSince = now
+		}
+		k := notice.Notice{Kind: notice.Reclaim, Deadline: a.k8sSince.Add(a.o.KubernetesNoticeWindow).UTC().Truncate(time.Second), Source: src, Detail: "taint or condition " + src}
+		if st.Reclaim.Kind != notice.Reclaim || k.Deadline.Before(st.Reclaim.Deadline) {
+			st.Reclaim = k
+		}
+	} else {
+		a.k8sSince = time.Time{}
+	}
+	if kind == notice.EarlyWarning && st.Warning.Kind != notice.EarlyWarning {
+		st.Warning = notice.Notice{Kind: notice.EarlyWarning, Source: src, Detail: "taint " + src}
+	}
+	if st.Warning.Kind == notice.EarlyWarning {
+		if a.warnSince.IsZero() {
+			a.warnSince = now
+		}
+	} else {
+		a.warnSince = time.Time{}
+	}
+	a.state = st
+	settled, warnSince := a.cloudSettled, a.warnSince
+	a.mu.Unlock()
+
+	if node == nil {
+		return nil // not created yet, or deleted: nothing to mark
+	}
+	if err := a.mark(ctx, node, st, settled, warnSince); err != nil {
+		return err
+	}
+	a.ackIfDrained(ctx, st, pods)
+	return nil
+}
+
+// ackIfDrained tells the provider (Azure) that the node may go once no
+// workload pod is left on it.
+func (a *Agent) ackIfDrained(ctx context.Context, st NodeState, pods []*corev1.Pod) {
+	acker, ok := a.o.Source.(notice.Acker)
+	if !ok || st.Reclaim.EventID == "" || st.Reclaim.Source != a.o.Source.Provider() {
+		return
+	}
+	a.mu.Lock()
+	done := a.acked[st.Reclaim.EventID]
+	a.mu.Unlock()
+	if done || workloadPods(pods) > 0 {
+		return
+	}
+	if err := acker.Ack(ctx, st.Reclaim.EventID); err != nil {
+		a.log.Error("acknowledging the provider event", "event", st.Reclaim.EventID, "err", err)
+		return
+	}
+	a.log.Info("acknowledged the provider event: the node is drained", "event", st.Reclaim.EventID)
+	a.mu.Lock()
+	a.acked[st.Reclaim.EventID] = true
+	a.mu.Unlock()
+}
+
+// workloadPods counts pods that still run on the node, leaving out
+// DaemonSet pods (this agent's own among them) and static pods, which stay
+// until the node goes.
+func workloadPods(pods []*corev1.Pod) int {
+	n := 0
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+			continue
+		}
+		owned := false
+		for _, ref := range p.OwnerReferences {
+			if ref.Kind == "DaemonSet" {
+				owned = true
+			}
+		}
+		if !owned {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,301 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/agent"
+	"github.com/etjob/etjob/internal/agent/metadata"
+	"github.com/etjob/etjob/internal/agent/notice"
+)
+
+const nodeName = "spot-node-1"
+
+// TestAgent runs the agent for one Node against a real kube-apiserver and
+// etcd, with the emulated metadata service announcing an AWS reclaim, and
+// checks the Node's markings and Events, the pod signal endpoint with real
+// bound service-account tokens (TokenReview), and the cancellation.
+func TestAgent(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := startAPIServer(t)
+
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"karpenter.sh/capacity-type": "spot"}}}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	emu := metadata.New()
+	mdsrv := httptest.NewServer(emu)
+	defer mdsrv.Close()
+	src, err := notice.New(notice.ProviderAWS, notice.Options{BaseURL: mdsrv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Options{Client: cs, NodeName: nodeName, Source: src, PollInterval: 50 * time.Millisecond, Confirm: 1, Listener: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run() = %v", err)
+		}
+	}()
+	base := "http://" + l.Addr().String()
+
+	// Two worker pods on the node, each with a token bound to it.
+	ns := newNamespace(ctx, t, cs)
+	w0, tok0 := workerPod(ctx, t, cs, ns, "worker-0")
+	w1, _ := workerPod(ctx, t, cs, ns, "worker-1")
+
+	signal := func(pod, token string) (int, agent.Signal) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/signal?namespace=%s&pod=%s", base, ns, pod), nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var s agent.Signal
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode == http.StatusOK {
+			if err := json.Unmarshal(b, &s); err != nil {
+				t.Fatalf("signal body %q: %v", b, err)
+			}
+		}
+		return resp.StatusCode, s
+	}
+	eventually(t, 20*time.Second, "worker-0 is told none before any notice", func() bool {
+		code, s := signal(w0.Name, tok0)
+		return code == http.StatusOK && s.Action == agent.ActionNone
+	})
+
+	deadline := time.Now().Add(2 * time.Minute).UTC().Truncate(time.Second)
+	emu.SetReclaim(metadata.AWS, deadline)
+	eventually(t, 20*time.Second, "the Node carries the notice annotations and taint", func() bool {
+		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		return err == nil && n.Annotations[etjobv1.AnnotationNodeNotice] == deadline.Format(time.RFC3339) &&
+			n.Annotations[etjobv1.AnnotationNodeNoticeSource] == "aws" && hasTaint(n, agent.TaintReclaiming, corev1.TaintEffectNoSchedule)
+	})
+	eventually(t, 20*time.Second, "a SpotReclaimNotice Event on the Node", func() bool {
+		return hasEvent(ctx, cs, agent.EventReasonReclaimNotice, "aws")
+	})
+
+	t.Run("pod signal with bound tokens", func(t *testing.T) {
+		code, s := signal(w0.Name, tok0)
+		if code != http.StatusOK || s.Action != agent.ActionLeave || s.Source != "aws" || s.Deadline != deadline.Format(time.RFC3339) {
+			t.Errorf("worker-0 with its own token: %d %+v, want 200 leave from aws at %s", code, s, deadline.Format(time.RFC3339))
+		}
+		if code, _ := signal(w1.Name, tok0); code != http.StatusForbidden {
+			t.Errorf("worker-1 with worker-0's token: %d, want 403", code)
+		}
+		if code, _ := signal(w0.Name, ""); code != http.StatusUnauthorized {
+			t.Errorf("worker-0 without a token: %d, want 401", code)
+		}
+		if code, _ := signal(w0.Name, "not-a-token"); code != http.StatusUnauthorized {
+			t.Errorf("worker-0 with a bad token: %d, want 401", code)
+		}
+	})
+
+	t.Run("progress", func(t *testing.T) {
+		body := `{"step": 120, "checkpointStep": 100, "checkpointPath": "/ckpt/step-100", "samplesPerSecond": 812.5}`
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("%s/v1/progress?namespace=%s&pod=%s", base, ns, w0.Name), strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok0)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("POST /v1/progress: %d, want 204", resp.StatusCode)
+		}
+		req, _ = http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/progress", nil)
+		req.Header.Set("Authorization", "Bearer "+tok0)
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var got []agent.PodProgress
+		if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0].Pod != w0.Name || got[0].Step != 120 || got[0].CheckpointPath != "/ckpt/step-100" {
+			t.Errorf("GET /v1/progress = %+v, want worker-0 at step 120", got)
+		}
+	})
+
+	emu.Clear()
+	eventually(t, 20*time.Second, "the notice annotations and taint are removed", func() bool {
+		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		_, ann := n.Annotations[etjobv1.AnnotationNodeNotice]
+		_, src := n.Annotations[etjobv1.AnnotationNodeNoticeSource]
+		return err == nil && !ann && !src && !hasTaint(n, agent.TaintReclaiming, corev1.TaintEffectNoSchedule)
+	})
+	eventually(t, 20*time.Second, "a SpotReclaimNoticeCancelled Event on the Node", func() bool {
+		return hasEvent(ctx, cs, agent.EventReasonReclaimNoticeCancelled, "aws")
+	})
+	if code, s := signal(w0.Name, tok0); code != http.StatusOK || s.Action != agent.ActionNone {
+		t.Errorf("worker-0 after the withdrawal: %d %+v, want none", code, s)
+	}
+
+	t.Run("controller leave relayed", func(t *testing.T) {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, etjobv1.AnnotationLeave, time.Now().UTC().Format(time.RFC3339), etjobv1.AnnotationLeaveReason, etjobv1.ReasonScaleIn)
+		if _, err := cs.CoreV1().Pods(ns).Patch(ctx, w0.Name, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 20*time.Second, "worker-0 is told to leave (ScaleIn)", func() bool {
+			code, s := signal(w0.Name, tok0)
+			return code == http.StatusOK && s.Action == agent.ActionLeave && s.Reason == etjobv1.ReasonScaleIn
+		})
+	})
+
+	t.Run("kubernetes-side taint", func(t *testing.T) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "ToBeDeletedByClusterAutoscaler", Value: "1700000000", Effect: corev1.TaintEffectNoSchedule})
+		if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 20*time.Second, "the Node is marked with the taint as the source", func() bool {
+			n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+			return err == nil && n.Annotations[etjobv1.AnnotationNodeNoticeSource] == "ToBeDeletedByClusterAutoscaler" &&
+				n.Annotations[etjobv1.AnnotationNodeNotice] != "" && hasTaint(n, agent.TaintReclaiming, corev1.TaintEffectNoSchedule)
+		})
+	})
+}
+
+func workerPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string) (*corev1.Pod, string) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:           nodeName,
+			ServiceAccountName: "worker",
+			Containers:         []corev1.Container{{Name: "main", Image: "worker"}},
+		},
+	}
+	pod, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiry := int64(3600)
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "worker", &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+		ExpirationSeconds: &expiry,
+		BoundObjectRef:    &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest bound to pod %s: %v", name, err)
+	}
+	return pod, tr.Status.Token
+}
+
+func hasTaint(n *corev1.Node, key string, effect corev1.TaintEffect) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key && t.Effect == effect {
+			return true
+		}
+	}
+	return false
+}
+
+func hasEvent(ctx context.Context, cs kubernetes.Interface, reason, text string) bool {
+	evs, err := cs.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.Set{"involvedObject.kind": "Node", "involvedObject.name": nodeName, "reason": reason}.String(),
+	})
+	if err != nil {
+		return false
+	}
+	for _, e := range evs.Items {
+		if strings.Contains(e.Message, text) {
+			return true
+		}
+	}
+	return false
+}
+
+func startAPIServer(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+		if err != nil {
+			t.Skipf("no KUBEBUILDER_ASSETS and no repository root: %v", err)
+		}
+		out, err := exec.Command(filepath.Join(strings.TrimSpace(string(root)), "hack/build-controlplane.sh")).Output()
+		if err != nil {
+			t.Skipf("no KUBEBUILDER_ASSETS and hack/build-controlplane.sh failed: %v", err)
+		}
+		t.Setenv("KUBEBUILDER_ASSETS", strings.TrimSpace(string(out)))
+	}
+	// envtest configures the API server's service-account issuer and keys,
+	// which TokenRequest and TokenReview need.
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting kube-apiserver and etcd: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// newNamespace creates a namespace with the default and worker
+// ServiceAccounts (no controller-manager runs here to create them).
+func newNamespace(ctx context.Context, t *testing.T, cs kubernetes.Interface) string {
+	t.Helper()
+	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "agent-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"default", "worker"} {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns.Name}}
+		if _, err := cs.CoreV1().ServiceAccounts(ns.Name).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ns.Name
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out after %v waiting for: %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,64 @@
+package agent
+
+import (
+	"time"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/agent/notice"
+)
+
+// Actions a pod is told on /v1/signal.
+const (
+	ActionNone       = "none"
+	ActionCheckpoint = "checkpoint"
+	ActionLeave      = "leave"
+)
+
+// NodeState is what the agent knows about its node: the reclamation notice
+// and the early warning in force (Kind None when there is none), from the
+// cloud or from Kubernetes.
+type NodeState struct {
+	// Reclaim is the notice in force, Kind Reclaim, or Kind None.
+	Reclaim notice.Notice
+	// Warning is the early warning in force, Kind EarlyWarning, or Kind None.
+	Warning notice.Notice
+}
+
+// Signal is the answer of GET /v1/signal.
+type Signal struct {
+	// Action is "none", "checkpoint" or "leave".
+	Action string `json:"action"`
+	// Reason says why: ReclaimNotice(<source>), the controller's leave
+	// reason, or EarlyWarning(<source>).
+	Reason string `json:"reason"`
+	// Deadline is when the node goes (RFC 3339), or empty.
+	Deadline string `json:"deadline"`
+	// Source is the provider or taint behind the notice, or "controller".
+	Source string `json:"source"`
+}
+
+// SourceController is the Signal source of a controller decision relayed
+// from a pod annotation.
+const SourceController = "controller"
+
+// Decide returns what a pod with the given annotations on a node in state s
+// is told. A node notice comes first: it carries a hard deadline, and it
+// works with the controller down. Then the controller's leave annotation,
+// then an early warning.
+func Decide(s NodeState, podAnnotations map[string]string) Signal {
+	if s.Reclaim.Kind == notice.Reclaim {
+		return Signal{Action: ActionLeave, Reason: "ReclaimNotice(" + s.Reclaim.Source + ")",
+			Deadline: s.Reclaim.Deadline.UTC().Format(time.RFC3339), Source: s.Reclaim.Source}
+	}
+	if _, ok := podAnnotations[etjobv1.AnnotationLeave]; ok {
+		reason := podAnnotations[etjobv1.AnnotationLeaveReason]
+		if reason == "" {
+			reason = "Leave"
+		}
+		return Signal{Action: ActionLeave, Reason: reason, Source: SourceController}
+	}
+	if s.Warning.Kind == notice.EarlyWarning {
+		return Signal{Action: ActionCheckpoint, Reason: "EarlyWarning(" + s.Warning.Source + ")", Source: s.Warning.Source}
+	}
+	return Signal{Action: ActionNone}
+}

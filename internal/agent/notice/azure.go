@@ -1,0 +1,123 @@
+package notice
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+)
+
+// DefaultAzureURL is the Azure Instance Metadata Service.
+const DefaultAzureURL = "http://169.254.169.254"
+
+// Scheduled Events path and header.
+const (
+	azureEventsPath = "/metadata/scheduledevents?api-version=2020-07-01"
+	azureHeader     = "Metadata"
+)
+
+// Azure reads Scheduled Events: Preempt (spot eviction) and Terminate are
+// reclaims at NotBefore; Freeze, Reboot and Redeploy are early warnings.
+// An event that disappears is withdrawn, and the notice with it.
+type Azure struct {
+	// BaseURL is the metadata service; empty means DefaultAzureURL.
+	BaseURL string
+	// Client is the HTTP client; nil means one with a 2 s timeout.
+	Client *http.Client
+	// VMName is this VM's name in the events' Resources; empty accepts an
+	// event for any VM.
+	VMName string
+}
+
+// Provider returns "azure".
+func (a *Azure) Provider() string { return ProviderAzure }
+
+type azureDocument struct {
+	DocumentIncarnation int          `json:"DocumentIncarnation"`
+	Events              []azureEvent `json:"Events"`
+}
+
+type azureEvent struct {
+	EventID      string   `json:"EventId"`
+	EventType    string   `json:"EventType"`
+	ResourceType string   `json:"ResourceType"`
+	Resources    []string `json:"Resources"`
+	EventStatus  string   `json:"EventStatus"`
+	NotBefore    string   `json:"NotBefore"`
+}
+
+// Poll reads the scheduled events once.
+func (a *Azure) Poll(ctx context.Context) (Notice, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base()+azureEventsPath, nil)
+	if err != nil {
+		return Notice{}, err
+	}
+	req.Header.Set(azureHeader, "true")
+	body, _, err := do(httpClient(a.Client), req)
+	if errors.Is(err, errNotFound) {
+		return Notice{}, fmt.Errorf("azure scheduledevents: 404 Not Found (is this an Azure VM?)")
+	}
+	if err != nil {
+		return Notice{}, err
+	}
+	var doc azureDocument
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return Notice{}, fmt.Errorf("azure scheduledevents %q: %w", body, err)
+	}
+	best := Notice{Source: ProviderAzure}
+	for _, ev := range doc.Events {
+		if ev.EventStatus != "" && ev.EventStatus != "Scheduled" && ev.EventStatus != "Started" {
+			continue
+		}
+		if a.VMName != "" && !slices.Contains(ev.Resources, a.VMName) {
+			continue
+		}
+		var n Notice
+		switch ev.EventType {
+		case "Preempt", "Terminate":
+			var deadline time.Time
+			if ev.NotBefore != "" { // empty once the event has started
+				deadline, err = time.Parse(time.RFC1123, ev.NotBefore)
+				if err != nil {
+					return Notice{}, fmt.Errorf("azure event %s NotBefore %q: want RFC 1123 (Mon, 19 Sep 2016 18:29:47 GMT): %w", ev.EventID, ev.NotBefore, err)
+				}
+			}
+			n = Notice{Kind: Reclaim, Deadline: deadline.UTC(), Source: ProviderAzure, Detail: ev.EventType + " " + ev.EventID, EventID: ev.EventID}
+		case "Freeze", "Reboot", "Redeploy":
+			n = Notice{Kind: EarlyWarning, Source: ProviderAzure, Detail: ev.EventType + " " + ev.EventID, EventID: ev.EventID}
+		default:
+			continue
+		}
+		if n.Kind > best.Kind || (n.Kind == Reclaim && best.Kind == Reclaim && n.Deadline.Before(best.Deadline)) {
+			best = n
+		}
+	}
+	return best, nil
+}
+
+// Ack approves the event eventID (StartRequests), letting the platform go
+// ahead without waiting for NotBefore; the agent calls it once the node's
+// pods are gone.
+func (a *Azure) Ack(ctx context.Context, eventID string) error {
+	payload, err := json.Marshal(map[string][]map[string]string{"StartRequests": {{"EventId": eventID}}})
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.base()+azureEventsPath, bytes.NewReader(payload))
+	if err != nil {
+		return err
+	}
+	req.Header.Set(azureHeader, "true")
+	req.Header.Set("Content-Type", "application/json")
+	if _, _, err := do(httpClient(a.Client), req); err != nil {
+		return fmt.Errorf("azure acknowledging event %s: %w", eventID, err)
+	}
+	return nil
+}
+
+func (a *Azure) base() string { return strings.TrimSuffix(or(a.BaseURL, DefaultAzureURL), "/") }

@@ -1,0 +1,272 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Extra keys of a TokenReview's user info for a token bound to a pod.
+const (
+	ExtraPodName = "authentication.kubernetes.io/pod-name"
+	ExtraPodUID  = "authentication.kubernetes.io/pod-uid"
+)
+
+// Authenticator checks a bearer token and returns who it belongs to.
+type Authenticator interface {
+	// Authenticate returns the token's user, or ok false for a token the
+	// API server does not accept.
+	Authenticate(ctx context.Context, token string) (user authnv1.UserInfo, ok bool, err error)
+}
+
+// TokenReviewAuthenticator validates tokens with the TokenReview API and
+// caches each answer, so that pods polling every ~200 ms cost one review per
+// token per TTL.
+type TokenReviewAuthenticator struct {
+	client    kubernetes.Interface
+	audiences []string
+	ttl       time.Duration
+	now       func() time.Time
+
+	mu    sync.Mutex
+	cache map[[32]byte]reviewResult
+}
+
+type reviewResult struct {
+	user    authnv1.UserInfo
+	ok      bool
+	expires time.Time
+}
+
+// NewTokenReviewAuthenticator returns an authenticator that asks client's
+// API server, for the given audiences (nil: the API server's own), and
+// caches each answer for ttl.
+func NewTokenReviewAuthenticator(client kubernetes.Interface, audiences []string, ttl time.Duration, now func() time.Time) *TokenReviewAuthenticator {
+	if now == nil {
+		now = time.Now
+	}
+	return &TokenReviewAuthenticator{client: client, audiences: audiences, ttl: ttl, now: now, cache: map[[32]byte]reviewResult{}}
+}
+
+// Authenticate reviews token, from the cache when it was reviewed within the TTL.
+func (t *TokenReviewAuthenticator) Authenticate(ctx context.Context, token string) (authnv1.UserInfo, bool, error) {
+	key := sha256.Sum256([]byte(token))
+	now := t.now()
+	t.mu.Lock()
+	r, hit := t.cache[key]
+	t.mu.Unlock()
+	if hit && now.Before(r.expires) {
+		return r.user, r.ok, nil
+	}
+	review, err := t.client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
+		Spec: authnv1.TokenReviewSpec{Token: token, Audiences: t.audiences},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return authnv1.UserInfo{}, false, fmt.Errorf("TokenReview: %w", err)
+	}
+	r = reviewResult{user: review.Status.User, ok: review.Status.Authenticated && review.Status.Error == "", expires: now.Add(t.ttl)}
+	t.mu.Lock()
+	for k, old := range t.cache { // keep the cache bounded by dropping stale answers
+		if !now.Before(old.expires) {
+			delete(t.cache, k)
+		}
+	}
+	t.cache[key] = r
+	t.mu.Unlock()
+	return r.user, r.ok, nil
+}
+
+// Progress is a worker's training progress, POSTed to /v1/progress.
+type Progress struct {
+	// Step is the last completed training step.
+	Step int64 `json:"step"`
+	// CheckpointStep is the step of the last committed checkpoint.
+	CheckpointStep int64 `json:"checkpointStep"`
+	// CheckpointPath is where that checkpoint is.
+	CheckpointPath string `json:"checkpointPath"`
+	// SamplesPerSecond is the worker's recent throughput.
+	SamplesPerSecond float64 `json:"samplesPerSecond"`
+}
+
+// PodProgress is one pod's latest progress, as served on GET /v1/progress.
+type PodProgress struct {
+	Namespace string    `json:"namespace"`
+	Pod       string    `json:"pod"`
+	Received  time.Time `json:"received"`
+	Progress
+}
+
+type progressStore struct {
+	mu   sync.Mutex
+	byID map[string]PodProgress
+}
+
+func (s *progressStore) put(p PodProgress) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byID == nil {
+		s.byID = map[string]PodProgress{}
+	}
+	s.byID[p.Namespace+"/"+p.Pod] = p
+}
+
+func (s *progressStore) list() []PodProgress {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]PodProgress, 0, len(s.byID))
+	for _, p := range s.byID {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Namespace+"/"+out[i].Pod < out[j].Namespace+"/"+out[j].Pod
+	})
+	return out
+}
+
+// Handler returns the node-local endpoint:
+//
+//	GET  /v1/signal?namespace=NS&pod=NAME    the pod's Signal
+//	POST /v1/progress?namespace=NS&pod=NAME  store the pod's Progress
+//	GET  /v1/progress                        every pod's latest progress
+//	GET  /healthz
+//
+// Callers prove who they are with a service-account token bound to the pod
+// they name (Authorization: Bearer), never by source IP: on the local
+// cluster every pod connects from loopback.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /v1/signal", a.serveSignal)
+	mux.HandleFunc("POST /v1/progress", a.postProgress)
+	mux.HandleFunc("GET /v1/progress", a.listProgress)
+	return mux
+}
+
+func (a *Agent) serveSignal(w http.ResponseWriter, r *http.Request) {
+	ns, name, ok := a.authorizePod(w, r)
+	if !ok {
+		return
+	}
+	pod, err := a.pods.Pods(ns).Get(name)
+	if err != nil {
+		httpError(w, http.StatusNotFound, fmt.Sprintf("pod %s/%s is not on node %s", ns, name, a.o.NodeName))
+		return
+	}
+	writeJSON(w, http.StatusOK, Decide(a.State(), pod.Annotations))
+}
+
+func (a *Agent) postProgress(w http.ResponseWriter, r *http.Request) {
+	ns, name, ok := a.authorizePod(w, r)
+	if !ok {
+		return
+	}
+	var p Progress
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		httpError(w, http.StatusBadRequest, "progress body: "+err.Error()+` (want {"step": N, "checkpointStep": M, "checkpointPath": "...", "samplesPerSecond": x})`)
+		return
+	}
+	a.progress.put(PodProgress{Namespace: ns, Pod: name, Received: a.o.Now().UTC(), Progress: p})
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *Agent) listProgress(w http.ResponseWriter, r *http.Request) {
+	if !a.o.InsecureSkipPodAuth {
+		if _, ok := a.authenticate(w, r); !ok {
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, a.progress.list())
+}
+
+// authorizePod checks the request's token against the pod it names:
+// 400 without namespace and pod, 401 without a valid token, 403 for a token
+// of another pod.
+func (a *Agent) authorizePod(w http.ResponseWriter, r *http.Request) (ns, name string, ok bool) {
+	ns, name = r.URL.Query().Get("namespace"), r.URL.Query().Get("pod")
+	if ns == "" || name == "" {
+		httpError(w, http.StatusBadRequest, "query parameters namespace and pod are required")
+		return "", "", false
+	}
+	if a.o.InsecureSkipPodAuth {
+		return ns, name, true
+	}
+	user, ok := a.authenticate(w, r)
+	if !ok {
+		return "", "", false
+	}
+	if err := podClaimMatches(user, ns, name, a.podUID(ns, name)); err != nil {
+		httpError(w, http.StatusForbidden, err.Error())
+		return "", "", false
+	}
+	return ns, name, true
+}
+
+func (a *Agent) podUID(ns, name string) string {
+	if p, err := a.pods.Pods(ns).Get(name); err == nil {
+		return string(p.UID)
+	}
+	return ""
+}
+
+// podClaimMatches checks that a token's user is a service account of
+// namespace ns whose token is bound to pod name (with uid, when known).
+func podClaimMatches(user authnv1.UserInfo, ns, name, uid string) error {
+	if !strings.HasPrefix(user.Username, "system:serviceaccount:"+ns+":") {
+		return fmt.Errorf("token of %q is not a service account of namespace %s", user.Username, ns)
+	}
+	pods := user.Extra[ExtraPodName]
+	if len(pods) != 1 || pods[0] != name {
+		return fmt.Errorf("token of %q is bound to pod %v, not %s/%s (use a projected service-account token of the pod itself)", user.Username, []string(pods), ns, name)
+	}
+	if uids := user.Extra[ExtraPodUID]; uid != "" && (len(uids) != 1 || uids[0] != uid) {
+		return fmt.Errorf("token is bound to an earlier pod %s/%s (uid %v, now %s)", ns, name, []string(uids), uid)
+	}
+	return nil
+}
+
+func (a *Agent) authenticate(w http.ResponseWriter, r *http.Request) (authnv1.UserInfo, bool) {
+	token, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !found || strings.TrimSpace(token) == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="etjob-agent"`)
+		httpError(w, http.StatusUnauthorized, "Authorization: Bearer <service-account token> is required")
+		return authnv1.UserInfo{}, false
+	}
+	user, ok, err := a.o.Authenticator.Authenticate(r.Context(), strings.TrimSpace(token))
+	if err != nil {
+		code := http.StatusServiceUnavailable
+		if apierrors.IsForbidden(err) {
+			code = http.StatusInternalServerError // the agent lacks RBAC for tokenreviews
+		}
+		a.log.Error("reviewing a pod token", "err", err)
+		httpError(w, code, "cannot verify the token: "+err.Error())
+		return authnv1.UserInfo{}, false
+	}
+	if !ok {
+		httpError(w, http.StatusUnauthorized, "the token is not valid")
+		return authnv1.UserInfo{}, false
+	}
+	return user, true
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func httpError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}

@@ -1,0 +1,111 @@
+package agent
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/etjob/etjob/internal/agent/notice"
+)
+
+// Node markings the agent owns. They belong with the API constants
+// (api/v1alpha1) once the controller reads them.
+const (
+	// AnnotationCheckpointRequested on a Node, set by the agent to an RFC 3339
+	// time on an early warning, asks the node's workers to checkpoint now.
+	AnnotationCheckpointRequested = "etjob.dev/checkpoint-requested"
+	// TaintReclaiming (NoSchedule) keeps new pods off a node that has a
+	// reclamation notice.
+	TaintReclaiming = "etjob.dev/reclaiming"
+	// EventReasonReclaimNotice is the Node event of a new reclamation notice.
+	EventReasonReclaimNotice = "SpotReclaimNotice"
+	// EventReasonReclaimNoticeCancelled is the Node event of a withdrawn notice.
+	EventReasonReclaimNoticeCancelled = "SpotReclaimNoticeCancelled"
+	// EventReasonEarlyWarning is the Node event of an early warning.
+	EventReasonEarlyWarning = "SpotEarlyWarning"
+)
+
+// SourceUnschedulable and SourceNodeShutdown name Kubernetes-side notices
+// that are not a taint of their own.
+const (
+	SourceUnschedulable = "node.kubernetes.io/unschedulable"
+	SourceNodeShutdown  = "NodeShutdown"
+)
+
+// reclaimTaints are taints that other components put on a node that is
+// going away: the node is treated as reclaimed within the Kubernetes notice
+// window.
+var reclaimTaints = []string{
+	// cluster-autoscaler, before it drains and deletes a node.
+	"ToBeDeletedByClusterAutoscaler",
+	// Karpenter v1 (disrupted) and v0.3x (disruption=disrupting).
+	"karpenter.sh/disrupted",
+	"karpenter.sh/disruption",
+	// AWS node termination handler, on a spot interruption, a scheduled
+	// event, an ASG lifecycle termination.
+	"aws-node-termination-handler/spot-itn",
+	"aws-node-termination-handler/scheduled-maintenance",
+	"aws-node-termination-handler/asg-lifecycle-termination",
+	// Non-graceful node shutdown.
+	"node.kubernetes.io/out-of-service",
+}
+
+// warningTaints are taints that announce a node may go soon.
+var warningTaints = []string{
+	"aws-node-termination-handler/rebalance-recommendation",
+}
+
+// KubernetesNotice reads the Kubernetes-side signals that node is going:
+// a reclaim taint, a cordon with a drain under way (a pod on the node
+// evicted through the Eviction API), or the kubelet shutting the node down.
+// It returns the notice kind and its source (the taint key or condition).
+// The agent's own taint is not a signal.
+func KubernetesNotice(node *corev1.Node, pods []*corev1.Pod) (notice.Kind, string) {
+	if node == nil {
+		return notice.None, ""
+	}
+	for _, key := range reclaimTaints {
+		if hasTaint(node, key) {
+			return notice.Reclaim, key
+		}
+	}
+	for _, c := range node.Status.Conditions {
+		// The kubelet's graceful node shutdown reports it in the Ready
+		// condition ("node is shutting down").
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue && strings.Contains(c.Message, "node is shutting down") {
+			return notice.Reclaim, SourceNodeShutdown
+		}
+	}
+	if node.Spec.Unschedulable && draining(pods) {
+		return notice.Reclaim, SourceUnschedulable
+	}
+	for _, key := range warningTaints {
+		if hasTaint(node, key) {
+			return notice.EarlyWarning, key
+		}
+	}
+	return notice.None, ""
+}
+
+// draining reports whether a pod was evicted through the Eviction API (what
+// kubectl drain and node termination handlers use): a cordon alone is not a
+// notice.
+func draining(pods []*corev1.Pod) bool {
+	for _, p := range pods {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == "EvictionByEvictionAPI" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func hasTaint(node *corev1.Node, key string) bool {
+	for _, t := range node.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,489 @@
+// Package demo tells etjob's story on the local cluster with real torchrun
+// training: a job on spot nodes loses one node with a notice (it shrinks in
+// place), then two at once (it falls below min, checkpoints and waits), gets
+// capacity back (it resumes and grows), and finishes; then it prints what that
+// cost next to all-on-demand and what accuracy it reached next to an
+// undisturbed run. `make demo` runs it; test/e2e runs a shorter one and
+// asserts on the same Result.
+package demo
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/controller"
+	"github.com/etjob/etjob/internal/localcluster"
+)
+
+// Options configure the story.
+type Options struct {
+	Cluster  *localcluster.Cluster
+	RepoRoot string
+	// Namespace and Job name the ElasticJob.
+	Namespace, Job string
+	// Epochs and Width size the training (work per step and in all).
+	Epochs, Width int
+	// Notice is the reclamation notice of each reclaimed node.
+	Notice time.Duration
+	// StepsBeforeLoss is how far training gets before each reclamation.
+	StepsBeforeLoss int
+	// Baseline runs the undisturbed comparison run first.
+	Baseline bool
+	Out      io.Writer
+}
+
+// Result is what happened.
+type Result struct {
+	Wall             time.Duration
+	Completed        bool
+	Accuracy         float64
+	BaselineAccuracy float64
+	Steps            int
+	LedgerOK         bool
+	LedgerDetail     string
+	Resumes          []Resume
+	Timeline         []string
+	// Cost is worker node time × node price; OnDemandCost the same time at the
+	// on-demand price.
+	Cost, OnDemandCost float64
+	Job                *etjobv1.ElasticJob
+}
+
+type story struct {
+	Options
+	cs    *kubernetes.Clientset
+	c     client.Client
+	start time.Time
+	res   *Result
+	mu    sync.Mutex
+	// workerSeconds by node, and node prices.
+	seconds map[string]float64
+	prices  map[string]float64
+}
+
+// Run tells the story and returns what happened.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	cs, err := o.Cluster.Clientset()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := o.Cluster.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	if err != nil {
+		return nil, err
+	}
+	s := &story{Options: o, cs: cs, c: c, res: &Result{}, seconds: map[string]float64{}, prices: map[string]float64{}}
+	return s.res, s.run(ctx)
+}
+
+func (s *story) say(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	s.mu.Lock()
+	s.res.Timeline = append(s.res.Timeline, fmt.Sprintf("%6.1fs  %s", time.Since(s.start).Seconds(), line))
+	s.mu.Unlock()
+	fmt.Fprintf(s.Out, "[%6.1fs] %s\n", time.Since(s.start).Seconds(), line)
+}
+
+func (s *story) run(ctx context.Context) error {
+	s.start = time.Now()
+	if s.Baseline {
+		s.say("undisturbed baseline: the same training, 2 processes, no cluster")
+		acc, err := s.baseline(ctx)
+		if err != nil {
+			return err
+		}
+		s.res.BaselineAccuracy = acc
+		s.say("baseline accuracy %.4f", acc)
+	}
+	s.start = time.Now()
+	if err := s.submit(ctx); err != nil {
+		return err
+	}
+	meter, stopMeter := context.WithCancel(ctx)
+	defer stopMeter()
+	go s.meter(meter)
+
+	s.say("submitted ElasticJob %s/%s: 4 workers, min 2, max 6, on spot nodes", s.Namespace, s.Job)
+	if err := s.waitMembers(ctx, 4, 6*time.Minute); err != nil {
+		return err
+	}
+	if err := s.waitSteps(ctx, s.StepsBeforeLoss, 5*time.Minute); err != nil {
+		return err
+	}
+
+	// 1. One spot node is reclaimed with a notice: the job shrinks in place.
+	victims, err := s.workerNodes(ctx, 1)
+	if err != nil {
+		return err
+	}
+	s.say("reclaiming %s with a %s notice", victims[0], s.Notice)
+	if err := s.Cluster.Reclaim(ctx, victims[0], s.Notice); err != nil {
+		return err
+	}
+	if err := s.waitResumes(ctx, 1, 3*time.Minute); err != nil {
+		return err
+	}
+	s.say("training resumed with %d members", s.members(ctx))
+	if err := s.waitSteps(ctx, s.maxStep()+s.StepsBeforeLoss, 5*time.Minute); err != nil {
+		return err
+	}
+
+	// 2. Two more at once: below min, everyone checkpoints and stops.
+	victims, err = s.workerNodes(ctx, 2)
+	if err != nil {
+		return err
+	}
+	s.say("reclaiming %s and %s at once (%s notice): the job falls below min", victims[0], victims[1], s.Notice)
+	var wg sync.WaitGroup
+	errs := make([]error, len(victims))
+	for i, v := range victims {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = s.Cluster.Reclaim(ctx, v, s.Notice) }()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	if err := s.waitCondition(ctx, etjobv1.ConditionSuspended, etjobv1.ReasonWaitingForCapacity, 3*time.Minute); err != nil {
+		return err
+	}
+	s.say("the job waits for capacity: %s", s.conditionMessage(ctx, etjobv1.ConditionSuspended))
+
+	// 3. Capacity returns: it resumes from the checkpoint and grows back.
+	for range 3 {
+		name, err := s.Cluster.AddNode(ctx, "", true)
+		if err != nil {
+			return err
+		}
+		s.say("added spot node %s", name)
+	}
+	if err := s.waitCondition(ctx, etjobv1.ConditionRunning, "", 5*time.Minute); err != nil {
+		return err
+	}
+	s.say("the job runs again with %d members", s.members(ctx))
+
+	// 4. It finishes.
+	if err := s.waitCondition(ctx, etjobv1.ConditionComplete, "", 20*time.Minute); err != nil {
+		return err
+	}
+	s.say("the job completed")
+	stopMeter()
+	return s.collect(ctx)
+}
+
+// submit creates the example's PV, PVC and ElasticJob.
+func (s *story) submit(ctx context.Context) error {
+	raw, err := os.ReadFile(filepath.Join(s.RepoRoot, "examples/digits/elasticjob.yaml"))
+	if err != nil {
+		return err
+	}
+	shared := filepath.Join(s.Cluster.Dir, "shared", s.Job)
+	_ = os.RemoveAll(shared)
+	if err := os.MkdirAll(shared, 0o755); err != nil {
+		return err
+	}
+	text := os.Expand(string(raw), func(k string) string {
+		switch k {
+		case "ETJOB_REPO":
+			return s.RepoRoot
+		case "ETJOB_SHARED":
+			return shared
+		case "EPOCHS":
+			return strconv.Itoa(s.Epochs)
+		case "WIDTH":
+			return strconv.Itoa(s.Width)
+		}
+		return "${" + k + "}"
+	})
+	text = strings.ReplaceAll(text, "name: digits-ckpt", "name: "+s.Job+"-ckpt")
+	text = strings.ReplaceAll(text, "claimName: digits-ckpt", "claimName: "+s.Job+"-ckpt")
+	text = strings.ReplaceAll(text, "volumeName: digits-ckpt", "volumeName: "+s.Job+"-ckpt")
+	text = strings.ReplaceAll(text, "\n  name: digits\n", "\n  name: "+s.Job+"\n")
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(text)), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("examples/digits/elasticjob.yaml: %w", err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if u.GetKind() != "PersistentVolume" {
+			u.SetNamespace(s.Namespace)
+		}
+		if err := s.c.Create(ctx, u); err != nil {
+			return fmt.Errorf("creating %s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+	}
+}
+
+var accRe = regexp.MustCompile(`final accuracy=([\d.]+)`)
+
+// baseline runs the same training undisturbed with two local processes.
+func (s *story) baseline(ctx context.Context) (float64, error) {
+	dir, err := os.MkdirTemp("", "etjob-baseline-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", "-m", "etjob.torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=2",
+		filepath.Join(s.RepoRoot, "examples/digits/train.py"), "--epochs", strconv.Itoa(s.Epochs))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(s.RepoRoot, "python"), "ETJOB_CHECKPOINT_DIR="+dir,
+		"WIDTH="+strconv.Itoa(s.Width), "ETJOB_AGENT_ADDR=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("baseline run: %w\n%s", err, tail(string(out), 2000))
+	}
+	m := accRe.FindStringSubmatch(string(out))
+	if m == nil {
+		return 0, fmt.Errorf("baseline run printed no final accuracy:\n%s", tail(string(out), 2000))
+	}
+	return strconv.ParseFloat(m[1], 64)
+}
+
+// meter samples, every second, which worker pods run on which node, for the cost.
+func (s *story) meter(ctx context.Context) {
+	last := time.Now()
+	for ctx.Err() == nil {
+		time.Sleep(time.Second)
+		dt := time.Since(last).Seconds()
+		last = time.Now()
+		pods, err := s.cs.CoreV1().Pods(s.Namespace).List(ctx, metav1.ListOptions{LabelSelector: etjobv1.LabelJobName + "=" + s.Job})
+		if err != nil {
+			continue
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase != corev1.PodRunning || p.Spec.NodeName == "" {
+				continue
+			}
+			s.mu.Lock()
+			if _, ok := s.prices[p.Spec.NodeName]; !ok {
+				if n, err := s.cs.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{}); err == nil {
+					s.prices[p.Spec.NodeName], _ = strconv.ParseFloat(n.Labels["etjob.dev/price-per-hour"], 64)
+				}
+			}
+			s.seconds[p.Spec.NodeName] += dt
+			s.mu.Unlock()
+		}
+	}
+}
+
+func (s *story) collect(ctx context.Context) error {
+	s.res.Wall = time.Since(s.start)
+	lines, err := ReadLogs(s.Cluster.Dir, s.Namespace, s.Job)
+	if err != nil {
+		return err
+	}
+	s.res.Accuracy, s.res.Steps, s.res.Completed = Final(lines)
+	s.res.LedgerOK, s.res.LedgerDetail = LedgerOK(lines)
+	s.res.Resumes = Resumes(lines)
+	onDemand, _ := strconv.ParseFloat(localcluster.OnDemandPrice, 64)
+	s.mu.Lock()
+	for node, sec := range s.seconds {
+		s.res.Cost += sec / 3600 * s.prices[node]
+		s.res.OnDemandCost += sec / 3600 * onDemand
+	}
+	s.mu.Unlock()
+	job := &etjobv1.ElasticJob{}
+	if err := s.c.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Job}, job); err == nil {
+		s.res.Job = job
+	}
+	return nil
+}
+
+// Summary prints the result for people.
+func (r *Result) Summary(w io.Writer) {
+	fmt.Fprintln(w, "\n=== etjob demo summary ===")
+	fmt.Fprintln(w, "timeline:")
+	for _, l := range r.Timeline {
+		fmt.Fprintln(w, "  "+l)
+	}
+	if r.Job != nil {
+		fmt.Fprintln(w, "membership timeline (status.timeline):")
+		for _, e := range r.Job.Status.Timeline {
+			fmt.Fprintf(w, "  %s  %-8s gen %-3d members %d  %s\n", e.Time.Format("15:04:05"), e.Type, e.Generation, e.Members, e.Message)
+		}
+		fmt.Fprintf(w, "restarts %d, preemptions %d, failures %d\n", r.Job.Status.Restarts, r.Job.Status.Preemptions, r.Job.Status.Failures)
+	}
+	fmt.Fprintln(w, "training restarts (steps lost = steps done again):")
+	for i, rs := range r.Resumes {
+		how := "hard loss: back to the last periodic checkpoint"
+		if rs.AfterStop {
+			how = "agreed stop: checkpoint at the stop step"
+		}
+		fmt.Fprintf(w, "  %d. resumed at step %d with %d workers after reaching %d: %d steps lost (%s)\n", i+1, rs.From, rs.World, rs.Reached, rs.Lost, how)
+	}
+	fmt.Fprintf(w, "steps: %d; sampler ledger: %s\n", r.Steps, r.LedgerDetail)
+	if r.BaselineAccuracy > 0 {
+		fmt.Fprintf(w, "final accuracy: %.4f (undisturbed run: %.4f)\n", r.Accuracy, r.BaselineAccuracy)
+	} else {
+		fmt.Fprintf(w, "final accuracy: %.4f\n", r.Accuracy)
+	}
+	saved := 0.0
+	if r.OnDemandCost > 0 {
+		saved = 100 * (1 - r.Cost/r.OnDemandCost)
+	}
+	fmt.Fprintf(w, "wall time: %s\n", r.Wall.Round(time.Second))
+	fmt.Fprintf(w, "worker cost: $%.4f on spot vs $%.4f all on-demand (p3.2xlarge $%s/h vs $%s/h): %.0f%% saved\n",
+		r.Cost, r.OnDemandCost, localcluster.SpotPrice, localcluster.OnDemandPrice, saved)
+}
+
+// Waiting helpers.
+
+func (s *story) job(ctx context.Context) (*etjobv1.ElasticJob, error) {
+	j := &etjobv1.ElasticJob{}
+	return j, s.c.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Job}, j)
+}
+
+func (s *story) members(ctx context.Context) int {
+	j, err := s.job(ctx)
+	if err != nil {
+		return 0
+	}
+	return int(j.Status.Members)
+}
+
+func (s *story) conditionMessage(ctx context.Context, t string) string {
+	j, err := s.job(ctx)
+	if err != nil {
+		return ""
+	}
+	if c := meta.FindStatusCondition(j.Status.Conditions, t); c != nil {
+		return c.Message
+	}
+	return ""
+}
+
+func (s *story) waitFor(ctx context.Context, what string, timeout time.Duration, f func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := f()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (s *story) waitMembers(ctx context.Context, n int, timeout time.Duration) error {
+	return s.waitFor(ctx, fmt.Sprintf("%d members", n), timeout, func() (bool, error) {
+		j, err := s.job(ctx)
+		if err != nil {
+			return false, err
+		}
+		if meta.IsStatusConditionTrue(j.Status.Conditions, etjobv1.ConditionFailed) {
+			return false, fmt.Errorf("the job failed: %s", meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed).Message)
+		}
+		return int(j.Status.Members) >= n, nil
+	})
+}
+
+func (s *story) waitCondition(ctx context.Context, cond, reason string, timeout time.Duration) error {
+	return s.waitFor(ctx, "condition "+cond, timeout, func() (bool, error) {
+		j, err := s.job(ctx)
+		if err != nil {
+			return false, err
+		}
+		if cond != etjobv1.ConditionFailed && meta.IsStatusConditionTrue(j.Status.Conditions, etjobv1.ConditionFailed) {
+			return false, fmt.Errorf("the job failed: %s", meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed).Message)
+		}
+		c := meta.FindStatusCondition(j.Status.Conditions, cond)
+		return c != nil && c.Status == metav1.ConditionTrue && (reason == "" || c.Reason == reason), nil
+	})
+}
+
+func (s *story) maxStep() int {
+	lines, _ := ReadLogs(s.Cluster.Dir, s.Namespace, s.Job)
+	return MaxStep(lines)
+}
+
+func (s *story) waitSteps(ctx context.Context, step int, timeout time.Duration) error {
+	return s.waitFor(ctx, fmt.Sprintf("training step %d", step), timeout, func() (bool, error) {
+		j, err := s.job(ctx)
+		if err == nil && meta.IsStatusConditionTrue(j.Status.Conditions, etjobv1.ConditionFailed) {
+			return false, fmt.Errorf("the job failed: %s", meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed).Message)
+		}
+		return s.maxStep() >= step, nil
+	})
+}
+
+func (s *story) waitResumes(ctx context.Context, n int, timeout time.Duration) error {
+	return s.waitFor(ctx, fmt.Sprintf("%d training restarts", n), timeout, func() (bool, error) {
+		lines, err := ReadLogs(s.Cluster.Dir, s.Namespace, s.Job)
+		if err != nil {
+			return false, err
+		}
+		rs := Resumes(lines)
+		if len(rs) < n {
+			return false, nil
+		}
+		// Resumed means a step after the restart.
+		return MaxStep(lines) > rs[n-1].From, nil
+	})
+}
+
+// workerNodes returns n spot nodes that run members of the job, highest
+// worker index first.
+func (s *story) workerNodes(ctx context.Context, n int) ([]string, error) {
+	j, err := s.job(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ws := append([]etjobv1.WorkerStatus(nil), j.Status.Workers...)
+	sort.Slice(ws, func(a, b int) bool { return ws[a].Index > ws[b].Index })
+	var out []string
+	for _, w := range ws {
+		if w.State == etjobv1.WorkerMember && strings.HasPrefix(w.Node, "spot-") && len(out) < n {
+			out = append(out, w.Node)
+		}
+	}
+	if len(out) < n {
+		return nil, fmt.Errorf("wanted %d spot nodes with members, found %v", n, out)
+	}
+	return out, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}

@@ -1,0 +1,189 @@
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Prices of the local cluster's nodes: p3.2xlarge as Bamboo (NSDI'23) priced
+// it, so that local cost reports can be set beside published numbers.
+const (
+	InstanceType  = "p3.2xlarge"
+	SpotPrice     = "0.91"
+	OnDemandPrice = "3.06"
+)
+
+// Providers are the clouds whose metadata services nodes emulate, in the
+// order nodes get them, so that a story reclaims nodes of every provider.
+var Providers = []string{"aws", "gcp", "azure", "alibaba"}
+
+// NewNodeSpec names a node's capacity, price and cloud; index picks its
+// loopback /24 (and, round-robin, its cloud).
+func NewNodeSpec(name string, spot bool, index int) NodeSpec {
+	price := OnDemandPrice
+	if spot {
+		price = SpotPrice
+	}
+	return NodeSpec{Name: name, Spot: spot, InstanceType: InstanceType, PricePerHour: price, Index: index,
+		Provider: Providers[index%len(Providers)]}
+}
+
+// Clientset returns a clientset for the cluster.
+func (c *Cluster) Clientset() (*kubernetes.Clientset, error) {
+	cfg, err := c.RESTConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no cluster in %s (etjob cluster up): %w", c.Dir, err)
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// Up starts the control plane and spot + onDemand nodes, and waits until the
+// nodes are Ready. It is idempotent.
+func (c *Cluster) Up(ctx context.Context, spot, onDemand int) error {
+	if err := c.StartControlPlane(ctx); err != nil {
+		return err
+	}
+	for i := range onDemand {
+		if err := c.StartNode(NewNodeSpec(fmt.Sprintf("on-demand-%d", i+1), false, 1+i)); err != nil {
+			return err
+		}
+	}
+	for i := range spot {
+		if err := c.StartNode(NewNodeSpec(fmt.Sprintf("spot-%d", i+1), true, 101+i)); err != nil {
+			return err
+		}
+	}
+	return c.WaitNodesReady(ctx, spot+onDemand)
+}
+
+// AddNode starts a new node and waits until it is Ready. Names and /24s are
+// never reused: a reclaimed node is gone for good. An empty name picks spot-N
+// or on-demand-N.
+func (c *Cluster) AddNode(ctx context.Context, name string, spot bool) (string, error) {
+	cs, err := c.Clientset()
+	if err != nil {
+		return "", err
+	}
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	used := map[string]bool{}
+	for _, n := range nodes.Items {
+		used[n.Name] = true
+	}
+	entries, _ := os.ReadDir(c.path("nodes"))
+	for _, e := range entries {
+		used[e.Name()] = true
+	}
+	prefix, base := "on-demand-", 1
+	if spot {
+		prefix, base = "spot-", 101
+	}
+	if name != "" && used[name] {
+		return "", fmt.Errorf("--name %s: a node of that name exists or existed in this cluster", name)
+	}
+	n := 1
+	for ; used[fmt.Sprintf("%s%d", prefix, n)]; n++ {
+	}
+	if name == "" {
+		name = fmt.Sprintf("%s%d", prefix, n)
+	}
+	if err := c.StartNode(NewNodeSpec(name, spot, base+n-1)); err != nil {
+		return "", err
+	}
+	return name, c.WaitNodesReady(ctx, len(nodes.Items)+1)
+}
+
+// Reclaim takes a node back as its cloud would: with notice > 0 the node's
+// emulated metadata service announces the reclamation in its provider's
+// documented format (the node agent reads it and marks the Node), then at the
+// deadline every process of the node dies at once (SIGKILL, like a vanished
+// VM) and the Node is removed. notice 0 is a hard loss.
+func (c *Cluster) Reclaim(ctx context.Context, name string, notice time.Duration) error {
+	cs, err := c.Clientset()
+	if err != nil {
+		return err
+	}
+	node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reclaim %s: %w", name, err)
+	}
+	if notice > 0 {
+		deadline := time.Now().Add(notice).UTC()
+		provider := node.Labels["etjob.dev/cloud-provider"]
+		ip := ""
+		for _, a := range node.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				ip = a.Address
+			}
+		}
+		u := fmt.Sprintf("http://%s:%d/etjob/reclaim?provider=%s&deadline=%s", ip, MetadataPort, provider, deadline.Format(time.RFC3339))
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("announcing the reclamation of %s through its metadata service: %w", name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			return fmt.Errorf("announcing the reclamation of %s: %s answered %s", name, u, resp.Status)
+		}
+		c.logf("node %s: %s reclamation notice, deadline %s", name, provider, deadline.Format(time.RFC3339))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(notice):
+		}
+	}
+	if err := c.StopNode(name, true); err != nil {
+		return err
+	}
+	if err := cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	c.logf("node %s reclaimed: its processes were killed and the Node removed", name)
+	return nil
+}
+
+// WaitNodesReady waits until at least want nodes are Ready.
+func (c *Cluster) WaitNodesReady(ctx context.Context, want int) error {
+	cs, err := c.Clientset()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		var ready []string
+		if err == nil {
+			for _, n := range nodes.Items {
+				for _, cond := range n.Status.Conditions {
+					if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+						ready = append(ready, n.Name)
+					}
+				}
+			}
+		}
+		if len(ready) >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			sort.Strings(ready)
+			return fmt.Errorf("%d of %d nodes Ready after 90s (%v; logs in %s)", len(ready), want, ready, c.path("logs"))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,145 @@
+// Package e2e tells the spot story on a real local cluster (etcd,
+// kube-apiserver, scheduler, controller-manager, the etjob controller, process
+// nodes) with real torchrun training, and checks it from the training logs and
+// checkpoints, not from accuracy alone.
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/demo"
+	"github.com/etjob/etjob/internal/localcluster"
+)
+
+func TestSpotStory(t *testing.T) {
+	if os.Getenv("ETJOB_SKIP_E2E") != "" {
+		t.Skip("ETJOB_SKIP_E2E is set")
+	}
+	repo := repoRoot(t)
+	bin := filepath.Join(t.TempDir(), "etjob")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/etjob").CombinedOutput(); err != nil {
+		t.Fatalf("building etjob: %v\n%s", err, out)
+	}
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		out, err := exec.Command(filepath.Join(repo, "hack/build-controlplane.sh")).Output()
+		if err != nil {
+			t.Fatalf("hack/build-controlplane.sh: %v", err)
+		}
+		assets = strings.TrimSpace(string(out))
+	}
+	dir := filepath.Join(os.TempDir(), "etjob-e2e")
+	cl := &localcluster.Cluster{Dir: dir, BinDir: assets, Self: bin, Out: testWriter{t}}
+	if err := cl.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	if err := cl.Up(ctx, 4, 1); err != nil {
+		t.Fatalf("cluster up: %v", err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			_ = cl.Delete()
+		} else {
+			_ = cl.Stop()
+			t.Logf("cluster logs kept in %s", dir)
+		}
+	})
+
+	res, err := demo.Run(ctx, demo.Options{
+		Cluster: cl, RepoRoot: repo, Namespace: "default", Job: "story",
+		Epochs: 12, Width: 16, Notice: 20 * time.Second, StepsBeforeLoss: 25, Baseline: true, Out: testWriter{t},
+	})
+	if res != nil {
+		var b strings.Builder
+		res.Summary(&b)
+		t.Log(b.String())
+	}
+	if err != nil {
+		t.Fatalf("story: %v", err)
+	}
+
+	if !res.Completed {
+		t.Fatal("training did not finish")
+	}
+	if !res.LedgerOK {
+		t.Errorf("sampler ledger: %s", res.LedgerDetail)
+	}
+	// Every noticed loss ended in an agreed stop: resume at exactly the stop step.
+	noticed := 0
+	for i, r := range res.Resumes {
+		if r.AfterStop {
+			noticed++
+			if r.Lost != 0 {
+				t.Errorf("restart %d after an agreed stop lost %d committed steps (resumed at %d, reached %d)", i+1, r.Lost, r.From, r.Reached)
+			}
+		}
+	}
+	if noticed < 2 {
+		t.Errorf("%d restarts followed an agreed stop, want at least 2 (one per noticed reclamation round): %+v", noticed, res.Resumes)
+	}
+	if res.BaselineAccuracy > 0 && res.Accuracy < res.BaselineAccuracy-0.03 {
+		t.Errorf("accuracy %.4f is more than 3 points below the undisturbed run's %.4f", res.Accuracy, res.BaselineAccuracy)
+	}
+	if res.Job == nil || res.Job.Status.Failures != 0 {
+		t.Errorf("preemptions must not count as failures: %+v", res.Job.Status)
+	}
+
+	// Nothing is orphaned after the job is deleted: no pods, no processes.
+	cs, err := cl.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Job
+	if err := cs.RESTClient().Delete().AbsPath("/apis/etjob.dev/v1alpha1/namespaces", c.Namespace, "elasticjobs", c.Name).Do(ctx).Error(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		pods, err := cs.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: etjobv1.LabelJobName + "=" + c.Name})
+		if err == nil && len(pods.Items) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pods of the deleted job remain: %d", len(pods.Items))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	pids, _ := filepath.Glob(filepath.Join(dir, "nodes", "*", "pods", "*", "*.pid"))
+	for _, f := range pids {
+		b, _ := os.ReadFile(f)
+		var pid int
+		for _, ch := range strings.TrimSpace(string(b)) {
+			pid = pid*10 + int(ch-'0')
+		}
+		if pid > 0 && syscall.Kill(pid, 0) == nil {
+			t.Errorf("process %d of %s still runs after its pod was deleted", pid, f)
+		}
+	}
+}
+
+func repoRoot(t *testing.T) string {
+	out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
