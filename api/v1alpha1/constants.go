@@ -72,6 +72,13 @@ const (
 	AnnotationNodeNotice = "etjob.dev/reclaim-deadline"
 	// AnnotationNodeNoticeSource on a Node says where the notice came from.
 	AnnotationNodeNoticeSource = "etjob.dev/reclaim-source"
+	// AnnotationNodeCheckpointRequested on a Node, set by the agent to an RFC
+	// 3339 time on an early warning (AWS rebalance, GCP maintenance), asks the
+	// node's workers to checkpoint now without leaving.
+	AnnotationNodeCheckpointRequested = "etjob.dev/checkpoint-requested"
+	// TaintReclaiming (NoSchedule) keeps new pods off a node that has a
+	// reclamation notice; the agent sets it with the notice annotation.
+	TaintReclaiming = "etjob.dev/reclaiming"
 
 	// ExitCodePreempted is the reserved exit code of a worker that stops because
 	// it was told to (EX_TEMPFAIL of sysexits.h: "try again later"). It counts as

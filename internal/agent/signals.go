@@ -5,18 +5,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/agent/notice"
 )
 
-// Node markings the agent owns. They belong with the API constants
-// (api/v1alpha1) once the controller reads them.
+// Node markings the agent owns (the API constants, re-exported here).
 const (
-	// AnnotationCheckpointRequested on a Node, set by the agent to an RFC 3339
-	// time on an early warning, asks the node's workers to checkpoint now.
-	AnnotationCheckpointRequested = "etjob.dev/checkpoint-requested"
-	// TaintReclaiming (NoSchedule) keeps new pods off a node that has a
-	// reclamation notice.
-	TaintReclaiming = "etjob.dev/reclaiming"
+	// AnnotationCheckpointRequested is etjobv1.AnnotationNodeCheckpointRequested.
+	AnnotationCheckpointRequested = etjobv1.AnnotationNodeCheckpointRequested
+	// TaintReclaiming is etjobv1.TaintReclaiming.
+	TaintReclaiming = etjobv1.TaintReclaiming
 	// EventReasonReclaimNotice is the Node event of a new reclamation notice.
 	EventReasonReclaimNotice = "SpotReclaimNotice"
 	// EventReasonReclaimNoticeCancelled is the Node event of a withdrawn notice.
