@@ -39,6 +39,7 @@ const (
 	ReasonPodCreateAccepted   = "PodCreateAccepted"
 	ReasonMaxWaitTimeExceeded = "MaxWaitTimeExceeded"
 	ReasonScaleIn             = "ScaleIn"
+	ReasonCompleting          = "Completing"
 	ReasonNeverRan            = "Pending"
 )
 

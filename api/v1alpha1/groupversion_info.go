@@ -25,7 +25,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &ElasticJob{}, &ElasticJobList{})
+	s.AddKnownTypes(GroupVersion, &ElasticJob{}, &ElasticJobList{}, &ScaleOut{}, &ScaleOutList{}, &ScaleIn{}, &ScaleInList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -6,6 +6,8 @@ package cli
 import (
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -22,24 +24,68 @@ type IOStreams struct {
 
 // NewRootCommand returns the etjob command.
 func NewRootCommand(streams IOStreams) *cobra.Command {
+	return NewNamedRootCommand("etjob", streams)
+}
+
+// NewNamedRootCommand returns the etjob command as prog names it in usage and
+// examples: "etjob", or "kubectl etjob" for the kubectl plugin.
+func NewNamedRootCommand(prog string, streams IOStreams) *cobra.Command {
+	return newRoot(newFactory(prog, streams))
+}
+
+func newRoot(f *factory) *cobra.Command {
+	prog, streams := f.prog, f.streams
 	root := &cobra.Command{
-		Use:           "etjob",
-		Short:         "Elastic distributed training on spot capacity, for Kubernetes",
+		Use:   "etjob",
+		Short: "Elastic distributed training on spot capacity, for Kubernetes",
+		Long: `Elastic distributed training on spot capacity, for Kubernetes. Arena's etjob verbs and flags
+(` + "`" + prog + " submit etjob ...`" + ` or ` + "`" + prog + " submit ...`" + `), on ElasticJobs, with kubectl's connection flags.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       Version,
 	}
+	if prog != "etjob" {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: prog}
+	}
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	root.AddCommand(newClusterCommand(streams), newDemoCommand(streams), newInternalCommand())
+	f.config.AddFlags(root.PersistentFlags())
+	root.PersistentFlags().StringVar(&f.logLevel, "loglevel", "info", "log level of the INFO/WARN lines: debug, info, warn or error (Arena's)")
+	_ = root.RegisterFlagCompletionFunc("namespace", completeNamespaces(f))
+	root.AddGroup(&cobra.Group{ID: "jobs", Title: "Job commands (Arena's etjob verbs):"}, &cobra.Group{ID: "local", Title: "Local cluster:"})
+	jobs := []*cobra.Command{
+		newSubmitCommand(f), newListCommand(f), newGetCommand(f), newLogsCommand(f),
+		newScaleCommand(f), newScaleOutInCommand(f, verbScaleOut), newScaleOutInCommand(f, verbScaleIn),
+		newLifecycleCommand(f, "suspend"), newLifecycleCommand(f, "resume"), newLifecycleCommand(f, "delete"),
+		newTopCommand(f), newCostCommand(f),
+	}
+	for _, c := range jobs {
+		c.GroupID = "jobs"
+		root.AddCommand(c)
+	}
+	for _, c := range []*cobra.Command{newClusterCommand(streams), newDemoCommand(streams)} {
+		c.GroupID = "local"
+		root.AddCommand(c)
+	}
+	root.AddCommand(newInternalCommand())
 	return root
+}
+
+// progName is how the binary is invoked: "kubectl etjob" when it is the
+// kubectl plugin kubectl-etjob, else "etjob".
+func progName(arg0 string) string {
+	base := strings.TrimSuffix(filepath.Base(arg0), ".exe")
+	if rest, ok := strings.CutPrefix(base, "kubectl-"); ok && rest != "" {
+		return "kubectl " + strings.ReplaceAll(rest, "_", "-")
+	}
+	return "etjob"
 }
 
 // Main runs the etjob command and returns its exit code.
 func Main() int {
 	streams := IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
-	cmd := NewRootCommand(streams)
+	cmd := NewNamedRootCommand(progName(os.Args[0]), streams)
 	if err := cmd.Execute(); err != nil {
 		_, _ = io.WriteString(streams.ErrOut, "error: "+err.Error()+"\n")
 		return 1

@@ -56,5 +56,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int) error {
 		return err
 	}
 	r := NewElasticJobReconciler(mgr.GetClient(), mgr.GetEventRecorder("etjob-controller"), clock.RealClock{})
-	return r.SetupWithManager(mgr, concurrency)
+	if err := r.SetupWithManager(mgr, concurrency); err != nil {
+		return err
+	}
+	for _, out := range []bool{true, false} {
+		sr := &ScaleRequestReconciler{Client: mgr.GetClient(), Clock: clock.RealClock{}, Out: out}
+		if err := sr.SetupWithManager(mgr); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -36,12 +36,22 @@ func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
 	}); err != nil {
 		return err
 	}
-	return idx.IndexField(ctx, &corev1.Pod{}, NodeNameIndex, func(o client.Object) []string {
+	if err := idx.IndexField(ctx, &corev1.Pod{}, NodeNameIndex, func(o client.Object) []string {
 		if n := o.(*corev1.Pod).Spec.NodeName; n != "" {
 			return []string{n}
 		}
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	byJob := func(o client.Object) []string {
+		spec, _ := o.(scaleRequest).Request()
+		return []string{spec.Job}
+	}
+	if err := idx.IndexField(ctx, &etjobv1.ScaleOut{}, ScaleRequestJobIndex, byJob); err != nil {
+		return err
+	}
+	return idx.IndexField(ctx, &etjobv1.ScaleIn{}, ScaleRequestJobIndex, byJob)
 }
 
 // SetupWithManager registers the reconciler: it owns pods and ConfigMaps, and

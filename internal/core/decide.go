@@ -383,7 +383,12 @@ func (d *decision) handleCompletion() bool {
 	}
 	d.requeueAt(at)
 	d.publish()
-	d.conditions()
+	d.recordMembership()
+	// Members leave the membership as they finish: that is completion, not a
+	// fall below min.
+	msg := fmt.Sprintf("a worker exited 0: waiting up to %s for the %d others to finish", CompletionGracePeriod, running)
+	d.setCondition(etjobv1.ConditionRunning, false, etjobv1.ReasonCompleting, msg)
+	d.setCondition(etjobv1.ConditionResizing, false, etjobv1.ReasonCompleting, msg)
 	return true
 }
 
@@ -748,8 +753,8 @@ func (d *decision) summary() string {
 	case meta.IsStatusConditionTrue(c, etjobv1.ConditionSuspended):
 		return meta.FindStatusCondition(c, etjobv1.ConditionSuspended).Reason
 	}
-	if r := meta.FindStatusCondition(c, etjobv1.ConditionRunning); r != nil && r.Reason == etjobv1.ReasonRestarting {
-		return "Restarting"
+	if r := meta.FindStatusCondition(c, etjobv1.ConditionRunning); r != nil && (r.Reason == etjobv1.ReasonRestarting || r.Reason == etjobv1.ReasonCompleting) {
+		return r.Reason
 	}
 	if d.restarting {
 		return "Restarting"

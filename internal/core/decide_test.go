@@ -329,8 +329,8 @@ func TestDecide(t *testing.T) {
 			nodes:          nodes("od", "n0", "n1", "n2"),
 			wantHosts:      []string{"j-worker-1:1", "j-worker-2:1"},
 			wantGeneration: 2,
-			wantCondTrue:   []string{etjobv1.ConditionRunning, etjobv1.ConditionResizing},
-			wantSummary:    "Resizing",
+			wantCondReason: map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonCompleting},
+			wantSummary:    etjobv1.ReasonCompleting,
 			wantRequeue:    50 * time.Second,
 		},
 		"torchrun completes when every member exited 0 and cleans running pods": {

@@ -20,8 +20,8 @@ func (c *Cluster) RESTConfig() (*rest.Config, error) {
 	return clientcmd.BuildConfigFromFlags("", c.Kubeconfig())
 }
 
-// installCRD installs the ElasticJob CRD with server-side apply (it is too
-// large for client-side apply's annotation) and waits until it is served.
+// installCRD installs etjob's CRDs with server-side apply (the ElasticJob CRD
+// is too large for client-side apply's annotation) and waits until they are served.
 func (c *Cluster) installCRD(ctx context.Context) error {
 	cfg, err := c.RESTConfig()
 	if err != nil {
@@ -35,13 +35,26 @@ func (c *Cluster) installCRD(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.Unmarshal(config.CRD, crd); err != nil {
-		return fmt.Errorf("parsing the embedded CRD: %w", err)
+	raws, err := config.CRDs()
+	if err != nil {
+		return err
 	}
+	for _, raw := range raws {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.Unmarshal(raw, crd); err != nil {
+			return fmt.Errorf("parsing an embedded CRD: %w", err)
+		}
+		if err := c.applyCRD(ctx, cl, crd); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) applyCRD(ctx context.Context, cl client.Client, crd *apiextensionsv1.CustomResourceDefinition) error {
 	crd.TypeMeta.APIVersion, crd.TypeMeta.Kind = "apiextensions.k8s.io/v1", "CustomResourceDefinition"
 	if err := cl.Patch(ctx, crd, client.Apply, client.FieldOwner("etjob-cluster"), client.ForceOwnership); err != nil { //nolint:staticcheck // SSA of a typed object
-		return fmt.Errorf("installing the ElasticJob CRD: %w", err)
+		return fmt.Errorf("installing the CRD %s: %w", crd.Name, err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -49,12 +62,12 @@ func (c *Cluster) installCRD(ctx context.Context) error {
 		if err := cl.Get(ctx, client.ObjectKeyFromObject(crd), got); err == nil {
 			for _, cond := range got.Status.Conditions {
 				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					c.logf("  %-26s installed", "CRD elasticjobs.etjob.dev")
+					c.logf("  %-26s installed", "CRD "+crd.Name)
 					return nil
 				}
 			}
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return fmt.Errorf("the ElasticJob CRD was not established within 30s")
+	return fmt.Errorf("the CRD %s was not established within 30s", crd.Name)
 }

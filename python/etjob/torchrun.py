@@ -5,6 +5,11 @@ works as documented) with two additions:
 
 * Debian's torch 1.13 on Python 3.11 crashes at launch (FACTS.md: IntFlag
   iteration changed, so `Std.from_str("0")` returns None); Std.from_str is fixed.
+* torch closes the rendezvous for every node whenever one agent exits other
+  than by success (its launcher calls rdzv_handler.shutdown() in a finally:
+  a SIGTERM from a pod deletion is enough), which ends the whole elastic job.
+  Here an agent that did not succeed only leaves the rendezvous; the others go
+  on, and a successful agent still closes it, as torch's completion needs.
 * A worker told to leave (a reclamation notice, a scale-in: the node agent says
   so) stops at the step all ranks agreed on, after the checkpoint, with exit
   code 75. When that happens on a leaving pod, this agent leaves the rendezvous
@@ -39,6 +44,34 @@ def _patch_std():
 
 
 
+def _patch_shutdown():
+    from torch.distributed.elastic.agent.server import api
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    state = {"succeeded": False}
+    run = api.SimpleElasticAgent.run
+
+    def run_and_remember(self, *args, **kwargs):
+        result = run(self, *args, **kwargs)
+        state["succeeded"] = not result.is_failed()
+        return result
+
+    api.SimpleElasticAgent.run = run_and_remember
+    shutdown = dr.DynamicRendezvousHandler.shutdown
+
+    def leave_or_close(self):
+        if state["succeeded"]:
+            return shutdown(self)
+        self._stop_heartbeats()
+        try:
+            self._op_executor.run(dr._RendezvousExitOp(), time.monotonic() + 10)
+        except Exception as e:  # the store may be gone; heartbeats expire anyway
+            print("etjob.torchrun: leaving the rendezvous failed: %s" % e, file=sys.stderr, flush=True)
+        return True
+
+    dr.DynamicRendezvousHandler.shutdown = leave_or_close
+
+
 def _patch_leaving(sup):
     from torch.distributed.elastic.agent.server import api
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
@@ -69,6 +102,7 @@ def _patch_leaving(sup):
 def main(argv=None):
     global sup_module
     _patch_std()
+    _patch_shutdown()
     from etjob import supervisor as sup_module
 
     if os.environ.get("ETJOB_AGENT_ADDR"):

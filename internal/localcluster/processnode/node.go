@@ -2,10 +2,14 @@ package processnode
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"maps"
+	"net"
+	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,8 +26,8 @@ import (
 // process node advertises, so that pods requesting a GPU schedule onto it.
 const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
 
-// kubeletPort is the port advertised in status.daemonEndpoints; the kubelet
-// API server itself does not run yet.
+// kubeletPort is the port of the node's kubelet API on its IP, advertised
+// in status.daemonEndpoints.
 const kubeletPort = 10250
 
 // Options configures a process node.
@@ -60,7 +64,9 @@ func DefaultCapacity() corev1.ResourceList {
 
 // NewNode returns a virtual-kubelet node whose pods run as host processes,
 // and its Provider. The node keeps a Lease in kube-node-lease, reports Ready
-// once its pod controller synced, and serves no kubelet API yet. Run the node
+// once its pod controller synced, and serves the kubelet API (logs, exec) on
+// NodeIP:10250 with a self-signed certificate and no authentication: any
+// client that reaches the address may read logs and exec. Run the node
 // with its Run method; call the Provider's Shutdown after Run returned so
 // that no process outlives the node.
 func NewNode(opts Options) (*nodeutil.Node, *Provider, error) {
@@ -75,15 +81,31 @@ func NewNode(opts Options) (*nodeutil.Node, *Provider, error) {
 			WorkDir:    opts.WorkDir,
 			ConfigMaps: cfg.ConfigMaps,
 			Secrets:    cfg.Secrets,
-			Pods:       opts.Client.CoreV1(),
+			Client:     opts.Client,
 		})
 		provider = p
 		return p, nil, err // nil NodeProvider: nodeutil's naive one marks the node Ready
 	}
+	cert, err := selfSignedCert(opts.NodeName, opts.NodeIP)
+	if err != nil {
+		return nil, nil, fmt.Errorf("process node %q: kubelet API certificate: %w", opts.NodeName, err)
+	}
+	mux := http.NewServeMux()
 	n, err := nodeutil.NewNode(opts.NodeName, newProvider,
 		nodeutil.WithClient(opts.Client),
+		nodeutil.AttachProviderRoutes(mux),
+		nodeutil.WithTLSConfig(func(c *tls.Config) error {
+			c.Certificates = append(c.Certificates, cert)
+			return nil
+		}),
 		func(cfg *nodeutil.NodeConfig) error {
 			cfg.NodeSpec = nodeSpec(opts)
+			// The API server proxies logs and exec to the node's InternalIP
+			// (kube-apiserver --kubelet-preferred-address-types=InternalIP).
+			// No authentication: the API server presents no client
+			// certificate to process nodes.
+			cfg.HTTPListenAddr = net.JoinHostPort(opts.NodeIP, strconv.Itoa(kubeletPort))
+			cfg.Handler = mux
 			// A kubelet resolves env itself; virtual-kubelet's resolver refuses
 			// status.hostIP and status.podIP, which only the provider knows.
 			cfg.SkipDownwardAPIResolution = true

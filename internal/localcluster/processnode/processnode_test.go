@@ -15,8 +15,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/etjob/etjob/internal/localcluster/processnode"
@@ -31,7 +35,7 @@ const nodeName = "process-node-1"
 func TestProcessNode(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cs := startAPIServer(t)
+	cs, cfg := startAPIServer(t)
 	n, provider, err := processnode.NewNode(processnode.Options{
 		Client:   cs,
 		NodeName: nodeName,
@@ -106,8 +110,13 @@ func TestProcessNode(t *testing.T) {
 	t.Run("deleted pod", func(t *testing.T) {
 		ns := newNamespace(ctx, t, cs)
 		// The child sleep shares the container's process group: deleting the
-		// pod must stop it too, not only the shell.
-		pod := processPod(ns, "sleeps", "/bin/sh", "-c", "sleep 300 & echo $! > child.pid; wait")
+		// pod must stop it too, not only the shell. In a PID namespace even a
+		// child in a session of its own (setsid) must go.
+		script := "sleep 300 & wait"
+		if provider.Namespaced() {
+			script = "setsid sleep 300 & wait"
+		}
+		pod := processPod(ns, "sleeps", "/bin/sh", "-c", script)
 		grace := int64(5)
 		pod.Spec.TerminationGracePeriodSeconds = &grace
 		createPod(ctx, t, cs, pod)
@@ -117,15 +126,15 @@ func TestProcessNode(t *testing.T) {
 			return running != nil && running.Status.Phase == corev1.PodRunning && podReady(running)
 		})
 		pid := containerPID(t, running)
-		logPath, err := provider.LogPath(ns, pod.Name, "main")
-		if err != nil {
-			t.Fatal(err)
-		}
 		var childPID int
-		eventually(t, 10*time.Second, "the shell wrote its child's PID", func() bool {
-			b, err := os.ReadFile(filepath.Join(filepath.Dir(logPath), "child.pid"))
-			childPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-			return err == nil && childPID > 0
+		eventually(t, 10*time.Second, "the shell started sleep", func() bool {
+			for _, d := range descendants(pid) {
+				if comm(d) == "sleep" {
+					childPID = d
+					return true
+				}
+			}
+			return false
 		})
 		if !alive(pid) || !alive(childPID) {
 			t.Fatalf("before deletion: shell %d alive=%v, child %d alive=%v", pid, alive(pid), childPID, alive(childPID))
@@ -170,12 +179,205 @@ func TestProcessNode(t *testing.T) {
 		}
 		eventually(t, 10*time.Second, "SIGKILL ends the process", func() bool { return !alive(pid) })
 	})
+
+	t.Run("hostname and hosts", func(t *testing.T) {
+		requireNamespaces(t, provider)
+		ns := newNamespace(ctx, t, cs)
+		master := processPod(ns, "master", "sleep", "300")
+		master.Spec.Hostname, master.Spec.Subdomain = "job-master-0", "job"
+		createPod(ctx, t, cs, master)
+		var running *corev1.Pod
+		eventually(t, 10*time.Second, "the master runs", func() bool {
+			running, _ = cs.CoreV1().Pods(ns).Get(ctx, master.Name, metav1.GetOptions{})
+			return running != nil && running.Status.Phase == corev1.PodRunning
+		})
+		fqdn := "job-master-0.job." + ns + ".svc.cluster.local"
+		worker := processPod(ns, "worker", "/bin/sh", "-c", "hostname; getent hosts "+fqdn+"; getent hosts job-master-0; grep SigIgn /proc/self/status")
+		worker.Spec.Hostname, worker.Spec.Subdomain = "job-worker-0", "job"
+		worker.Spec.RestartPolicy = corev1.RestartPolicyNever
+		createPod(ctx, t, cs, worker)
+		waitPhase(ctx, t, cs, ns, worker.Name, corev1.PodSucceeded)
+		got := podLog(ctx, t, cs, ns, worker.Name)
+		t.Logf("worker log:\n%s", got)
+		lines := strings.Split(strings.TrimSpace(got), "\n")
+		if len(lines) != 4 || lines[0] != "job-worker-0" {
+			t.Fatalf("worker log %q: want hostname job-worker-0, two getent lines, SigIgn", got)
+		}
+		// The sandbox must not leave SIGINT or SIGQUIT ignored.
+		if lines[3] != "SigIgn:\t0000000000000000" {
+			t.Errorf("container ignores signals: %q", lines[3])
+		}
+		// getent prints the canonical (first) name: the FQDN, for the full
+		// name and for the short hostname alike.
+		for _, l := range lines[1:3] {
+			if f := strings.Fields(l); len(f) < 2 || f[0] != running.Status.PodIP || f[1] != fqdn {
+				t.Errorf("getent line %q, want %s %s ...", l, running.Status.PodIP, fqdn)
+			}
+		}
+	})
+
+	t.Run("configMap volume follows updates", func(t *testing.T) {
+		requireNamespaces(t, provider)
+		removeCreatedDirs(t, "/etc/edl")
+		ns := newNamespace(ctx, t, cs)
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "edl", Namespace: ns}, Data: map[string]string{"x": "first"}}
+		if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := processPod(ns, "reader", "/bin/sh", "-c", "readlink /etc/edl/x; while true; do cat /etc/edl/x; echo; sleep 0.2; done")
+		pod.Spec.Volumes = []corev1.Volume{{Name: "edl", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "edl"}}}}}
+		pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "edl", MountPath: "/etc/edl"}}
+		createPod(ctx, t, cs, pod)
+		eventually(t, 10*time.Second, "the pod reads the first value", func() bool {
+			return strings.Contains(podLog(ctx, t, cs, ns, pod.Name), "first")
+		})
+		if got := podLog(ctx, t, cs, ns, pod.Name); !strings.HasPrefix(got, "..data/x\n") {
+			t.Errorf("log %q: /etc/edl/x should be a symlink to ..data/x", got)
+		}
+		cm.Data["x"] = "second"
+		if _, err := cs.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		updated := time.Now()
+		eventually(t, 5*time.Second, "the pod reads the updated value", func() bool {
+			return strings.Contains(podLog(ctx, t, cs, ns, pod.Name), "second")
+		})
+		t.Logf("update seen in the pod %s after the ConfigMap update", time.Since(updated).Round(time.Millisecond))
+	})
+
+	t.Run("persistentVolumeClaim of a hostPath volume", func(t *testing.T) {
+		requireNamespaces(t, provider)
+		const mountPath = "/mnt/etjob-processnode-test"
+		removeCreatedDirs(t, mountPath)
+		ns := newNamespace(ctx, t, cs)
+		hostDir := filepath.Join(t.TempDir(), "pv")
+		dirOrCreate := corev1.HostPathDirectoryOrCreate
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: ns},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+				VolumeName:  "pv-" + ns,
+			},
+		}
+		pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := processPod(ns, "writer", "/bin/sh", "-c", "echo written-in-pod > "+mountPath+"/out")
+		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+		pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+		pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: mountPath}}
+		createPod(ctx, t, cs, pod)
+		eventually(t, 10*time.Second, "the pod waits for its unbound claim", func() bool {
+			got, _ := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			if got == nil || got.Status.Phase != corev1.PodPending || len(got.Status.ContainerStatuses) == 0 {
+				return false
+			}
+			w := got.Status.ContainerStatuses[0].State.Waiting
+			return w != nil && strings.Contains(w.Message, `persistentVolumeClaim "data" is not bound`)
+		})
+		// No controller-manager runs here: bind the claim by hand.
+		pv := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: "pv-" + ns},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+				AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: hostDir, Type: &dirOrCreate}},
+				ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: "data", UID: pvc.UID},
+			},
+		}
+		if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cs.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
+		})
+		pvc.Status.Phase = corev1.ClaimBound
+		if _, err := cs.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitPhase(ctx, t, cs, ns, pod.Name, corev1.PodSucceeded)
+		b, err := os.ReadFile(filepath.Join(hostDir, "out"))
+		if err != nil || string(b) != "written-in-pod\n" {
+			t.Errorf("host file %s = %q, %v; want the pod's write", filepath.Join(hostDir, "out"), b, err)
+		}
+	})
+
+	t.Run("service account volume", func(t *testing.T) {
+		requireNamespaces(t, provider)
+		ns := newNamespace(ctx, t, cs)
+		// kube-controller-manager publishes kube-root-ca.crt on a cluster.
+		root := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt", Namespace: ns}, Data: map[string]string{"ca.crt": "test-ca"}}
+		if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, root, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		dir := "/var/run/secrets/kubernetes.io/serviceaccount"
+		removeCreatedDirs(t, dir)
+		pod := processPod(ns, "sa", "/bin/sh", "-c", "cat "+dir+"/namespace; echo; cat "+dir+"/ca.crt; echo; cut -c1-3 "+dir+"/token")
+		pod.Spec.AutomountServiceAccountToken = nil // the ServiceAccount admission plugin adds the projected volume
+		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+		createPod(ctx, t, cs, pod)
+		waitPhase(ctx, t, cs, ns, pod.Name, corev1.PodSucceeded)
+		got := podLog(ctx, t, cs, ns, pod.Name)
+		if want := ns + "\ntest-ca\neyJ\n"; got != want { // a JWT starts with {" in base64
+			t.Errorf("log = %q, want %q", got, want)
+		}
+	})
+
+	t.Run("logs and exec through the API server", func(t *testing.T) {
+		requireNamespaces(t, provider)
+		ns := newNamespace(ctx, t, cs)
+		pod := processPod(ns, "talker", "/bin/sh", "-c", "for i in 1 2 3 4 5; do echo line $i; done; sleep 1; echo late; sleep 300")
+		pod.Spec.Hostname = "talker-host"
+		createPod(ctx, t, cs, pod)
+		eventually(t, 10*time.Second, "the pod logged five lines", func() bool {
+			return strings.Contains(podLog(ctx, t, cs, ns, pod.Name), "line 5")
+		})
+		tail := int64(2)
+		b, err := cs.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(ctx)
+		if err != nil || !strings.HasSuffix(string(b), "line 4\nline 5\n") && !strings.HasSuffix(string(b), "line 5\nlate\n") {
+			t.Errorf("tailLines=2: %q, %v", b, err)
+		}
+		fctx, fcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer fcancel()
+		stream, err := cs.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{Follow: true}).Stream(fctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var followed strings.Builder
+		buf := make([]byte, 1024)
+		for !strings.Contains(followed.String(), "late") {
+			n, err := stream.Read(buf)
+			followed.Write(buf[:n])
+			if err != nil {
+				t.Fatalf("following the log: %v (got %q)", err, followed.String())
+			}
+		}
+		stream.Close()
+
+		req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod.Name).SubResource("exec").
+			VersionedParams(&corev1.PodExecOptions{Container: "main", Command: []string{"hostname"}, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+		exec, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr strings.Builder
+		if err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
+			t.Fatalf("exec hostname: %v (stderr %q)", err, stderr.String())
+		}
+		if stdout.String() != "talker-host\n" {
+			t.Errorf("exec hostname printed %q, want %q", stdout.String(), "talker-host\n")
+		}
+	})
 }
 
 // startAPIServer starts kube-apiserver and etcd (binaries from
-// hack/build-controlplane.sh) and returns a client; it skips the test when
-// the binaries cannot be had.
-func startAPIServer(t *testing.T) kubernetes.Interface {
+// hack/build-controlplane.sh) and returns a client and its config; it skips
+// the test when the binaries cannot be had. The API server reaches nodes'
+// kubelet API at their InternalIP, as `etjob cluster up` configures it, and
+// adds service account volumes to pods.
+func startAPIServer(t *testing.T) (kubernetes.Interface, *rest.Config) {
 	t.Helper()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
@@ -189,6 +391,11 @@ func startAPIServer(t *testing.T) kubernetes.Interface {
 		t.Setenv("KUBEBUILDER_ASSETS", strings.TrimSpace(string(out)))
 	}
 	env := &envtest.Environment{}
+	args := env.ControlPlane.GetAPIServer().Configure()
+	args.Set("kubelet-preferred-address-types", "InternalIP")
+	// envtest turns ServiceAccount admission off; it adds the projected
+	// service account volume that a pod of a real cluster gets.
+	args.Set("disable-admission-plugins", "StorageObjectInUseProtection")
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("starting kube-apiserver and etcd: %v", err)
@@ -198,7 +405,7 @@ func startAPIServer(t *testing.T) kubernetes.Interface {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cs
+	return cs, cfg
 }
 
 // newNamespace creates a namespace with the default ServiceAccount, which
@@ -245,6 +452,41 @@ func containerPID(t *testing.T, pod *corev1.Pod) int {
 	return pid
 }
 
+// descendants returns the PIDs of every process below pid.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, s := range stats {
+		b, err := os.ReadFile(s)
+		if err != nil {
+			continue
+		}
+		fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(fields) < 2 {
+			continue
+		}
+		child, _ := strconv.Atoi(filepath.Base(filepath.Dir(s)))
+		parent, _ := strconv.Atoi(fields[1])
+		children[parent] = append(children[parent], child)
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		for _, c := range children[queue[0]] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+		queue = queue[1:]
+	}
+	return out
+}
+
+// comm returns the command name of pid.
+func comm(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	return strings.TrimSpace(string(b))
+}
+
 // alive reports whether pid exists and is not a zombie.
 func alive(pid int) bool {
 	if syscall.Kill(pid, 0) != nil {
@@ -256,6 +498,62 @@ func alive(pid int) bool {
 	}
 	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
 	return len(fields) > 0 && fields[0] != "Z"
+}
+
+// removeCreatedDirs removes, when the test ends, the directories of path
+// that do not exist now: a mountPath that does not exist is created on the
+// host (empty) for the bind mount.
+func removeCreatedDirs(t *testing.T, path string) {
+	var created []string
+	for p := filepath.Clean(path); p != "/"; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err == nil {
+			break
+		}
+		created = append(created, p)
+	}
+	t.Cleanup(func() {
+		for _, p := range created {
+			_ = os.Remove(p) // only empty directories go
+		}
+	})
+}
+
+// requireNamespaces skips a test of what only pods with namespaces of their
+// own get (hostname, /etc/hosts, volume mounts, exec through nsenter).
+func requireNamespaces(t *testing.T, p *processnode.Provider) {
+	t.Helper()
+	if !p.Namespaced() {
+		t.Skip("pods run without namespaces here (not root, or unshare unavailable)")
+	}
+}
+
+func waitPhase(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string, phase corev1.PodPhase) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && got.Status.Phase == phase {
+			return
+		}
+		if time.Now().After(deadline) {
+			if got != nil {
+				t.Logf("pod %s status: %+v", name, got.Status.ContainerStatuses)
+			}
+			t.Fatalf("timed out after 10s waiting until pod %s is %s (log %q)", name, phase, podLog(ctx, t, cs, ns, name))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// podLog reads a pod's whole log through the API server and the node's
+// kubelet API.
+func podLog(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string) string {
+	t.Helper()
+	b, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		return "" // the node does not know the pod yet
+	}
+	return string(b)
 }
 
 func nodeReady(n *corev1.Node) bool {

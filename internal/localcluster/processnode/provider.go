@@ -22,8 +22,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
 
@@ -54,11 +56,13 @@ type ProviderConfig struct {
 	// such references "not found".
 	ConfigMaps corev1listers.ConfigMapLister
 	Secrets    corev1listers.SecretLister
-	// Pods, when set, lets the provider remove a deleted pod from the API as
-	// soon as its processes stopped and its terminal status was written, as a
-	// kubelet's status manager does; otherwise virtual-kubelet removes it only
-	// when the grace period ends.
-	Pods corev1client.PodsGetter
+	// Client, when set, lets the provider remove a deleted pod from the API
+	// as soon as its processes stopped and its terminal status was written,
+	// as a kubelet's status manager does (otherwise virtual-kubelet removes it
+	// only when the grace period ends); list every pod of the cluster for the
+	// pods' hosts file; look up PersistentVolumeClaims and their volumes; and
+	// request service account tokens.
+	Client kubernetes.Interface
 }
 
 // Provider is a virtual-kubelet provider whose pods run as host processes.
@@ -69,7 +73,19 @@ type Provider struct {
 	nodeIP   string
 	workDir  string
 	env      envSources
-	client   corev1client.PodsGetter
+	client   kubernetes.Interface
+	// unshare is the path of util-linux unshare when pods get namespaces of
+	// their own, "" when they run as plain processes (see detectSandbox).
+	unshare string
+	// hostsPath is the node's hosts file, bind-mounted as every pod's
+	// /etc/hosts and kept current from all pods of the cluster.
+	hostsPath string
+	// clusterPods lists every pod of the cluster; nil without a client.
+	clusterPods corev1listers.PodLister
+	// wake asks the background loop to rewrite the hosts file now.
+	wake     chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
 
 	mu     sync.Mutex
 	pods   map[string]*podRun // by namespace/name
@@ -87,6 +103,13 @@ type podRun struct {
 	deleting   bool
 	forgotten  bool
 	killTimer  *time.Timer
+	// started is set once the volumes were set up and the containers first
+	// started; until then the pod waits in ContainerCreating.
+	started bool
+
+	// volMu serializes writing the pod's projected volumes and guards tokens.
+	volMu  sync.Mutex
+	tokens map[string]cachedToken
 
 	// notifyMu makes notifications leave in the order their snapshots were
 	// taken, so that a late "Running" never overwrites a "Failed".
@@ -103,7 +126,8 @@ type containerRun struct {
 	dir      string
 	logPath  string
 	pidPath  string // holds pid while the process runs, for cleanup after a node crash
-	pid      int    // 0 when no process runs
+	pid      int    // 0 when no process runs; unshare's PID when sandboxed
+	mounts   []mount
 	backoff  *time.Timer
 	restarts int32
 }
@@ -120,15 +144,42 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{
-		nodeName: cfg.NodeName,
-		nodeIP:   cfg.NodeIP,
-		workDir:  cfg.WorkDir,
-		env:      envSources{configMaps: cfg.ConfigMaps, secrets: cfg.Secrets},
-		client:   cfg.Pods,
-		pods:     map[string]*podRun{},
-		ips:      ips,
-	}, nil
+	if err := os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
+		return nil, fmt.Errorf("work dir: %w", err)
+	}
+	p := &Provider{
+		nodeName:  cfg.NodeName,
+		nodeIP:    cfg.NodeIP,
+		workDir:   cfg.WorkDir,
+		env:       envSources{configMaps: cfg.ConfigMaps, secrets: cfg.Secrets},
+		client:    cfg.Client,
+		hostsPath: filepath.Join(cfg.WorkDir, "hosts"),
+		wake:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		pods:      map[string]*podRun{},
+		ips:       ips,
+	}
+	if _, err := writeInPlace(p.hostsPath, renderHosts(nil)); err != nil {
+		return nil, fmt.Errorf("hosts file: %w", err)
+	}
+	var why string
+	p.unshare, why = detectSandbox()
+	if p.unshare == "" {
+		log.L.WithField("reason", why).Warn("pods run as plain processes without namespaces of their own: no per-pod hostname, /etc/hosts or volume mounts, and a process that starts its own session escapes its pod")
+	}
+	if p.client != nil {
+		factory := informers.NewSharedInformerFactory(p.client, 0)
+		inf := factory.Core().V1().Pods()
+		_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { p.wakeUp() },
+			UpdateFunc: func(any, any) { p.wakeUp() },
+			DeleteFunc: func(any) { p.wakeUp() },
+		})
+		p.clusterPods = inf.Lister()
+		factory.Start(p.stop)
+	}
+	go p.background()
+	return p, nil
 }
 
 func podKey(namespace, name string) string { return namespace + "/" + name }
@@ -160,12 +211,81 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	p.pods[key] = pr
-	for _, cr := range pr.containers {
+	p.mu.Unlock()
+	p.wakeUp()
+	p.publish(pr)
+	if !p.setupAndStart(ctx, pr) {
+		go p.retrySetup(pr)
+	}
+	return nil
+}
+
+// setupAndStart sets up pr's volumes and container mounts and starts its
+// containers. When a volume is not ready it leaves the pod waiting in
+// ContainerCreating with the reason as message, as a kubelet does, and
+// returns false. It publishes the pod's status when it changed.
+func (p *Provider) setupAndStart(ctx context.Context, pr *podRun) bool {
+	p.mu.Lock()
+	pod := pr.pod
+	p.mu.Unlock()
+	paths, err := p.setupVolumes(ctx, pr, pod)
+	var mounts [][]mount
+	if err == nil {
+		for i := range pod.Spec.Containers {
+			var m []mount
+			m, err = containerMounts(pod, &pod.Spec.Containers[i], paths)
+			if err != nil {
+				break
+			}
+			mounts = append(mounts, m)
+		}
+	}
+	p.mu.Lock()
+	if pr.deleting || pr.forgotten {
+		p.mu.Unlock()
+		return true
+	}
+	if err != nil {
+		msg := "waiting for volumes: " + err.Error()
+		changed := false
+		for i := range pr.pod.Status.ContainerStatuses {
+			if w := pr.pod.Status.ContainerStatuses[i].State.Waiting; w != nil && w.Message != msg {
+				w.Message, changed = msg, true
+			}
+		}
+		p.mu.Unlock()
+		if changed {
+			log.G(ctx).WithField("pod", pod.Name).WithError(err).Info("pod waits for its volumes")
+			p.publish(pr)
+		}
+		return false
+	}
+	pr.started = true
+	for i, cr := range pr.containers {
+		cr.mounts = mounts[i]
 		p.startLocked(ctx, pr, cr)
 	}
 	p.mu.Unlock()
 	p.publish(pr)
-	return nil
+	return true
+}
+
+// retrySetup tries setupAndStart every second until it succeeds or the pod
+// is deleted.
+func (p *Provider) retrySetup(pr *podRun) {
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-time.After(time.Second):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ok := p.setupAndStart(ctx, pr)
+		cancel()
+		if ok {
+			return
+		}
+	}
 }
 
 func validatePod(pod *corev1.Pod) error {
@@ -232,7 +352,7 @@ func (p *Provider) prepareContainer(pr *podRun, i int, c *corev1.Container) (*co
 	if err != nil {
 		return nil, errdefs.AsInvalidInput(err)
 	}
-	base := map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"), "HOSTNAME": pr.pod.Name}
+	base := map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"), "HOSTNAME": podHostname(pr.pod)}
 	if base["PATH"] == "" {
 		base["PATH"] = defaultPath
 	}
@@ -304,9 +424,14 @@ func (p *Provider) startLocked(ctx context.Context, pr *podRun, cr *containerRun
 		return
 	}
 	defer logFile.Close() // the child holds its own descriptor
+	path, argv := cr.path, cr.argv
+	if p.unshare != "" {
+		argv = sandboxArgv(p.unshare, p.hostsPath, podHostname(pr.pod), cr.mounts, append([]string{cr.path}, cr.argv[1:]...))
+		path = p.unshare
+	}
 	cmd := &exec.Cmd{
-		Path:        cr.path,
-		Args:        cr.argv,
+		Path:        path,
+		Args:        argv,
 		Env:         cr.env,
 		Dir:         cr.dir,
 		Stdout:      logFile,
@@ -603,7 +728,7 @@ func (p *Provider) maybeForgetLocked(pr *podRun) {
 func (p *Provider) finishDeletion(namespace, name string, uid types.UID, within time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	pods := p.client.Pods(namespace)
+	pods := p.client.CoreV1().Pods(namespace)
 	for ctx.Err() == nil {
 		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || (err == nil && pod.UID != uid) {
@@ -682,24 +807,9 @@ func (p *Provider) LogPath(namespace, podName, containerName string) (string, er
 	return "", errdefs.NotFoundf("pod %s/%s has no container %q", namespace, podName, containerName)
 }
 
-// GetContainerLogs returns the container's whole log file; opts (tail, since,
-// follow, timestamps) are not applied yet.
-func (p *Provider) GetContainerLogs(_ context.Context, namespace, podName, containerName string, _ api.ContainerLogOpts) (io.ReadCloser, error) {
-	path, err := p.LogPath(namespace, podName, containerName)
-	if err != nil {
-		return nil, err
-	}
-	return os.Open(path)
-}
-
 // errNotSupported is returned by the kubelet API calls that process nodes do
 // not serve yet.
 var errNotSupported = errors.New("not supported on process nodes yet")
-
-// RunInContainer is not supported yet (exec).
-func (p *Provider) RunInContainer(context.Context, string, string, string, []string, api.AttachIO) error {
-	return errNotSupported
-}
 
 // AttachToContainer is not supported yet.
 func (p *Provider) AttachToContainer(context.Context, string, string, string, api.AttachIO) error {
@@ -726,6 +836,7 @@ func (p *Provider) PortForward(context.Context, string, string, int32, io.ReadWr
 // grace period, and waits until they exited or ctx ends. A node calls it on
 // its way out so that no process outlives it.
 func (p *Provider) Shutdown(ctx context.Context, grace time.Duration) {
+	p.stopOnce.Do(func() { close(p.stop) })
 	p.mu.Lock()
 	var pending []*podRun
 	for _, pr := range p.pods {
@@ -758,3 +869,7 @@ func (p *Provider) Shutdown(ctx context.Context, grace time.Duration) {
 		}
 	}
 }
+
+// Namespaced reports whether pods get mount, UTS and PID namespaces of their
+// own (the node runs as root and util-linux unshare works here).
+func (p *Provider) Namespaced() bool { return p.unshare != "" }

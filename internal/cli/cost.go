@@ -1,0 +1,251 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/render"
+)
+
+// LabelPricePerHour is the node label that holds the node's price per hour.
+const LabelPricePerHour = "etjob.dev/price-per-hour"
+
+const labelInstanceType = "node.kubernetes.io/instance-type"
+
+// CostOptions are the flags and arguments of `etjob cost`.
+type CostOptions struct {
+	// Names are the jobs; none means every job of the namespace.
+	Names []string
+	// OnDemandPrice is --on-demand-price, the hourly on-demand price used when
+	// no on-demand node of the same instance type is in the cluster.
+	OnDemandPrice float64
+	// Now is the clock (tests fix it).
+	Now func() time.Time
+
+	factory *factory
+	clients *Clients
+}
+
+func newCostCommand(f *factory) *cobra.Command {
+	o := &CostOptions{factory: f}
+	cmd := &cobra.Command{
+		Use:   "cost [NAME...]",
+		Short: "Worker-hours and cost by capacity type, next to the on-demand equivalent (pods that still exist only)",
+		Long: `Worker-hours of each job by capacity type (spot or on-demand) and node price (the node label
+etjob.dev/price-per-hour), the on-demand equivalent at the on-demand price of the same instance type
+(or --on-demand-price), and the share saved. It covers only the job's pods that still exist: the
+controller does not accumulate cost yet, so deleted pods (replaced, preempted, scaled in) are missing.`,
+		Example: f.examples(`  etjob cost digits
+  etjob cost --on-demand-price 3.06`),
+		ValidArgsFunction: f.completeJobNamesMulti,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Names = args
+			if o.OnDemandPrice < 0 {
+				return fmt.Errorf("--on-demand-price %v: must be 0 or more", o.OnDemandPrice)
+			}
+			if o.Now == nil {
+				o.Now = time.Now
+			}
+			cs, err := f.Clients()
+			if err != nil {
+				return err
+			}
+			o.clients = cs
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.Flags().Float64Var(&o.OnDemandPrice, "on-demand-price", 0, "hourly on-demand price when the cluster has no on-demand node of the instance type")
+	return cmd
+}
+
+// Run prints the cost of each job.
+func (o *CostOptions) Run(ctx context.Context) error {
+	c := o.clients.Client
+	ns := o.clients.Namespace
+	var jobs []etjobv1.ElasticJob
+	if len(o.Names) == 0 {
+		var list etjobv1.ElasticJobList
+		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return fmt.Errorf("listing ElasticJobs: %w", err)
+		}
+		jobs = list.Items
+		sort.Slice(jobs, func(i, j int) bool { return jobs[i].Name < jobs[j].Name })
+	}
+	for _, name := range o.Names {
+		var j etjobv1.ElasticJob
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &j); err != nil {
+			return fmt.Errorf("getting %s in namespace %s: %w", jobRef(name), ns, err)
+		}
+		jobs = append(jobs, j)
+	}
+	var nodes corev1.NodeList
+	if err := c.List(ctx, &nodes); err != nil {
+		return fmt.Errorf("listing nodes (for their capacity type and price): %w", err)
+	}
+	out := o.factory.out()
+	if len(jobs) == 0 {
+		fmt.Fprintln(out, "No resources found")
+		return nil
+	}
+	for i := range jobs {
+		pods, err := jobPods(ctx, c, &jobs[i])
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			fmt.Fprintln(out)
+		}
+		printCost(out, JobCost(&jobs[i], pods, nodes.Items, o.OnDemandPrice, o.Now()))
+	}
+	return nil
+}
+
+// CostRow is the worker time of one capacity type at one price.
+type CostRow struct {
+	// Capacity is spot, on-demand or unknown (the node is gone).
+	Capacity string
+	// PricePerHour is the node price (0 when unknown).
+	PricePerHour float64
+	// Hours are worker-hours.
+	Hours float64
+	// OnDemandPrice is the on-demand price of the same instance type (0 when
+	// unknown).
+	OnDemandPrice float64
+}
+
+// Cost is the cost of one job's existing worker pods.
+type Cost struct {
+	// Job is namespace/name.
+	Job string
+	// Pods is the number of worker pods counted.
+	Pods int
+	// Rows are sorted by capacity, then price.
+	Rows []CostRow
+}
+
+// JobCost computes the worker-hours of the job's worker pods that still exist
+// by capacity type and node price. It is pure.
+func JobCost(job *etjobv1.ElasticJob, pods []corev1.Pod, nodes []corev1.Node, onDemandPrice float64, now time.Time) Cost {
+	byName := map[string]*corev1.Node{}
+	odByType := map[string]float64{}
+	for i := range nodes {
+		n := &nodes[i]
+		byName[n.Name] = n
+		if capacityType(n) == "on-demand" {
+			if p, err := strconv.ParseFloat(n.Labels[LabelPricePerHour], 64); err == nil {
+				odByType[n.Labels[labelInstanceType]] = max(odByType[n.Labels[labelInstanceType]], p)
+			}
+		}
+	}
+	cost := Cost{Job: job.Namespace + "/" + job.Name}
+	rows := map[[2]string]*CostRow{}
+	for i := range pods {
+		p := &pods[i]
+		if p.Labels[etjobv1.LabelRole] != etjobv1.RoleWorker || p.Status.StartTime == nil {
+			continue
+		}
+		hours := podRunTime(p, now).Hours()
+		row := CostRow{Capacity: "unknown"}
+		if n := byName[p.Spec.NodeName]; n != nil {
+			row.Capacity = capacityType(n)
+			row.PricePerHour, _ = strconv.ParseFloat(n.Labels[LabelPricePerHour], 64)
+			row.OnDemandPrice = odByType[n.Labels[labelInstanceType]]
+			if row.Capacity == "on-demand" && row.PricePerHour > 0 {
+				row.OnDemandPrice = row.PricePerHour
+			}
+		}
+		if row.OnDemandPrice == 0 {
+			row.OnDemandPrice = onDemandPrice
+		}
+		k := [2]string{row.Capacity, strconv.FormatFloat(row.PricePerHour, 'f', -1, 64) + "/" + strconv.FormatFloat(row.OnDemandPrice, 'f', -1, 64)}
+		if rows[k] == nil {
+			r := row
+			rows[k] = &r
+		}
+		rows[k].Hours += hours
+		cost.Pods++
+	}
+	for _, r := range rows {
+		cost.Rows = append(cost.Rows, *r)
+	}
+	sort.Slice(cost.Rows, func(i, j int) bool {
+		a, b := cost.Rows[i], cost.Rows[j]
+		if a.Capacity != b.Capacity {
+			return a.Capacity > b.Capacity // spot, on-demand, ... then unknown last
+		}
+		return a.PricePerHour < b.PricePerHour
+	})
+	return cost
+}
+
+// capacityType is spot when the node carries any cloud's spot label.
+func capacityType(n *corev1.Node) string {
+	for k, v := range render.CapacityTypeLabels {
+		if n.Labels[k] == v {
+			return "spot"
+		}
+	}
+	return "on-demand"
+}
+
+// podRunTime is how long the pod's containers ran: from the pod's start to
+// its last container's end, or now while running.
+func podRunTime(p *corev1.Pod, now time.Time) time.Duration {
+	start := p.Status.StartTime.Time
+	end := now
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		end = start
+		for _, cs := range p.Status.ContainerStatuses {
+			if t := cs.State.Terminated; t != nil && t.FinishedAt.After(end) {
+				end = t.FinishedAt.Time
+			}
+		}
+	}
+	if end.Before(start) {
+		return 0
+	}
+	return end.Sub(start)
+}
+
+func printCost(out io.Writer, c Cost) {
+	fmt.Fprintf(out, "Job %s: %d worker pods (only pods that still exist are counted: the controller does not accumulate cost yet)\n", c.Job, c.Pods)
+	if len(c.Rows) == 0 {
+		fmt.Fprintln(out, "  no worker has run yet")
+		return
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  CAPACITY\tPRICE/HOUR\tWORKER-HOURS\tCOST")
+	var hours, total, onDemand float64
+	knownOD := true
+	for _, r := range c.Rows {
+		price := "N/A"
+		if r.PricePerHour > 0 {
+			price = fmt.Sprintf("%.4f", r.PricePerHour)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%.3f\t%.4f\n", r.Capacity, price, r.Hours, r.Hours*r.PricePerHour)
+		hours += r.Hours
+		total += r.Hours * r.PricePerHour
+		onDemand += r.Hours * r.OnDemandPrice
+		if r.OnDemandPrice == 0 {
+			knownOD = false
+		}
+	}
+	fmt.Fprintf(tw, "  total\t\t%.3f\t%.4f\n", hours, total)
+	_ = tw.Flush()
+	if !knownOD || onDemand == 0 {
+		fmt.Fprintln(out, "  On-demand equivalent: N/A (no on-demand node of the instance type has a price; give --on-demand-price)")
+		return
+	}
+	fmt.Fprintf(out, "  On-demand equivalent: %.4f\n", onDemand)
+	fmt.Fprintf(out, "  Saved:                %.1f%%\n", 100*(onDemand-total)/onDemand)
+}

@@ -1,0 +1,241 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+)
+
+// seed001 is the horovod command line of seed 001, as the shell passes it.
+const seed001 = `horovodrun \
+    -np $((${workers}*${gpus})) \
+    --min-np $((${minWorkers}*${gpus})) \
+    --max-np $((${maxWorkers}*${gpus})) \
+    --host-discovery-script /etc/edl/discover_hosts.sh \
+    python /examples/elastic/tensorflow2_mnist_elastic.py
+    `
+
+func baseOptions() SubmitOptions {
+	return SubmitOptions{Name: "j", Namespace: "ns", Image: "img", Command: "torchrun train.py",
+		Workers: 1, MinWorkers: 1, MaxWorkers: 1000, JobBackoffLimit: 6, MaxWaitTime: "0"}
+}
+
+func TestBuildElasticJob(t *testing.T) {
+	cases := map[string]struct {
+		opts  func(*SubmitOptions)
+		check func(t *testing.T, j *etjobv1.ElasticJob)
+	}{
+		"defaults are Arena's": {
+			opts: func(*SubmitOptions) {},
+			check: func(t *testing.T, j *etjobv1.ElasticJob) {
+				s := j.Spec
+				if s.Replicas != 1 || s.MinReplicas != 1 || s.MaxReplicas != 1000 || *s.BackoffLimit != 6 || s.MaxWaitTime != 0 {
+					t.Errorf("spec = %+v", s)
+				}
+				if s.Framework != etjobv1.FrameworkTorchrun || s.LauncherTemplate != nil {
+					t.Errorf("torchrun without launcher flags must leave launcherTemplate nil, got %+v", s.LauncherTemplate)
+				}
+				if diff := cmp.Diff([]string{"sh", "-c", "torchrun train.py"}, s.WorkerTemplate.Spec.Containers[0].Command); diff != "" {
+					t.Errorf("worker command (-want +got):\n%s", diff)
+				}
+			},
+		},
+		"seed 001 horovod: launcher runs the command verbatim, workers idle": {
+			opts: func(o *SubmitOptions) {
+				o.Framework, o.Name, o.GPUs, o.Workers, o.MaxWorkers, o.WorkingDir, o.Command = "horovod", "elastic-training", 1, 3, 9, "/examples", seed001
+			},
+			check: func(t *testing.T, j *etjobv1.ElasticJob) {
+				l := j.Spec.LauncherTemplate.Spec.Containers[0]
+				if diff := cmp.Diff([]string{"sh", "-c", seed001}, l.Command); diff != "" {
+					t.Errorf("launcher command (-want +got):\n%s", diff)
+				}
+				if l.WorkingDir != "/examples" || l.Resources.Limits != nil {
+					t.Errorf("launcher = %+v", l)
+				}
+				w := j.Spec.WorkerTemplate.Spec.Containers[0]
+				if w.Command[2] != horovodWorkerIdle {
+					t.Errorf("worker command = %q", w.Command)
+				}
+				if q := w.Resources.Limits["nvidia.com/gpu"]; q.Value() != 1 {
+					t.Errorf("worker GPU limit = %v", q)
+				}
+				if j.Spec.SlotsPerWorker != nil {
+					t.Errorf("slotsPerWorker must derive from the GPU limit, got %d", *j.Spec.SlotsPerWorker)
+				}
+			},
+		},
+		"seed 000 spot flags": {
+			opts: func(o *SubmitOptions) {
+				o.Framework, o.SpotInstance, o.MaxWaitTime = "horovod", true, "600"
+				o.JobRestartPolicy, o.JobBackoffLimit, o.JobBackoffLimitSet, o.WorkerRestartPolicy = "OnFailure", 3, true, "Always"
+				o.LauncherSelectors, o.Tolerations = []string{"instance_type=spot-launcher"}, []string{"all"}
+				o.CPU, o.Memory = "4", "16Gi"
+			},
+			check: func(t *testing.T, j *etjobv1.ElasticJob) {
+				s := j.Spec
+				if !s.Spot.Enabled || s.MaxWaitTime != 600 || s.RestartPolicy != etjobv1.RestartPolicyOnFailure || *s.BackoffLimit != 3 || s.WorkerRestartPolicy != etjobv1.WorkerRestartAlways {
+					t.Errorf("spec = %+v", s)
+				}
+				if diff := cmp.Diff(map[string]string{"instance_type": "spot-launcher"}, s.LauncherTemplate.Spec.NodeSelector); diff != "" {
+					t.Errorf("launcher selector (-want +got):\n%s", diff)
+				}
+				want := []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+				if diff := cmp.Diff(want, s.WorkerTemplate.Spec.Tolerations); diff != "" {
+					t.Errorf("tolerations (-want +got):\n%s", diff)
+				}
+				r := s.WorkerTemplate.Spec.Containers[0].Resources
+				if !r.Requests.Cpu().Equal(resource.MustParse("4")) || !r.Limits.Memory().Equal(resource.MustParse("16Gi")) {
+					t.Errorf("resources = %+v", r)
+				}
+			},
+		},
+		"max-wait-time as a duration": {
+			opts:  func(o *SubmitOptions) { o.MaxWaitTime = "10m" },
+			check: func(t *testing.T, j *etjobv1.ElasticJob) { want(t, j.Spec.MaxWaitTime, int32(600)) },
+		},
+		"retry is the backoff limit": {
+			opts:  func(o *SubmitOptions) { o.Retry = ptr.To(2) },
+			check: func(t *testing.T, j *etjobv1.ElasticJob) { want(t, *j.Spec.BackoffLimit, int32(2)) },
+		},
+		"torchrun with launcher flags gets a rendezvous launcher without the claims": {
+			opts: func(o *SubmitOptions) {
+				o.LauncherSelectors, o.LauncherAnnotations = []string{"pool=od"}, []string{"a=b"}
+				o.Data, o.DataDirs = []string{"ckpt:/ckpt"}, []string{"/opt/code"}
+				o.Selectors, o.Annotations, o.WorkerAnnotations = []string{"pool=spot"}, []string{"x=y"}, []string{"w=1"}
+			},
+			check: func(t *testing.T, j *etjobv1.ElasticJob) {
+				l := j.Spec.LauncherTemplate
+				if l.Spec.Containers[0].Command[2] != "etjob.rdzv" || l.Spec.NodeSelector["pool"] != "od" {
+					t.Errorf("launcher = %+v", l.Spec)
+				}
+				if diff := cmp.Diff(map[string]string{"x": "y", "a": "b"}, l.Annotations); diff != "" {
+					t.Errorf("launcher annotations (-want +got):\n%s", diff)
+				}
+				if len(l.Spec.Volumes) != 1 || l.Spec.Volumes[0].HostPath == nil {
+					t.Errorf("launcher volumes = %+v", l.Spec.Volumes)
+				}
+				w := j.Spec.WorkerTemplate
+				if len(w.Spec.Volumes) != 2 || w.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "ckpt" || w.Spec.Containers[0].VolumeMounts[0].MountPath != "/ckpt" {
+					t.Errorf("worker volumes = %+v", w.Spec)
+				}
+				if diff := cmp.Diff(map[string]string{"x": "y", "w": "1"}, w.Annotations); diff != "" {
+					t.Errorf("worker annotations (-want +got):\n%s", diff)
+				}
+				want(t, w.Spec.NodeSelector["pool"], "spot")
+			},
+		},
+		"env, labels, priority, pull policy and secrets": {
+			opts: func(o *SubmitOptions) {
+				o.Envs, o.Labels, o.Priority = []string{"A=1", "B=x=y"}, []string{"team=ml"}, "high"
+				o.ImagePullPolicy, o.ImagePullSecrets, o.Shell = "ifnotpresent", []string{"reg"}, "bash"
+			},
+			check: func(t *testing.T, j *etjobv1.ElasticJob) {
+				w := j.Spec.WorkerTemplate
+				c := w.Spec.Containers[0]
+				if diff := cmp.Diff([]corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "x=y"}}, c.Env); diff != "" {
+					t.Errorf("env (-want +got):\n%s", diff)
+				}
+				want(t, j.Labels["team"], "ml")
+				want(t, w.Labels["team"], "ml")
+				want(t, w.Spec.PriorityClassName, "high")
+				want(t, c.ImagePullPolicy, corev1.PullIfNotPresent)
+				want(t, w.Spec.ImagePullSecrets[0].Name, "reg")
+				want(t, c.Command[0], "bash")
+			},
+		},
+		"toleration with key, value, effect and operator": {
+			opts: func(o *SubmitOptions) { o.Tolerations = []string{"gpu=true:NoSchedule", "spot:NoExecute,Exists"} },
+			check: func(t *testing.T, j *etjobv1.ElasticJob) {
+				w := []corev1.Toleration{
+					{Key: "gpu", Value: "true", Effect: corev1.TaintEffectNoSchedule, Operator: corev1.TolerationOpEqual},
+					{Key: "spot", Effect: corev1.TaintEffectNoExecute, Operator: corev1.TolerationOpExists},
+				}
+				if diff := cmp.Diff(w, j.Spec.WorkerTemplate.Spec.Tolerations); diff != "" {
+					t.Errorf("tolerations (-want +got):\n%s", diff)
+				}
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			o := baseOptions()
+			tc.opts(&o)
+			j, err := BuildElasticJob(o)
+			if err != nil {
+				t.Fatalf("BuildElasticJob: %v", err)
+			}
+			tc.check(t, j)
+		})
+	}
+}
+
+func want[T comparable](t *testing.T, got, want T) {
+	t.Helper()
+	if got != want {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestBuildElasticJobRefusals(t *testing.T) {
+	cases := map[string]struct {
+		opts     func(*SubmitOptions)
+		wantFlag string
+	}{
+		"no name":                 {func(o *SubmitOptions) { o.Name = "" }, "--name"},
+		"bad name":                {func(o *SubmitOptions) { o.Name = "My_Job" }, "--name"},
+		"no image":                {func(o *SubmitOptions) { o.Image = "" }, "--image"},
+		"no command":              {func(o *SubmitOptions) { o.Command = "" }, "training command"},
+		"framework":               {func(o *SubmitOptions) { o.Framework = "mpi" }, "--framework"},
+		"min above max":           {func(o *SubmitOptions) { o.MinWorkers, o.MaxWorkers = 5, 4; o.Workers = 4 }, "--min-workers"},
+		"workers below min":       {func(o *SubmitOptions) { o.MinWorkers = 2 }, "--workers"},
+		"workers above max":       {func(o *SubmitOptions) { o.Workers, o.MaxWorkers = 5, 4 }, "--workers"},
+		"negative gpus":           {func(o *SubmitOptions) { o.GPUs = -1 }, "--gpus"},
+		"fractional wait":         {func(o *SubmitOptions) { o.MaxWaitTime = "1.5s" }, "--max-wait-time"},
+		"garbage wait":            {func(o *SubmitOptions) { o.MaxWaitTime = "soon" }, "--max-wait-time"},
+		"restart policy":          {func(o *SubmitOptions) { o.JobRestartPolicy = "Always" }, "--job-restart-policy"},
+		"worker restart policy":   {func(o *SubmitOptions) { o.WorkerRestartPolicy = "Sometimes" }, "--worker-restart-policy"},
+		"retry disagrees":         {func(o *SubmitOptions) { o.Retry, o.JobBackoffLimitSet, o.JobBackoffLimit = ptr.To(1), true, 3 }, "--retry"},
+		"selector":                {func(o *SubmitOptions) { o.Selectors = []string{"novalue"} }, "--selector"},
+		"launcher selector":       {func(o *SubmitOptions) { o.LauncherSelectors = []string{"=x"} }, "--launcher-selector"},
+		"toleration effect":       {func(o *SubmitOptions) { o.Tolerations = []string{"k=v:Sometimes"} }, "--toleration"},
+		"toleration exists+value": {func(o *SubmitOptions) { o.Tolerations = []string{"k=v,Exists"} }, "--toleration"},
+		"env":                     {func(o *SubmitOptions) { o.Envs = []string{"1A=x"} }, "-e/--env"},
+		"label value":             {func(o *SubmitOptions) { o.Labels = []string{"a=b c"} }, "-l/--label"},
+		"data":                    {func(o *SubmitOptions) { o.Data = []string{"pvc"} }, "-d/--data"},
+		"data relative":           {func(o *SubmitOptions) { o.Data = []string{"pvc:data"} }, "-d/--data"},
+		"data twice":              {func(o *SubmitOptions) { o.Data = []string{"a:/d", "b:/d"} }, "-d/--data"},
+		"cpu":                     {func(o *SubmitOptions) { o.CPU = "lots" }, "--cpu"},
+		"memory":                  {func(o *SubmitOptions) { o.Memory = "-1Gi" }, "--memory"},
+		"pull policy":             {func(o *SubmitOptions) { o.ImagePullPolicy = "Sometimes" }, "--image-pull-policy"},
+		"checkpoint dir":          {func(o *SubmitOptions) { o.CheckpointDir = "ckpt" }, "--checkpoint-dir"},
+		"shell":                   {func(o *SubmitOptions) { o.Shell = "zsh" }, "--shell"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			o := baseOptions()
+			tc.opts(&o)
+			_, err := BuildElasticJob(o)
+			if err == nil || !strings.Contains(err.Error(), tc.wantFlag) {
+				t.Fatalf("err = %v, want one naming %s", err, tc.wantFlag)
+			}
+		})
+	}
+}
+
+func TestCheckpointWarning(t *testing.T) {
+	o := baseOptions()
+	o.CheckpointDir = "/ckpt/run1"
+	if checkpointWarning(o) == "" {
+		t.Error("no warning for a checkpoint dir on no mount")
+	}
+	o.Data = []string{"pvc:/ckpt"}
+	if w := checkpointWarning(o); w != "" {
+		t.Errorf("warning %q for a checkpoint dir on a PVC", w)
+	}
+}
