@@ -48,8 +48,8 @@ cloud nodes (karpenter.sh/capacity-type, node.kubernetes.io/instance-type) with 
 		Args:    cobra.NoArgs,
 		RunE:    func(c *cobra.Command, _ []string) error { return o.up(c.Context()) },
 	}
-	up.Flags().IntVar(&o.spot, "spot", 4, "spot process nodes")
-	up.Flags().IntVar(&o.onDemand, "on-demand", 1, "on-demand process nodes (the launcher's)")
+	up.Flags().IntVar(&o.spot, "spot", 4, "spot GPU nodes (p3.2xlarge, one emulated nvidia.com/gpu each)")
+	up.Flags().IntVar(&o.onDemand, "on-demand", 1, "on-demand CPU nodes (m5.xlarge, no GPU: the launchers' reliable capacity)")
 
 	down := &cobra.Command{
 		Use:   "down",
@@ -124,7 +124,7 @@ cloud nodes (karpenter.sh/capacity-type, node.kubernetes.io/instance-type) with 
 			return o.addNode(c.Context(), addName, addSpot)
 		},
 	}
-	addNode.Flags().BoolVar(&addSpot, "spot", false, "add a spot node (default: on-demand)")
+	addNode.Flags().BoolVar(&addSpot, "spot", false, "add a spot GPU node (default: an on-demand GPU node)")
 	addNode.Flags().StringVar(&addName, "name", "", "node name (default: spot-N or on-demand-N)")
 
 	var notice time.Duration

@@ -44,7 +44,7 @@ kubectl get etjob,pods -w`,
 	cmd.Flags().StringVar(&o.repo, "repo", "", "the etjob repository (examples/ and python/); default: the current git work tree")
 	cmd.Flags().BoolVar(&o.keep, "keep", false, "keep the cluster running afterwards")
 	cmd.Flags().IntVar(&o.epochs, "epochs", 40, "training epochs (22 steps each)")
-	cmd.Flags().IntVar(&o.width, "width", 32, "CNN width (work per step)")
+	cmd.Flags().IntVar(&o.width, "width", 160, "CNN width (work per step)")
 	cmd.Flags().DurationVar(&o.notice, "notice", 30*time.Second, "reclamation notice of each reclaimed node")
 	cmd.Flags().BoolVar(&o.baseline, "baseline", true, "first run the same training undisturbed, for the accuracy comparison")
 	return cmd

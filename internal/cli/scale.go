@@ -12,8 +12,8 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
@@ -205,10 +205,8 @@ func (o *ScaleOptions) Run(ctx context.Context) error {
 		return fmt.Errorf("refused: HorizontalPodAutoscaler %s targets %s and would undo this; change the HPA's minReplicas/maxReplicas, or delete it first",
 			strings.Join(hpas, ", "), jobRef(job.Name))
 	}
-	if o.Verb == verbScaleIn && len(o.Instances) > 0 {
-		if err := o.markInstances(ctx, &job); err != nil {
-			return err
-		}
+	if o.Verb != verbScale {
+		return o.request(ctx, &job, prev, target)
 	}
 	if target == prev {
 		fmt.Fprintf(f.out(), "%s already has %d desired workers\n", jobRef(job.Name), prev)
@@ -275,29 +273,81 @@ func targetingHPAs(ctx context.Context, c client.Client, job *etjobv1.ElasticJob
 	return names, nil
 }
 
-// markInstances annotates the named worker pods with etjob.dev/scale-in, so
-// that the controller removes them first.
-func (o *ScaleOptions) markInstances(ctx context.Context, job *etjobv1.ElasticJob) error {
-	c := o.clients.Client
+// checkInstances refuses --instance pods that are not workers of the job.
+func (o *ScaleOptions) checkInstances(ctx context.Context, job *etjobv1.ElasticJob) error {
 	for _, name := range o.Instances {
 		var pod corev1.Pod
-		if err := c.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: name}, &pod); err != nil {
+		if err := o.clients.Client.Get(ctx, client.ObjectKey{Namespace: job.Namespace, Name: name}, &pod); err != nil {
 			return fmt.Errorf("--instance %s: %w", name, err)
 		}
 		if pod.Labels[etjobv1.LabelJobName] != job.Name || pod.Labels[etjobv1.LabelRole] != etjobv1.RoleWorker {
 			return fmt.Errorf("--instance %s: not a worker of %s", name, jobRef(job.Name))
 		}
 	}
-	patch := []byte(`{"metadata":{"annotations":{"` + etjobv1.AnnotationScaleIn + `":"true"}}}`)
-	for _, name := range o.Instances {
-		pod := &corev1.Pod{}
-		pod.Namespace, pod.Name = job.Namespace, name
-		if err := c.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			return fmt.Errorf("--instance %s: marking it for scale-in: %w", name, err)
-		}
-		fmt.Fprintf(o.factory.out(), "pod/%s annotated %s\n", name, etjobv1.AnnotationScaleIn)
-	}
 	return nil
+}
+
+// request creates a ScaleOut or ScaleIn object (et-operator's request
+// objects): the controller changes spec.replicas, marks named instances,
+// and on timeout rolls a scale-out back, also after this command exits. The
+// command waits for the request's outcome and prints progress meanwhile.
+func (o *ScaleOptions) request(ctx context.Context, job *etjobv1.ElasticJob, prev, target int32) error {
+	if err := o.checkInstances(ctx, job); err != nil {
+		return err
+	}
+	f := o.factory
+	c := o.clients.Client
+	spec := etjobv1.ScaleRequestSpec{Job: job.Name, Count: int32(o.Count), Instances: o.Instances,
+		TimeoutSeconds: int32((o.Timeout + time.Second - 1) / time.Second)}
+	if spec.TimeoutSeconds < 1 {
+		spec.TimeoutSeconds = 60
+	}
+	meta := metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", job.Name, time.Now().Unix()), Namespace: job.Namespace}
+	var req interface {
+		client.Object
+		Request() (*etjobv1.ScaleRequestSpec, *etjobv1.ScaleRequestStatus)
+	}
+	kind := "scaleout"
+	if o.Verb == verbScaleOut {
+		req = &etjobv1.ScaleOut{ObjectMeta: meta, Spec: spec}
+	} else {
+		req, kind = &etjobv1.ScaleIn{ObjectMeta: meta, Spec: spec}, "scalein"
+	}
+	if err := c.Create(ctx, req); err != nil {
+		return fmt.Errorf("creating the %s request: %w", kind, err)
+	}
+	fmt.Fprintf(f.out(), "%s.etjob.dev/%s created\n", kind, req.GetName())
+	f.logf("info", "The %s job %s has been submitted successfully (%s: %d -> %d workers)", kind, req.GetName(), job.Name, prev, target)
+	// The controller decides the outcome; wait a little longer than its timeout.
+	deadline := time.Now().Add(time.Duration(spec.TimeoutSeconds)*time.Second + 15*time.Second)
+	lastMembers := int32(-1)
+	for {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(req), req); err != nil {
+			return fmt.Errorf("reading the %s request %s: %w", kind, req.GetName(), err)
+		}
+		_, st := req.Request()
+		var cur etjobv1.ElasticJob
+		if err := c.Get(ctx, client.ObjectKeyFromObject(job), &cur); err == nil && cur.Status.Members != lastMembers {
+			f.logf("info", "%s: %d of %d workers are members, %d leaving", job.Name, cur.Status.Members, target, cur.Status.LeavingReplicas)
+			lastMembers = cur.Status.Members
+		}
+		switch st.Phase {
+		case etjobv1.ScaleRequestSucceeded:
+			f.logf("info", "%s %s succeeded: %s", kind, req.GetName(), st.Message)
+			return nil
+		case etjobv1.ScaleRequestRefused, etjobv1.ScaleRequestRolledBack, etjobv1.ScaleRequestTimedOut:
+			return fmt.Errorf("%s %s %s: %s", kind, req.GetName(), strings.ToLower(string(st.Phase)), st.Message)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s %s is still %q after %ds: is the etjob controller running? (kubectl get %s %s -o yaml)",
+				kind, req.GetName(), st.Phase, spec.TimeoutSeconds, kind, req.GetName())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(o.Poll):
+		}
+	}
 }
 
 // setReplicas writes spec.replicas through the /scale subresource.

@@ -153,7 +153,9 @@ func (d *decision) run() {
 		d.restarting = true
 		d.delete(v, etjobv1.ReasonRestarting)
 	}
-	if d.handleLauncher() || d.handleWorkers() || d.handleCompletion() {
+	// Completion first: once a torchrun member exited 0, the others finish or
+	// fail on a closed rendezvous; neither is a failure of the job.
+	if d.handleLauncher() || d.handleCompletion() || d.handleWorkers() {
 		return
 	}
 	d.scale()

@@ -345,6 +345,19 @@ func TestDecide(t *testing.T) {
 			wantCondTrue: []string{etjobv1.ConditionComplete},
 			wantSummary:  "Succeeded",
 		},
+		"a worker failing on the closed rendezvous after completion is not a failure": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Obj(),
+				MakeWorker(base().Obj(), 0).Node("n0").Exited(0, t0).Obj(),
+				MakeWorker(base().Obj(), 1).Node("n1").Exited(0, t0).Obj(),
+				MakeWorker(base().Obj(), 2).Node("n2").Exited(1, t0).Obj(),
+			},
+			nodes:        nodes("od", "n0", "n1", "n2"),
+			wantDelete:   []string{"j-launcher"},
+			wantCondTrue: []string{etjobv1.ConditionComplete},
+			wantSummary:  "Succeeded",
+		},
 		"suspend releases every pod": {
 			job: base().Suspend(true).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2})).Obj(),
 			pods: []*corev1.Pod{

@@ -173,7 +173,7 @@ func (s *story) run(ctx context.Context) error {
 	if err := s.waitCondition(ctx, etjobv1.ConditionSuspended, etjobv1.ReasonWaitingForCapacity, 3*time.Minute); err != nil {
 		return err
 	}
-	s.say("the job waits for capacity: %s", s.conditionMessage(ctx, etjobv1.ConditionSuspended))
+	s.say("the job is suspended: %s", s.conditionMessage(ctx, etjobv1.ConditionSuspended))
 
 	// 3. Capacity returns: it resumes from the checkpoint and grows back.
 	for range 3 {

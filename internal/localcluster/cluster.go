@@ -167,6 +167,8 @@ type NodeSpec struct {
 	// Provider is the cloud whose metadata service the node emulates
 	// (alibaba, aws, gcp, azure) and whose notices its agent reads.
 	Provider string
+	// GPUs is the number of emulated accelerators (nvidia.com/gpu).
+	GPUs int
 	// Index picks the node's loopback /24: 127.0.<Index>.1.
 	Index int
 }
@@ -220,7 +222,7 @@ func (c *Cluster) StartNode(n NodeSpec) error {
 	}
 	if err := c.start("node-"+n.Name, c.Self, "internal", "node", "--kubeconfig="+c.Kubeconfig(),
 		"--node-name="+n.Name, "--node-ip="+n.NodeIP(), "--labels="+strings.Join(kv, ","), "--work-dir="+dir,
-		fmt.Sprintf("--metadata-listen=%s:%d", n.NodeIP(), MetadataPort)); err != nil {
+		fmt.Sprintf("--metadata-listen=%s:%d", n.NodeIP(), MetadataPort), fmt.Sprintf("--gpus=%d", n.GPUs)); err != nil {
 		return err
 	}
 	// The node agent reads the node's cloud notices from its metadata service

@@ -14,26 +14,38 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Prices of the local cluster's nodes: p3.2xlarge as Bamboo (NSDI'23) priced
-// it, so that local cost reports can be set beside published numbers.
+// Instance types and prices of the local cluster's nodes: GPU nodes are
+// p3.2xlarge as Bamboo (NSDI'23) priced it, so that local cost reports can be
+// set beside published numbers; launcher nodes are CPU-only m5.xlarge.
 const (
-	InstanceType  = "p3.2xlarge"
-	SpotPrice     = "0.91"
-	OnDemandPrice = "3.06"
+	InstanceType        = "p3.2xlarge"
+	SpotPrice           = "0.91"
+	OnDemandPrice       = "3.06"
+	LauncherType        = "m5.xlarge"
+	LauncherPrice       = "0.192"
+	launcherIndexOffset = 1
 )
 
 // Providers are the clouds whose metadata services nodes emulate, in the
 // order nodes get them, so that a story reclaims nodes of every provider.
 var Providers = []string{"aws", "gcp", "azure", "alibaba"}
 
-// NewNodeSpec names a node's capacity, price and cloud; index picks its
+// NewNodeSpec names a GPU node's capacity, price and cloud; index picks its
 // loopback /24 (and, round-robin, its cloud).
 func NewNodeSpec(name string, spot bool, index int) NodeSpec {
 	price := OnDemandPrice
 	if spot {
 		price = SpotPrice
 	}
-	return NodeSpec{Name: name, Spot: spot, InstanceType: InstanceType, PricePerHour: price, Index: index,
+	return NodeSpec{Name: name, Spot: spot, InstanceType: InstanceType, PricePerHour: price, Index: index, GPUs: 1,
+		Provider: Providers[index%len(Providers)]}
+}
+
+// NewLauncherNodeSpec is an on-demand CPU node (no accelerator): reliable
+// capacity for launchers and rendezvous stores, where workers, which ask for
+// a GPU, never land.
+func NewLauncherNodeSpec(name string, index int) NodeSpec {
+	return NodeSpec{Name: name, InstanceType: LauncherType, PricePerHour: LauncherPrice, Index: index,
 		Provider: Providers[index%len(Providers)]}
 }
 
@@ -46,14 +58,14 @@ func (c *Cluster) Clientset() (*kubernetes.Clientset, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// Up starts the control plane and spot + onDemand nodes, and waits until the
-// nodes are Ready. It is idempotent.
+// Up starts the control plane, spot GPU nodes and on-demand CPU nodes (the
+// launchers'), and waits until the nodes are Ready. It is idempotent.
 func (c *Cluster) Up(ctx context.Context, spot, onDemand int) error {
 	if err := c.StartControlPlane(ctx); err != nil {
 		return err
 	}
 	for i := range onDemand {
-		if err := c.StartNode(NewNodeSpec(fmt.Sprintf("on-demand-%d", i+1), false, 1+i)); err != nil {
+		if err := c.StartNode(NewLauncherNodeSpec(fmt.Sprintf("on-demand-%d", i+1), launcherIndexOffset+i)); err != nil {
 			return err
 		}
 	}
@@ -65,9 +77,9 @@ func (c *Cluster) Up(ctx context.Context, spot, onDemand int) error {
 	return c.WaitNodesReady(ctx, spot+onDemand)
 }
 
-// AddNode starts a new node and waits until it is Ready. Names and /24s are
-// never reused: a reclaimed node is gone for good. An empty name picks spot-N
-// or on-demand-N.
+// AddNode starts a new GPU node (spot, or on-demand at the on-demand price)
+// and waits until it is Ready. Names and /24s are never reused: a reclaimed
+// node is gone for good. An empty name picks spot-N or gpu-on-demand-N.
 func (c *Cluster) AddNode(ctx context.Context, name string, spot bool) (string, error) {
 	cs, err := c.Clientset()
 	if err != nil {
@@ -85,7 +97,7 @@ func (c *Cluster) AddNode(ctx context.Context, name string, spot bool) (string, 
 	for _, e := range entries {
 		used[e.Name()] = true
 	}
-	prefix, base := "on-demand-", 1
+	prefix, base := "gpu-on-demand-", 51
 	if spot {
 		prefix, base = "spot-", 101
 	}

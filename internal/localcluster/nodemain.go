@@ -14,6 +14,8 @@ import (
 
 	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
 	vkslog "github.com/virtual-kubelet/virtual-kubelet/log/slog"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -41,6 +43,7 @@ func runNode(args []string) error {
 		labels     = fs.String("labels", "", "extra node labels, k=v,k2=v2 (e.g. karpenter.sh/capacity-type=spot,etjob.dev/price-per-hour=0.91)")
 		workDir    = fs.String("work-dir", "", "directory for per-pod directories and container logs (required)")
 		verbose    = fs.Bool("v", false, "log debug messages")
+		gpus       = fs.Int("gpus", 1, "emulated accelerators (nvidia.com/gpu) the node advertises")
 		mdListen   = fs.String("metadata-listen", "", "serve the node's emulated cloud metadata service (all four providers) and its control endpoints here")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -89,6 +92,7 @@ func runNode(args []string) error {
 		NodeIP:   *nodeIP,
 		Labels:   lbls,
 		WorkDir:  *workDir,
+		Capacity: corev1.ResourceList{processnode.ResourceGPU: *resource.NewQuantity(int64(*gpus), resource.DecimalSI)},
 	})
 }
 

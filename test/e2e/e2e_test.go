@@ -59,7 +59,7 @@ func TestSpotStory(t *testing.T) {
 
 	res, err := demo.Run(ctx, demo.Options{
 		Cluster: cl, RepoRoot: repo, Namespace: "default", Job: "story",
-		Epochs: 12, Width: 16, Notice: 20 * time.Second, StepsBeforeLoss: 25, Baseline: true, Out: testWriter{t},
+		Epochs: 24, Width: 96, Notice: 20 * time.Second, StepsBeforeLoss: 30, Baseline: true, Out: testWriter{t},
 	})
 	if res != nil {
 		var b strings.Builder

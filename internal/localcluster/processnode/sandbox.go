@@ -21,8 +21,9 @@ import (
 // whole grace period. As PID 2 in the container's process group it gets the
 // node's SIGTERM like before, and the shell's exit status is its exit code
 // (128+signal when a signal killed it). A shell starts a background command
-// with SIGINT and SIGQUIT ignored; coreutils env (8.31 and later) restores
-// their default. The shell reaps orphans, and when it dies (SIGKILL) the
+// with SIGINT and SIGQUIT ignored, and every process inherits the signals its
+// parent ignored (under make, signal 32 was): coreutils env (8.31 and later)
+// restores every default, as a container runtime starts a container. The shell reaps orphans, and when it dies (SIGKILL) the
 // kernel kills every process left in the namespace.
 const sandboxScript = `set -e
 hosts=$1 host=$2 n=$3
@@ -43,8 +44,8 @@ while [ "$n" -gt 0 ]; do
 	n=$((n-1))
 done
 set +e
-if env --default-signal=INT,QUIT true 2>/dev/null; then
-	env --default-signal=INT,QUIT "$@" &
+if env --default-signal true 2>/dev/null; then
+	env --default-signal "$@" &
 else
 	"$@" &
 fi

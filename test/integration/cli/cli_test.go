@@ -1,8 +1,9 @@
 // Package cli_test runs the etjob CLI against a real kube-apiserver and etcd
-// (envtest, with binaries built by hack/build-controlplane.sh). No controller
-// runs: the CLI's own behaviour is under test (submit, get, /scale, suspend,
-// resume, delete, the refusals), and a scale-out that never completes shows
-// the timeout restoring the previous replicas.
+// (envtest, with binaries built by hack/build-controlplane.sh) and the etjob
+// controller (no kubelet: no worker ever becomes ready): the CLI's own
+// behaviour is under test (submit, get, /scale, suspend, resume, delete, the
+// refusals), and a scale-out request that never completes shows the
+// controller's rollback to the previous replicas.
 package cli_test
 
 import (
@@ -23,12 +24,14 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/cli"
+	"github.com/etjob/etjob/internal/controller"
 )
 
 var (
@@ -66,6 +69,17 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		return 1
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mgr, err := ctrl.NewManager(cfg, controller.ManagerOptions("0", "0", false, ""))
+	if err == nil {
+		err = controller.Setup(ctx, mgr, 2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "controller:", err)
+		return 1
+	}
+	go func() { _ = mgr.Start(ctx) }()
 	dir, err := os.MkdirTemp("", "etjob-cli-*")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -185,8 +199,8 @@ func TestJobLifecycle(t *testing.T) {
 		t.Errorf("after scale --replicas 3: spec.replicas = %d", got)
 	}
 
-	// No controller runs, so no worker ever joins: scaleout times out and
-	// restores the previous replicas.
+	// No kubelet runs, so no worker ever joins: the ScaleOut request times
+	// out and the controller restores the previous replicas.
 	_, errOut, err = etjob(t, ns, "scaleout", "etjob", "--name", "digits", "--count", "1", "--timeout", "2s")
 	if err == nil || !strings.Contains(err.Error(), "replicas restored to 3") {
 		t.Errorf("scaleout with no members: err = %v, want a timeout that restored 3 replicas", err)
