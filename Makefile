@@ -62,6 +62,13 @@ demo: ## The local demo: a cluster of process nodes, real torchrun training thro
 	$(GO) build -o bin/etjob ./cmd/etjob
 	bin/etjob demo $(DEMO_FLAGS)
 
+.PHONY: bench-local
+bench-local: ## Spot-path latencies on the local cluster with real training (docs/benchmarks.md).
+	hack/install-deps.sh
+	$(GO) build -o bin/etjob ./cmd/etjob
+	bin/etjob demo --churn 5 --notice 30s --width 96
+	bin/etjob demo --churn 5 --hard --width 96
+
 .PHONY: test-e2e
 test-e2e: ## End-to-end tests on the local cluster with real torchrun training.
 	hack/install-deps.sh

@@ -35,3 +35,6 @@ PYTHONPATH="$PWD/python:$PWD/python/tests" /usr/bin/python3 -m unittest discover
 
 step "integration tests (real kube-apiserver + etcd)"
 go test -count=1 -p 1 -timeout 20m ./test/integration/...
+
+step "end-to-end: the spot story on a local cluster with real torchrun training (~2-3 min)"
+go test -count=1 -p 1 -timeout 40m ./test/e2e/...

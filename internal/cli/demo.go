@@ -23,6 +23,8 @@ type demoOptions struct {
 	width    int
 	notice   time.Duration
 	baseline bool
+	churn    int
+	hard     bool
 	streams  IOStreams
 }
 
@@ -47,6 +49,8 @@ kubectl get etjob,pods -w`,
 	cmd.Flags().IntVar(&o.width, "width", 160, "CNN width (work per step)")
 	cmd.Flags().DurationVar(&o.notice, "notice", 30*time.Second, "reclamation notice of each reclaimed node")
 	cmd.Flags().BoolVar(&o.baseline, "baseline", true, "first run the same training undisturbed, for the accuracy comparison")
+	cmd.Flags().IntVar(&o.churn, "churn", 0, "instead of the story, measure N loss-and-join events (3 workers) and print medians")
+	cmd.Flags().BoolVar(&o.hard, "hard", false, "with --churn: hard losses (no notice) instead of noticed ones")
 	return cmd
 }
 
@@ -85,12 +89,36 @@ func (o *demoOptions) run(ctx context.Context) error {
 			_ = cl.Stop()
 		}()
 	}
+	if o.churn > 0 {
+		return o.runChurn(ctx, cl)
+	}
 	res, err := demo.Run(ctx, demo.Options{
 		Cluster: cl, RepoRoot: o.repo, Namespace: "default", Job: "digits",
 		Epochs: o.epochs, Width: o.width, Notice: o.notice, StepsBeforeLoss: 60, Baseline: o.baseline, Out: o.streams.Out,
 	})
 	if res != nil {
 		res.Summary(o.streams.Out)
+	}
+	return err
+}
+
+func (o *demoOptions) runChurn(ctx context.Context, cl *localcluster.Cluster) error {
+	notice := o.notice
+	if o.hard {
+		notice = 0
+	}
+	r, err := demo.Churn(ctx, demo.Options{
+		Cluster: cl, RepoRoot: o.repo, Namespace: "default", Job: "churn",
+		Epochs: o.epochs * 4, Width: o.width, Notice: notice, StepsBeforeLoss: 40, Out: o.streams.Out,
+	}, o.churn)
+	if r != nil {
+		w := o.streams.Out
+		fmt.Fprintf(w, "\n=== churn: %d events, notice %s ===\n", len(r.Pause), notice)
+		fmt.Fprintf(w, "notice -> all ranks stopped (median): %s  %v\n", demo.Median(r.NoticeToStop).Round(time.Millisecond), r.NoticeToStop)
+		fmt.Fprintf(w, "training pause around a loss (median): %s  %v\n", demo.Median(r.Pause).Round(time.Millisecond), r.Pause)
+		fmt.Fprintf(w, "steps lost per loss: %v\n", r.LostSteps)
+		fmt.Fprintf(w, "node added -> training with it (median): %s  %v\n", demo.Median(r.JoinToTraining).Round(time.Millisecond), r.JoinToTraining)
+		fmt.Fprintf(w, "steps lost per join: %v\n", r.JoinLostSteps)
 	}
 	return err
 }

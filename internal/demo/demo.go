@@ -88,16 +88,20 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := o.Cluster.RESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	c, err := newClient(o)
 	if err != nil {
 		return nil, err
 	}
 	s := &story{Options: o, cs: cs, c: c, res: &Result{}, seconds: map[string]float64{}, prices: map[string]float64{}}
 	return s.res, s.run(ctx)
+}
+
+func newClient(o Options) (client.Client, error) {
+	cfg, err := o.Cluster.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: controller.Scheme()})
 }
 
 func (s *story) say(format string, args ...any) {
@@ -197,8 +201,12 @@ func (s *story) run(ctx context.Context) error {
 	return s.collect(ctx)
 }
 
-// submit creates the example's PV, PVC and ElasticJob.
-func (s *story) submit(ctx context.Context) error {
+// submit creates the example's PV, PVC and ElasticJob (4 workers, min 2, max 6).
+func (s *story) submit(ctx context.Context) error { return s.submitSized(ctx, 4) }
+
+// submitSized submits the example with the given desired workers (min 2, max
+// replicas+2).
+func (s *story) submitSized(ctx context.Context, replicas int) error {
 	raw, err := os.ReadFile(filepath.Join(s.RepoRoot, "examples/digits/elasticjob.yaml"))
 	if err != nil {
 		return err
@@ -225,6 +233,8 @@ func (s *story) submit(ctx context.Context) error {
 	text = strings.ReplaceAll(text, "claimName: digits-ckpt", "claimName: "+s.Job+"-ckpt")
 	text = strings.ReplaceAll(text, "volumeName: digits-ckpt", "volumeName: "+s.Job+"-ckpt")
 	text = strings.ReplaceAll(text, "\n  name: digits\n", "\n  name: "+s.Job+"\n")
+	text = strings.Replace(text, "\n  replicas: 4\n", fmt.Sprintf("\n  replicas: %d\n", replicas), 1)
+	text = strings.Replace(text, "\n  maxReplicas: 6\n", fmt.Sprintf("\n  maxReplicas: %d\n", replicas+2), 1)
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(text)), 4096)
 	for {
 		u := &unstructured.Unstructured{}

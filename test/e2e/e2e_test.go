@@ -27,7 +27,9 @@ func TestSpotStory(t *testing.T) {
 	}
 	repo := repoRoot(t)
 	bin := filepath.Join(t.TempDir(), "etjob")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/etjob").CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-o", bin, "./cmd/etjob")
+	build.Dir = repo
+	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building etjob: %v\n%s", err, out)
 	}
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
