@@ -8,9 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +23,7 @@ import (
 	"github.com/etjob/etjob/internal/agent"
 	"github.com/etjob/etjob/internal/agent/metadata"
 	"github.com/etjob/etjob/internal/agent/notice"
+	"github.com/etjob/etjob/internal/testutil"
 )
 
 const nodeName = "spot-node-1"
@@ -246,17 +244,11 @@ func hasEvent(ctx context.Context, cs kubernetes.Interface, reason, text string)
 
 func startAPIServer(t *testing.T) kubernetes.Interface {
 	t.Helper()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-		if err != nil {
-			t.Skipf("no KUBEBUILDER_ASSETS and no repository root: %v", err)
-		}
-		out, err := exec.Command(filepath.Join(strings.TrimSpace(string(root)), "hack/build-controlplane.sh")).Output()
-		if err != nil {
-			t.Skipf("no KUBEBUILDER_ASSETS and hack/build-controlplane.sh failed: %v", err)
-		}
-		t.Setenv("KUBEBUILDER_ASSETS", strings.TrimSpace(string(out)))
+	assets, err := testutil.ControlPlaneAssets()
+	if err != nil {
+		t.Skipf("no control plane binaries: %v", err)
 	}
+	t.Setenv("KUBEBUILDER_ASSETS", assets)
 	// envtest configures the API server's service-account issuer and keys,
 	// which TokenRequest and TokenReview need.
 	env := &envtest.Environment{}

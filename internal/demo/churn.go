@@ -23,10 +23,10 @@ type ChurnResult struct {
 	JoinLostSteps []int
 }
 
-// Churn submits the example (3 workers, min 2, max 4) on the cluster's spot
-// nodes and then, events times: reclaims one member's node with the given
-// notice (0: a hard loss), waits until training resumed, adds a spot node and
-// waits until training runs with 3 workers again.
+// Churn submits the example (4 workers, min 2, max 6) on the cluster's 4 spot
+// nodes, so that no spare node is left, and then, events times: reclaims one
+// member's node with the given notice (0: a hard loss), waits until training
+// resumed with 3, adds a spot node and waits until training runs with 4 again.
 func Churn(ctx context.Context, o Options, events int) (*ChurnResult, error) {
 	cs, err := o.Cluster.Clientset()
 	if err != nil {
@@ -37,10 +37,10 @@ func Churn(ctx context.Context, o Options, events int) (*ChurnResult, error) {
 		return nil, err
 	}
 	s.start = time.Now()
-	if err := s.submitSized(ctx, 3); err != nil {
+	if err := s.submitSized(ctx, 4); err != nil {
 		return nil, err
 	}
-	if err := s.waitMembers(ctx, 3, 6*time.Minute); err != nil {
+	if err := s.waitMembers(ctx, 4, 6*time.Minute); err != nil {
 		return nil, err
 	}
 	out := &ChurnResult{}
@@ -78,14 +78,14 @@ func Churn(ctx context.Context, o Options, events int) (*ChurnResult, error) {
 		if err != nil {
 			return out, err
 		}
-		if err := s.waitWorld(ctx, 3, tAdd, 4*time.Minute); err != nil {
+		if err := s.waitWorld(ctx, 4, tAdd, 4*time.Minute); err != nil {
 			return out, err
 		}
 		lines, _ = ReadLogs(o.Cluster.Dir, o.Namespace, o.Job)
 		join, jlost := measureJoin(lines, tAdd, before)
 		out.JoinToTraining = append(out.JoinToTraining, join)
 		out.JoinLostSteps = append(out.JoinLostSteps, jlost)
-		s.say("event %d: node %s added -> training with 3 workers after %s, %d steps lost", i+1, name, join.Round(time.Millisecond), jlost)
+		s.say("event %d: node %s added -> training with 4 workers after %s, %d steps lost", i+1, name, join.Round(time.Millisecond), jlost)
 	}
 	return out, nil
 }

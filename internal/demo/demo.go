@@ -465,8 +465,13 @@ func (s *story) waitResumes(ctx context.Context, n int, timeout time.Duration) e
 		if len(rs) < n {
 			return false, nil
 		}
-		// Resumed means a step after the restart.
-		return MaxStep(lines) > rs[n-1].From, nil
+		// Resumed means a step finished after the restart.
+		for _, l := range lines {
+			if l.Kind == "step" && l.T > rs[n-1].T {
+				return true, nil
+			}
+		}
+		return false, nil
 	})
 }
 

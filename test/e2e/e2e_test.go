@@ -19,6 +19,7 @@ import (
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/demo"
 	"github.com/etjob/etjob/internal/localcluster"
+	"github.com/etjob/etjob/internal/testutil"
 )
 
 func TestSpotStory(t *testing.T) {
@@ -32,13 +33,9 @@ func TestSpotStory(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building etjob: %v\n%s", err, out)
 	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		out, err := exec.Command(filepath.Join(repo, "hack/build-controlplane.sh")).Output()
-		if err != nil {
-			t.Fatalf("hack/build-controlplane.sh: %v", err)
-		}
-		assets = strings.TrimSpace(string(out))
+	assets, err := testutil.ControlPlaneAssets()
+	if err != nil {
+		t.Fatal(err)
 	}
 	dir := filepath.Join(os.TempDir(), "etjob-e2e")
 	cl := &localcluster.Cluster{Dir: dir, BinDir: assets, Self: bin, Out: testWriter{t}}
@@ -132,11 +129,11 @@ func TestSpotStory(t *testing.T) {
 }
 
 func repoRoot(t *testing.T) string {
-	out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	root, err := testutil.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.TrimSpace(string(out))
+	return root
 }
 
 type testWriter struct{ t *testing.T }

@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/etjob/etjob/internal/localcluster/processnode"
+	"github.com/etjob/etjob/internal/testutil"
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 )
 
@@ -384,17 +384,11 @@ func TestProcessNode(t *testing.T) {
 // adds service account volumes to pods.
 func startAPIServer(t *testing.T) (kubernetes.Interface, *rest.Config) {
 	t.Helper()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-		if err != nil {
-			t.Skipf("no KUBEBUILDER_ASSETS and no repository root: %v", err)
-		}
-		out, err := exec.Command(filepath.Join(strings.TrimSpace(string(root)), "hack/build-controlplane.sh")).Output()
-		if err != nil {
-			t.Skipf("no KUBEBUILDER_ASSETS and hack/build-controlplane.sh failed: %v", err)
-		}
-		t.Setenv("KUBEBUILDER_ASSETS", strings.TrimSpace(string(out)))
+	assets, err := testutil.ControlPlaneAssets()
+	if err != nil {
+		t.Skipf("no control plane binaries: %v", err)
 	}
+	t.Setenv("KUBEBUILDER_ASSETS", assets)
 	env := &envtest.Environment{}
 	args := env.ControlPlane.GetAPIServer().Configure()
 	args.Set("kubelet-preferred-address-types", "InternalIP")

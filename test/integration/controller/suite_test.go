@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -27,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/etjob/etjob/internal/controller"
+	"github.com/etjob/etjob/internal/testutil"
 )
 
 var (
@@ -123,20 +123,18 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapLevel())))
-	out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	root, err := testutil.RepoRoot()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "finding the repository root:", err)
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	repoRoot = strings.TrimSpace(string(out))
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		bin, err := exec.Command(filepath.Join(repoRoot, "hack/build-controlplane.sh")).Output()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "building the control plane (hack/build-controlplane.sh):", err)
-			return 1
-		}
-		os.Setenv("KUBEBUILDER_ASSETS", strings.TrimSpace(string(bin)))
+	repoRoot = root
+	assets, err := testutil.ControlPlaneAssets()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "building the control plane:", err)
+		return 1
 	}
+	os.Setenv("KUBEBUILDER_ASSETS", assets)
 	env := &envtest.Environment{
 		CRDInstallOptions: envtest.CRDInstallOptions{Paths: []string{filepath.Join(repoRoot, "config/crd/bases")}, ErrorIfPathMissing: true},
 	}
