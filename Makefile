@@ -11,7 +11,7 @@ GOFLAGS_BUILD ?= -trimpath -ldflags "$(LDFLAGS)"
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_-]+:.*##/ {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Build the binaries into bin/.
@@ -32,7 +32,7 @@ controlplane: ## Build kube-apiserver, scheduler, controller-manager and etcd in
 	hack/build-controlplane.sh
 
 .PHONY: test
-test: ## Run every test CI runs: unit, then integration against a real kube-apiserver.
+test: ## The README's test command (CI): lint, unit, worker library, integration (real kube-apiserver), end-to-end.
 	hack/test.sh
 
 .PHONY: test-unit
