@@ -205,7 +205,7 @@ $((${workers}*${gpus})) work verbatim. Wrong input is refused before anything is
 	fs := cmd.Flags()
 	fs.StringVar(&o.Name, "name", "", "the job's name (required)")
 	fs.StringVar(&o.Image, "image", "", "the container image of the job (required)")
-	fs.StringVar(&o.Framework, "framework", "torchrun", "the distributed launcher: torchrun or horovod")
+	fs.StringVar(&o.Framework, "framework", "", "the distributed launcher: torchrun or horovod (default: horovod when COMMAND starts with horovodrun, as in Arena's examples, else torchrun)")
 	fs.IntVar(&o.GPUs, "gpus", 0, "GPUs per worker (nvidia.com/gpu); also the processes per worker")
 	fs.StringVar(&o.CPU, "cpu", "", "CPU per worker, request and limit, like 4")
 	fs.StringVar(&o.Memory, "memory", "", "memory per worker, request and limit, like 16Gi")
@@ -378,7 +378,11 @@ func BuildElasticJob(o SubmitOptions) (*etjobv1.ElasticJob, error) {
 	}
 	framework := etjobv1.Framework(o.Framework)
 	if framework == "" {
+		// Arena's etjob is Horovod's: its command lines start with horovodrun.
 		framework = etjobv1.FrameworkTorchrun
+		if fields := strings.Fields(o.Command); len(fields) > 0 && fields[0] == "horovodrun" {
+			framework = etjobv1.FrameworkHorovod
+		}
 	}
 	if framework != etjobv1.FrameworkTorchrun && framework != etjobv1.FrameworkHorovod {
 		return nil, fmt.Errorf("--framework %q: must be torchrun or horovod", o.Framework)

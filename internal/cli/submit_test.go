@@ -46,6 +46,14 @@ func TestBuildElasticJob(t *testing.T) {
 				}
 			},
 		},
+		"a horovodrun command without --framework is horovod, as in Arena": {
+			opts: func(o *SubmitOptions) { o.Framework, o.Command = "", seed001 },
+			check: func(t *testing.T, j *etjobv1.ElasticJob) {
+				if j.Spec.Framework != etjobv1.FrameworkHorovod || j.Spec.LauncherTemplate == nil {
+					t.Errorf("framework %q, launcher %v", j.Spec.Framework, j.Spec.LauncherTemplate != nil)
+				}
+			},
+		},
 		"seed 001 horovod: launcher runs the command verbatim, workers idle": {
 			opts: func(o *SubmitOptions) {
 				o.Framework, o.Name, o.GPUs, o.Workers, o.MaxWorkers, o.WorkingDir, o.Command = "horovod", "elastic-training", 1, 3, 9, "/examples", seed001
