@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/etjob/etjob/hack"
 	"github.com/etjob/etjob/internal/localcluster"
@@ -128,6 +129,7 @@ cloud nodes (karpenter.sh/capacity-type, node.kubernetes.io/instance-type) with 
 	addNode.Flags().StringVar(&addName, "name", "", "node name (default: spot-N or on-demand-N)")
 
 	var notice time.Duration
+	var provider string
 	reclaim := &cobra.Command{
 		Use:   "reclaim NODE",
 		Short: "Reclaim a node as a cloud would: a notice, then at the deadline every process dies at once",
@@ -140,12 +142,31 @@ process of the node is killed with SIGKILL, like a vanished VM, and the Node is 
 		Example: "  etjob cluster reclaim spot-2 --notice 30s\n  etjob cluster reclaim spot-3 --notice 0",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			return o.reclaim(c.Context(), args[0], notice)
+			return o.reclaim(c.Context(), args[0], notice, provider)
 		},
 	}
 	reclaim.Flags().DurationVar(&notice, "notice", 30*time.Second, "time between the notice and the loss (0: hard loss)")
+	reclaim.Flags().StringVar(&provider, "provider", "", "check that the node emulates this cloud (alibaba, aws, gcp, azure); default: the node's own")
 
-	cmd.AddCommand(up, down, status, kubeconfig, addNode, reclaim)
+	var replay replayOptions
+	replayCmd := &cobra.Command{
+		Use:   "replay TRACE",
+		Short: "Replay a spot availability trace (ms,add|remove,node) on the cluster, scaled in time",
+		Long: `Replay a spot availability trace such as ../shared/traces/ec2-p3-trace.csv: every add starts a
+spot node, every remove reclaims the matching one with --notice, at the trace's times divided by
+--speedup. --max-nodes caps the trace's nodes alive at once (the traces have up to 32; this
+machine holds a few process nodes); the adds beyond it, and their removes, are skipped.`,
+		Example: "  etjob cluster replay ../shared/traces/ec2-p3-trace.csv --speedup 120 --notice 30s --max-nodes 4",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			return o.replay(c.Context(), args[0], replay)
+		},
+	}
+	replayCmd.Flags().Float64Var(&replay.speedup, "speedup", 60, "divide the trace's times by this (60: an hour in a minute)")
+	replayCmd.Flags().DurationVar(&replay.notice, "notice", 30*time.Second, "reclamation notice of every remove (0: hard losses)")
+	replayCmd.Flags().IntVar(&replay.maxNodes, "max-nodes", 4, "the most trace nodes alive at once (0: no cap)")
+
+	cmd.AddCommand(up, down, status, kubeconfig, addNode, reclaim, replayCmd)
 	return cmd
 }
 
@@ -183,10 +204,60 @@ func (o *clusterOptions) addNode(ctx context.Context, name string, spot bool) er
 	return err
 }
 
-func (o *clusterOptions) reclaim(ctx context.Context, name string, notice time.Duration) error {
+type replayOptions struct {
+	speedup  float64
+	notice   time.Duration
+	maxNodes int
+}
+
+func (o *clusterOptions) replay(ctx context.Context, path string, r replayOptions) error {
+	if r.speedup <= 0 {
+		return fmt.Errorf("--speedup %v: must be more than 0", r.speedup)
+	}
+	if r.notice < 0 {
+		return fmt.Errorf("--notice %s: must be 0 or more", r.notice)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("TRACE: %w", err)
+	}
+	defer f.Close()
+	events, err := localcluster.ParseTrace(f)
+	if err != nil {
+		return fmt.Errorf("TRACE %s: %w", path, err)
+	}
 	cl, err := o.cluster()
 	if err != nil {
 		return err
+	}
+	fmt.Fprintf(o.streams.Out, "replaying %d events of %s at %gx\n", len(events), path, r.speedup)
+	skipped, err := cl.Replay(ctx, events, localcluster.ReplayOptions{Speedup: r.speedup, Notice: r.notice, MaxNodes: r.maxNodes,
+		Log: func(format string, args ...any) { fmt.Fprintf(o.streams.Out, format+"\n", args...) }})
+	fmt.Fprintf(o.streams.Out, "replayed; %d events skipped by --max-nodes %d\n", skipped, r.maxNodes)
+	return err
+}
+
+func (o *clusterOptions) reclaim(ctx context.Context, name string, notice time.Duration, provider string) error {
+	if notice < 0 {
+		return fmt.Errorf("--notice %s: must be 0 or more", notice)
+	}
+	cl, err := o.cluster()
+	if err != nil {
+		return err
+	}
+	if provider != "" {
+		cs, err := cl.Clientset()
+		if err != nil {
+			return err
+		}
+		node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reclaim %s: %w", name, err)
+		}
+		if got := node.Labels["etjob.dev/cloud-provider"]; got != provider {
+			return fmt.Errorf("--provider %s: node %s emulates %s, and its agent reads %s notices; pick a node of that cloud (kubectl get nodes -L etjob.dev/cloud-provider)",
+				provider, name, got, got)
+		}
 	}
 	return cl.Reclaim(ctx, name, notice)
 }
