@@ -13,6 +13,9 @@ const (
 	ConditionComplete = "Complete"
 	// ConditionFailed is true once the job failed.
 	ConditionFailed = "Failed"
+	// ConditionCheckpointTooSlow is true while the last checkpoint took longer
+	// to write than the usable notice window of a cloud the members run on.
+	ConditionCheckpointTooSlow = "CheckpointTooSlow"
 	// ConditionCreateRefused is true while the API server refuses to create the
 	// job's pods (quota, admission); its message is the refusal.
 	ConditionCreateRefused = "CreateRefused"
@@ -65,6 +68,12 @@ const (
 	// AnnotationLeaveReason on a worker pod says why it was told to leave:
 	// ScaleIn (not a preemption) or the notice that caused it.
 	AnnotationLeaveReason = "etjob.dev/leave-reason"
+	// AnnotationCheckpoint on a worker pod, set by its node agent from the
+	// progress the worker reports, is the pod's last checkpoint as JSON:
+	// {"step": N, "path": "...", "time": "RFC3339", "seconds": S} (seconds: how
+	// long writing it took). The controller publishes the newest in
+	// status.lastCheckpoint.
+	AnnotationCheckpoint = "etjob.dev/checkpoint"
 	// AnnotationScaleIn on a worker pod asks that this worker be removed first
 	// on the next scale-in (set by ScaleIn requests naming instances).
 	AnnotationScaleIn = "etjob.dev/scale-in"

@@ -261,6 +261,9 @@ type CheckpointStatus struct {
 	// time is when the checkpoint was written.
 	// +optional
 	Time *metav1.Time `json:"time,omitempty"`
+	// durationMilliseconds is how long writing it took.
+	// +optional
+	DurationMilliseconds int64 `json:"durationMilliseconds,omitempty"`
 }
 
 // TimelineEvent is one entry of the job's bounded membership timeline.

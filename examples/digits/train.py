@@ -123,10 +123,14 @@ def main(argv=None):
 
     def checkpoint():
         if rank == 0:
-            etorch.save_checkpoint(args.checkpoint_dir, {
+            began = time.time()
+            path = etorch.save_checkpoint(args.checkpoint_dir, {
                 "model": model.state_dict(), "optimizer": opt.state_dict(),
                 "sampler": sampler.state_dict(), "step": step, "time": time.time()})
             log("checkpoint step=%d" % step)
+            # The controller shows it in status.lastCheckpoint, and warns when
+            # writing it takes longer than the node's cloud gives notice.
+            sup.report_progress(step, step, os.path.relpath(path, args.checkpoint_dir), time.time() - began)
 
     while step < total:
         stop, early = etorch.agree(not sup.check_alive(), sup.should_checkpoint())

@@ -14,7 +14,10 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 )
 
 // Extra keys of a TokenReview's user info for a token bound to a pod.
@@ -97,6 +100,8 @@ type Progress struct {
 	CheckpointPath string `json:"checkpointPath"`
 	// SamplesPerSecond is the worker's recent throughput.
 	SamplesPerSecond float64 `json:"samplesPerSecond"`
+	// CheckpointSeconds is how long writing that checkpoint took.
+	CheckpointSeconds float64 `json:"checkpointSeconds,omitempty"`
 }
 
 // PodProgress is one pod's latest progress, as served on GET /v1/progress.
@@ -119,6 +124,13 @@ func (s *progressStore) put(p PodProgress) {
 		s.byID = map[string]PodProgress{}
 	}
 	s.byID[p.Namespace+"/"+p.Pod] = p
+}
+
+func (s *progressStore) get(ns, pod string) (PodProgress, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.byID[ns+"/"+pod]
+	return p, ok
 }
 
 func (s *progressStore) list() []PodProgress {
@@ -178,8 +190,26 @@ func (a *Agent) postProgress(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, "progress body: "+err.Error()+` (want {"step": N, "checkpointStep": M, "checkpointPath": "...", "samplesPerSecond": x})`)
 		return
 	}
-	a.progress.put(PodProgress{Namespace: ns, Pod: name, Received: a.o.Now().UTC(), Progress: p})
+	prev, had := a.progress.get(ns, name)
+	now := a.o.Now().UTC()
+	a.progress.put(PodProgress{Namespace: ns, Pod: name, Received: now, Progress: p})
+	if p.CheckpointStep > 0 && (!had || p.CheckpointStep != prev.CheckpointStep) {
+		go a.publishCheckpoint(ns, name, p, now)
+	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// publishCheckpoint copies a new checkpoint into the pod's
+// etjob.dev/checkpoint annotation, where the controller reads it (one write
+// per checkpoint the worker reports; the agent is the progress channel).
+func (a *Agent) publishCheckpoint(ns, name string, p Progress, at time.Time) {
+	val, _ := json.Marshal(map[string]any{"step": p.CheckpointStep, "path": p.CheckpointPath, "time": at.Format(time.RFC3339), "seconds": p.CheckpointSeconds})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{etjobv1.AnnotationCheckpoint: string(val)}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := a.o.Client.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		a.log.Warn("publishing a checkpoint on its pod", "pod", ns+"/"+name, "error", err)
+	}
 }
 
 func (a *Agent) listProgress(w http.ResponseWriter, r *http.Request) {

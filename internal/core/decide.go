@@ -732,6 +732,7 @@ func (d *decision) summarize() {
 		st.Workers = nil
 	}
 	st.Members = int32(len(st.Membership.Hosts))
+	d.lastCheckpoint()
 	for _, e := range d.timeline {
 		e.Generation = st.Membership.Generation
 		e.Members = st.Members
@@ -743,6 +744,47 @@ func (d *decision) summarize() {
 	st.Summary = d.summary()
 	d.plan.Status = *st
 	d.plan.RequeueAfter = d.plan.RequeueAfter.Round(time.Millisecond)
+}
+
+// lastCheckpoint publishes the newest checkpoint the workers reported, and
+// says so when writing it takes longer than the notice window of a cloud the
+// members run on (the job would lose work on a reclamation there).
+func (d *decision) lastCheckpoint() {
+	var best *checkpointInfo
+	for _, v := range d.all() {
+		if c := v.checkpoint; c != nil && (best == nil || c.Step > best.Step || (c.Step == best.Step && c.Time > best.Time)) {
+			best = c
+		}
+	}
+	if best != nil && (d.st.LastCheckpoint == nil || best.Step >= d.st.LastCheckpoint.Step) {
+		cp := &etjobv1.CheckpointStatus{Step: best.Step, Path: best.Path, DurationMilliseconds: int64(best.Seconds * 1000)}
+		if t, err := time.Parse(time.RFC3339, best.Time); err == nil {
+			cp.Time = &metav1.Time{Time: t}
+		}
+		d.st.LastCheckpoint = cp
+	}
+	if d.finished() || d.st.LastCheckpoint == nil || d.st.LastCheckpoint.DurationMilliseconds <= 0 {
+		return
+	}
+	took := time.Duration(d.st.LastCheckpoint.DurationMilliseconds) * time.Millisecond
+	slow := ""
+	for _, w := range d.members {
+		if window, ok := UsableNoticeWindow[w.provider]; ok && took > window {
+			slow = fmt.Sprintf("the last checkpoint took %s, longer than the ~%s a %s reclamation notice leaves (worker %s): a noticed loss there would lose the steps since the previous checkpoint",
+				took.Round(100*time.Millisecond), window, w.provider, w.pod.Name)
+			break
+		}
+	}
+	was := meta.IsStatusConditionTrue(d.st.Conditions, etjobv1.ConditionCheckpointTooSlow)
+	switch {
+	case slow != "":
+		if !was {
+			d.event(true, etjobv1.ConditionCheckpointTooSlow, slow)
+		}
+		d.setCondition(etjobv1.ConditionCheckpointTooSlow, true, etjobv1.ConditionCheckpointTooSlow, slow)
+	case was:
+		d.setCondition(etjobv1.ConditionCheckpointTooSlow, false, "CheckpointInTime", "")
+	}
 }
 
 func (d *decision) summary() string {

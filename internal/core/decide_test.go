@@ -1,6 +1,8 @@
 package core_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -642,5 +644,44 @@ func TestResumeAfterUserSuspend(t *testing.T) {
 	}
 	if meta.IsStatusConditionTrue(plan.Status.Conditions, etjobv1.ConditionSuspended) {
 		t.Errorf("still suspended")
+	}
+}
+
+func TestLastCheckpointAndNoticeWindow(t *testing.T) {
+	job := MakeElasticJob("j", "ns").Replicas(2).Min(1).Max(2).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2,
+		LastCheckpoint: &etjobv1.CheckpointStatus{Step: 10}})).Obj()
+	gcp := MakeNode("n1").Obj()
+	gcp.Labels = map[string]string{"etjob.dev/cloud-provider": "gcp"}
+	aws := MakeNode("n0").Obj()
+	aws.Spec.ProviderID = "aws:///us-east-1a/i-0123"
+	ckpt := func(step int64, secs float64) string {
+		return fmt.Sprintf(`{"step":%d,"path":"/ckpt/ckpt-%d.pt","time":"2026-11-29T10:00:00Z","seconds":%g}`, step, step, secs)
+	}
+	pods := []*corev1.Pod{
+		MakeLauncher(job).Ready("od").Obj(),
+		MakeWorker(job, 0).Ready("n0").Annotation(etjobv1.AnnotationCheckpoint, ckpt(40, 20)).Obj(),
+		MakeWorker(job, 1).Ready("n1").Annotation(etjobv1.AnnotationCheckpoint, ckpt(30, 1)).Obj(),
+	}
+	nodes := map[string]*corev1.Node{"od": MakeNode("od").Obj(), "n0": aws, "n1": gcp}
+	plan := core.Decide(core.Snapshot{Job: job, Pods: pods, Nodes: nodes}, t0)
+	lc := plan.Status.LastCheckpoint
+	if lc == nil || lc.Step != 40 || lc.Path != "/ckpt/ckpt-40.pt" || lc.DurationMilliseconds != 20000 {
+		t.Fatalf("lastCheckpoint = %+v, want step 40 from j-worker-0", lc)
+	}
+	// 20 s fits AWS's 2 minutes but not the ~15 s GKE leaves: the job says so.
+	c := cond(plan.Status, etjobv1.ConditionCheckpointTooSlow)
+	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "15s a gcp reclamation notice leaves") {
+		t.Errorf("CheckpointTooSlow = %+v", c)
+	}
+	if len(plan.Events) == 0 || plan.Events[len(plan.Events)-1].Reason != etjobv1.ConditionCheckpointTooSlow {
+		t.Errorf("events = %+v, want a CheckpointTooSlow warning", plan.Events)
+	}
+	// A faster checkpoint clears it; an older report never moves it back.
+	job.Status = plan.Status
+	pods[1] = MakeWorker(job, 1).Ready("n1").Annotation(etjobv1.AnnotationCheckpoint, ckpt(50, 2)).Obj()
+	pods[2] = MakeWorker(job, 0).Ready("n0").Annotation(etjobv1.AnnotationCheckpoint, ckpt(20, 1)).Obj()
+	plan = core.Decide(core.Snapshot{Job: job, Pods: pods[1:], Nodes: nodes}, t0.Add(time.Minute))
+	if plan.Status.LastCheckpoint.Step != 50 || meta.IsStatusConditionTrue(plan.Status.Conditions, etjobv1.ConditionCheckpointTooSlow) {
+		t.Errorf("after a fast checkpoint: %+v %+v", plan.Status.LastCheckpoint, plan.Status.Conditions)
 	}
 }

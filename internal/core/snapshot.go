@@ -7,7 +7,9 @@
 package core
 
 import (
+	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -125,6 +127,18 @@ type podView struct {
 	finishedAt time.Time
 	// notReadySince: when its node became NotReady (zero if Ready).
 	notReadySince time.Time
+	// checkpoint: the last checkpoint its node agent published (nil if none).
+	checkpoint *checkpointInfo
+	// provider: the cloud of its node ("" if unknown).
+	provider string
+}
+
+// checkpointInfo is the etjob.dev/checkpoint annotation of a pod.
+type checkpointInfo struct {
+	Step    int64   `json:"step"`
+	Path    string  `json:"path"`
+	Time    string  `json:"time"`
+	Seconds float64 `json:"seconds"`
 }
 
 func (v *podView) leaving() bool { return v.noticed || !v.leaveAt.IsZero() }
@@ -186,6 +200,12 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 		v.leaveReason = pod.Annotations[etjobv1.AnnotationLeaveReason]
 	}
 	_, v.scaleIn = pod.Annotations[etjobv1.AnnotationScaleIn]
+	if raw := pod.Annotations[etjobv1.AnnotationCheckpoint]; raw != "" {
+		c := &checkpointInfo{}
+		if json.Unmarshal([]byte(raw), c) == nil && c.Step > 0 {
+			v.checkpoint = c
+		}
+	}
 
 	var extra map[string]bool
 	if sp := s.Job.Spec.Spot; sp != nil && len(sp.PreemptionReasons) > 0 {
@@ -202,6 +222,7 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 		case !ok:
 			v.lost, v.lostReason = true, "NodeLost"
 		default:
+			v.provider = nodeProvider(node)
 			if d := node.Annotations[etjobv1.AnnotationNodeNotice]; d != "" {
 				v.noticed = true
 				v.noticeReason = "ReclaimNotice"
@@ -248,6 +269,34 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 		}
 	}
 	return v
+}
+
+// UsableNoticeWindow is, per cloud, how long a worker has between a
+// reclamation notice and the loss of its node (FACTS.md): Alibaba ~5 min, AWS
+// 2 min, Azure at least 30 s, GCP 30 s of which GKE pods get ~15 s.
+var UsableNoticeWindow = map[string]time.Duration{
+	"alibaba": 300 * time.Second,
+	"aws":     120 * time.Second,
+	"azure":   30 * time.Second,
+	"gcp":     15 * time.Second,
+}
+
+// nodeProvider names a node's cloud from its providerID (aws://, gce://,
+// azure://, alicloud://) or, on etjob's local cluster, its
+// etjob.dev/cloud-provider label.
+func nodeProvider(n *corev1.Node) string {
+	id := n.Spec.ProviderID
+	switch {
+	case strings.HasPrefix(id, "aws://"):
+		return "aws"
+	case strings.HasPrefix(id, "gce://"):
+		return "gcp"
+	case strings.HasPrefix(id, "azure://"):
+		return "azure"
+	case strings.HasPrefix(id, "alicloud://"), strings.HasPrefix(id, "alibaba://"):
+		return "alibaba"
+	}
+	return n.Labels["etjob.dev/cloud-provider"]
 }
 
 // isRelease reports whether a leave reason is the job's own decision (a

@@ -109,6 +109,31 @@ class Supervisor:
         sys.stderr.flush()
         os._exit(EXIT_CODE_PREEMPTED)
 
+    def report_progress(self, step, checkpoint_step=0, checkpoint_path="", checkpoint_seconds=0.0, samples_per_second=0.0):
+        """report_progress tells the node agent how far this worker got and its
+        last checkpoint; the agent publishes new checkpoints on the pod, and the
+        controller shows the newest in status.lastCheckpoint. Best effort: it
+        never raises and gives up after one second."""
+        if not self.agent_addr:
+            return False
+        body = json.dumps({"step": int(step), "checkpointStep": int(checkpoint_step), "checkpointPath": checkpoint_path,
+                           "checkpointSeconds": float(checkpoint_seconds), "samplesPerSecond": float(samples_per_second)}).encode()
+        query = urllib.parse.urlencode({"namespace": self.namespace, "pod": self.pod})
+        addr = self.agent_addr if "://" in self.agent_addr else "http://" + self.agent_addr
+        req = urllib.request.Request(addr + "/v1/progress?" + query, data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with open(self.token_path) as f:
+                req.add_header("Authorization", "Bearer " + f.read().strip())
+        except OSError:
+            pass
+        try:
+            with urllib.request.urlopen(req, timeout=1):
+                return True
+        except Exception as e:
+            self._warn_once("progress-" + type(e).__name__, "reporting progress to the node agent failed: %s" % e)
+            return False
+
     def poll_once(self):
         """poll_once asks the agent once and updates the cached signal."""
         query = urllib.parse.urlencode({"namespace": self.namespace, "pod": self.pod})
@@ -193,3 +218,8 @@ def reason():
 def exit_preempted():
     """exit_preempted ends the process with the reserved exit code 75."""
     _sup().exit_preempted()
+
+
+def report_progress(step, checkpoint_step=0, checkpoint_path="", checkpoint_seconds=0.0, samples_per_second=0.0):
+    """report_progress tells the node agent the step and the last checkpoint."""
+    return _sup().report_progress(step, checkpoint_step, checkpoint_path, checkpoint_seconds, samples_per_second)

@@ -12,6 +12,7 @@ class AgentStub:
         self.answer = {"action": "none", "reason": "", "deadline": "", "source": ""}
         self.raw = None  # bytes to answer instead of JSON (malformed answers)
         self.requests = []
+        self.bodies = []
         stub = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -22,6 +23,13 @@ class AgentStub:
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()
                 self.wfile.write(body)
+
+            def do_POST(self):
+                stub.requests.append((self.path, self.headers.get("Authorization")))
+                n = int(self.headers.get("Content-Length", "0"))
+                stub.bodies.append(json.loads(self.rfile.read(n) or b"{}"))
+                self.send_response(204)
+                self.end_headers()
 
             def log_message(self, *args):
                 pass

@@ -83,6 +83,15 @@ class SupervisorTest(unittest.TestCase):
         finally:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
+    def test_progress_is_posted_with_the_token(self):
+        s = self.sup()
+        self.assertTrue(s.report_progress(40, 40, "ckpt-00000040.pt", 0.25))
+        path, auth = self.agent.requests[-1]
+        self.assertEqual(path, "/v1/progress?namespace=ns&pod=p-0")
+        self.assertEqual(auth, "Bearer tok123")
+        self.assertEqual(self.agent.bodies[-1], {"step": 40, "checkpointStep": 40, "checkpointPath": "ckpt-00000040.pt",
+                                                 "checkpointSeconds": 0.25, "samplesPerSecond": 0.0})
+
     def test_exit_code_is_reserved(self):
         self.assertEqual(supervisor.EXIT_CODE_PREEMPTED, 75)
 

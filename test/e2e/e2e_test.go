@@ -94,6 +94,11 @@ func TestSpotStory(t *testing.T) {
 	if res.Job == nil || res.Job.Status.Failures != 0 {
 		t.Errorf("preemptions must not count as failures: %+v", res.Job.Status)
 	}
+	// Progress reaches the job: rank 0 reports each checkpoint to its node
+	// agent, which publishes it on the pod; the controller shows the newest.
+	if lc := res.Job.Status.LastCheckpoint; lc == nil || lc.Step < int64(res.Steps)-10 || lc.Path == "" {
+		t.Errorf("status.lastCheckpoint = %+v, want one within 10 steps of the last step %d", lc, res.Steps)
+	}
 
 	// Nothing is orphaned after the job is deleted: no pods, no processes.
 	cs, err := cl.Clientset()
