@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # build-controlplane.sh builds the real Kubernetes control plane (kube-apiserver,
-# kube-scheduler, kube-controller-manager) and etcd from the Go module proxy into a
+# kube-scheduler, kube-controller-manager, and a matching kubectl) and etcd from the Go module proxy into a
 # cache directory keyed by version, and prints that directory. There is no container
 # engine and no downloadable binary on our machines (docs/development.md), so this is
 # how envtest and the local cluster get real binaries. Once built, it returns at once.
@@ -14,7 +14,7 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 CACHE="${ETJOB_CACHE:-${HOME:-/root}/.cache/etjob}"
 BIN="$CACHE/controlplane/k8s-${KUBE_VERSION}-etcd-${ETCD_VERSION}"
 SRC="$CACHE/controlplane/src-${KUBE_VERSION}"
-COMPONENTS=(kube-apiserver kube-scheduler kube-controller-manager)
+COMPONENTS=(kube-apiserver kube-scheduler kube-controller-manager kubectl)
 
 log() { printf '[build-controlplane] %s\n' "$*" >&2; }
 

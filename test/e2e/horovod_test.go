@@ -75,7 +75,8 @@ func TestHorovodContract(t *testing.T) {
 	}
 
 	env := []corev1.EnvVar{
-		{Name: "PATH", Value: "/usr/bin:/bin"},
+		// kubexec.sh runs kubectl: the one hack/build-controlplane.sh built.
+		{Name: "PATH", Value: assets + ":/usr/bin:/bin"},
 		{Name: "PYTHONPATH", Value: "/opt/etjob/python"},
 		// Process nodes set no service variables: point in-cluster clients
 		// (kubectl in kubexec.sh, the discovery script) at the API server.
