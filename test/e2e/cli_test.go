@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -13,8 +12,6 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/demo"
-	"github.com/etjob/etjob/internal/localcluster"
-	"github.com/etjob/etjob/internal/testutil"
 )
 
 // TestCLIStory drives a spot story through the etjob CLI only, with Arena's
@@ -22,38 +19,9 @@ import (
 // add-node, scalein, completion, delete. The training logs then show that no
 // committed step was lost.
 func TestCLIStory(t *testing.T) {
-	if os.Getenv("ETJOB_SKIP_E2E") != "" {
-		t.Skip("ETJOB_SKIP_E2E is set")
-	}
-	repo := repoRoot(t)
-	bin := filepath.Join(t.TempDir(), "etjob")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/etjob")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building etjob: %v\n%s", err, out)
-	}
-	assets, err := testutil.ControlPlaneAssets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(os.TempDir(), "etjob-e2e-cli")
-	cl := &localcluster.Cluster{Dir: dir, BinDir: assets, Self: bin, Out: testWriter{t}}
-	if err := cl.Delete(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	if err := cl.Up(ctx, 4, 1); err != nil {
-		t.Fatalf("cluster up: %v", err)
-	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			_ = cl.Delete()
-		} else {
-			_ = cl.Stop()
-			t.Logf("cluster logs kept in %s", dir)
-		}
-	})
+	ctx := withTimeout(t, 20*time.Minute)
+	e := startCluster(t, ctx, "etjob-e2e-cli", 4, 1)
+	cl, repo, bin, dir := e.Cluster, e.repo, e.bin, e.Dir
 	ckpt := filepath.Join(dir, "shared", "ckpt")
 	if err := os.MkdirAll(ckpt, 0o755); err != nil {
 		t.Fatal(err)

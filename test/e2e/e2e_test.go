@@ -5,9 +5,7 @@
 package e2e
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -18,43 +16,12 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/demo"
-	"github.com/etjob/etjob/internal/localcluster"
-	"github.com/etjob/etjob/internal/testutil"
 )
 
 func TestSpotStory(t *testing.T) {
-	if os.Getenv("ETJOB_SKIP_E2E") != "" {
-		t.Skip("ETJOB_SKIP_E2E is set")
-	}
-	repo := repoRoot(t)
-	bin := filepath.Join(t.TempDir(), "etjob")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/etjob")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building etjob: %v\n%s", err, out)
-	}
-	assets, err := testutil.ControlPlaneAssets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(os.TempDir(), "etjob-e2e")
-	cl := &localcluster.Cluster{Dir: dir, BinDir: assets, Self: bin, Out: testWriter{t}}
-	if err := cl.Delete(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
-	defer cancel()
-	if err := cl.Up(ctx, 4, 1); err != nil {
-		t.Fatalf("cluster up: %v", err)
-	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			_ = cl.Delete()
-		} else {
-			_ = cl.Stop()
-			t.Logf("cluster logs kept in %s", dir)
-		}
-	})
+	ctx := withTimeout(t, 40*time.Minute)
+	e := startCluster(t, ctx, "etjob-e2e", 4, 1)
+	cl, repo, dir := e.Cluster, e.repo, e.Dir
 
 	res, err := demo.Run(ctx, demo.Options{
 		Cluster: cl, RepoRoot: repo, Namespace: "default", Job: "story",
@@ -131,19 +98,4 @@ func TestSpotStory(t *testing.T) {
 			t.Errorf("process %d of %s still runs after its pod was deleted", pid, f)
 		}
 	}
-}
-
-func repoRoot(t *testing.T) string {
-	root, err := testutil.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }

@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -21,7 +19,6 @@ import (
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/controller"
 	"github.com/etjob/etjob/internal/localcluster"
-	"github.com/etjob/etjob/internal/testutil"
 )
 
 // TestHorovodContract proves the Horovod side of the contract with a driver
@@ -33,38 +30,9 @@ import (
 // under a new name, a pre-change host survives, and the driver's exit 0
 // completes the job.
 func TestHorovodContract(t *testing.T) {
-	if os.Getenv("ETJOB_SKIP_E2E") != "" {
-		t.Skip("ETJOB_SKIP_E2E is set")
-	}
-	repo := repoRoot(t)
-	bin := filepath.Join(t.TempDir(), "etjob")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/etjob")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building etjob: %v\n%s", err, out)
-	}
-	assets, err := testutil.ControlPlaneAssets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(os.TempDir(), "etjob-e2e-horovod")
-	cl := &localcluster.Cluster{Dir: dir, BinDir: assets, Self: bin, Out: testWriter{t}}
-	if err := cl.Delete(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	if err := cl.Up(ctx, 3, 1); err != nil {
-		t.Fatalf("cluster up: %v", err)
-	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			_ = cl.Delete()
-		} else {
-			_ = cl.Stop()
-			t.Logf("cluster logs kept in %s", dir)
-		}
-	})
+	ctx := withTimeout(t, 15*time.Minute)
+	e := startCluster(t, ctx, "etjob-e2e-horovod", 3, 1)
+	cl, repo, assets, dir := e.Cluster, e.repo, e.assets, e.Dir
 	cfg, err := cl.RESTConfig()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/etjob/etjob/internal/localcluster"
+	"github.com/etjob/etjob/internal/testutil"
+)
+
+// e2eCluster is a fresh local cluster for one test: the etjob binary built
+// from this tree, the control plane from the cache, spot GPU nodes and
+// on-demand CPU nodes. It is deleted when the test passes and stopped, with
+// its logs kept, when it fails.
+type e2eCluster struct {
+	*localcluster.Cluster
+	repo   string
+	bin    string
+	assets string
+}
+
+func startCluster(t *testing.T, ctx context.Context, name string, spot, onDemand int) *e2eCluster {
+	t.Helper()
+	if os.Getenv("ETJOB_SKIP_E2E") != "" {
+		t.Skip("ETJOB_SKIP_E2E is set")
+	}
+	repo := repoRoot(t)
+	bin := filepath.Join(t.TempDir(), "etjob")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/etjob")
+	build.Dir = repo
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building etjob: %v\n%s", err, out)
+	}
+	assets, err := testutil.ControlPlaneAssets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(os.TempDir(), name)
+	cl := &localcluster.Cluster{Dir: dir, BinDir: assets, Self: bin, Out: testWriter{t}}
+	if err := cl.Delete(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Up(ctx, spot, onDemand); err != nil {
+		t.Fatalf("cluster up: %v", err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			_ = cl.Delete()
+		} else {
+			_ = cl.Stop()
+			t.Logf("cluster logs kept in %s", dir)
+		}
+	})
+	return &e2eCluster{Cluster: cl, repo: repo, bin: bin, assets: assets}
+}
+
+func withTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func repoRoot(t *testing.T) string {
+	root, err := testutil.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
