@@ -13,10 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/core"
 )
 
 // Scale verbs.
@@ -27,8 +27,9 @@ const (
 )
 
 // ScaleOptions are the flags and argument of `etjob scale`, `etjob scaleout`
-// and `etjob scalein`. Every one writes spec.replicas through the /scale
-// subresource (DESIGN.md: Desired size).
+// and `etjob scalein`. `scale` writes spec.replicas through the /scale
+// subresource; `scaleout` and `scalein` create ScaleOut / ScaleIn requests,
+// whose reconciler does (DESIGN.md: Desired size).
 type ScaleOptions struct {
 	// Verb is scale, scaleout or scalein.
 	Verb string
@@ -262,15 +263,7 @@ func targetingHPAs(ctx context.Context, c client.Client, job *etjobv1.ElasticJob
 		}
 		return nil, fmt.Errorf("listing HorizontalPodAutoscalers: %w", err)
 	}
-	var names []string
-	for _, h := range list.Items {
-		ref := h.Spec.ScaleTargetRef
-		gv, _ := schema.ParseGroupVersion(ref.APIVersion)
-		if ref.Kind == "ElasticJob" && ref.Name == job.Name && (gv.Group == "" || gv.Group == etjobv1.GroupVersion.Group) {
-			names = append(names, h.Name)
-		}
-	}
-	return names, nil
+	return core.HPAsTargeting(list.Items, job.Name), nil
 }
 
 // checkInstances refuses --instance pods that are not workers of the job.

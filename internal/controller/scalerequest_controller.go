@@ -88,13 +88,7 @@ func (r *ScaleRequestReconciler) observe(ctx context.Context, ns, name string) (
 	if err := r.List(ctx, &hpas, client.InNamespace(ns)); err != nil {
 		return nil, false, err
 	}
-	for _, h := range hpas.Items {
-		ref := h.Spec.ScaleTargetRef
-		if ref.Kind == "ElasticJob" && ref.Name == name && (ref.APIVersion == "" || ref.APIVersion == etjobv1.GroupVersion.String()) {
-			return job, true, nil
-		}
-	}
-	return job, false, nil
+	return job, len(core.HPAsTargeting(hpas.Items, name)) > 0, nil
 }
 
 func (r *ScaleRequestReconciler) apply(ctx context.Context, job *etjobv1.ElasticJob, d core.ScaleDecision) error {

@@ -3,8 +3,10 @@ package core
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
@@ -147,4 +149,21 @@ func timeout(spec etjobv1.ScaleRequestSpec) time.Duration {
 		return 60 * time.Second
 	}
 	return time.Duration(spec.TimeoutSeconds) * time.Second
+}
+
+// HPAsTargeting names the HorizontalPodAutoscalers that target ElasticJob job:
+// while one does, it owns the job's size, and scale requests are refused.
+func HPAsTargeting(hpas []autoscalingv2.HorizontalPodAutoscaler, job string) []string {
+	var names []string
+	for _, h := range hpas {
+		ref := h.Spec.ScaleTargetRef
+		group := ref.APIVersion
+		if i := strings.IndexByte(group, '/'); i >= 0 {
+			group = group[:i]
+		}
+		if ref.Kind == "ElasticJob" && ref.Name == job && (group == "" || group == etjobv1.GroupVersion.Group) {
+			names = append(names, h.Name)
+		}
+	}
+	return names
 }

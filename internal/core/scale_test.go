@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
@@ -128,5 +129,22 @@ func TestDecideScale(t *testing.T) {
 				t.Errorf("RequeueAfter = %v, want %v", d.RequeueAfter, tc.wantRequeue)
 			}
 		})
+	}
+}
+
+func TestHPAsTargeting(t *testing.T) {
+	hpa := func(name, apiVersion, kind, target string) autoscalingv2.HorizontalPodAutoscaler {
+		return autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: autoscalingv2.HorizontalPodAutoscalerSpec{ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: apiVersion, Kind: kind, Name: target}}}
+	}
+	got := core.HPAsTargeting([]autoscalingv2.HorizontalPodAutoscaler{
+		hpa("a", "etjob.dev/v1alpha1", "ElasticJob", "j"),
+		hpa("b", "apps/v1", "Deployment", "j"),
+		hpa("c", "other.io/v1", "ElasticJob", "j"),
+		hpa("d", "etjob.dev/v1alpha1", "ElasticJob", "k"),
+		hpa("e", "", "ElasticJob", "j"),
+	}, "j")
+	if len(got) != 2 || got[0] != "a" || got[1] != "e" {
+		t.Errorf("HPAsTargeting = %v, want [a e]", got)
 	}
 }
