@@ -44,6 +44,10 @@ const (
 	ReasonScaleIn             = "ScaleIn"
 	ReasonCompleting          = "Completing"
 	ReasonNeverRan            = "Pending"
+	// ReasonLauncherMoving: the launcher's node has a reclamation notice; the
+	// workers checkpoint and stop, then the job restarts with a new launcher
+	// (the rendezvous store cannot move under running workers).
+	ReasonLauncherMoving = "LauncherMoving"
 )
 
 // Labels, annotations and environment.

@@ -53,7 +53,7 @@ func NewElasticJobReconciler(c client.Client, rec events.EventRecorder, clk cloc
 // +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=get;list;watch;create;patch
 
 // Reconcile observes one job, lets the decision core plan, and applies it.
 func (r *ElasticJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -98,6 +98,14 @@ func (r *ElasticJobReconciler) observe(ctx context.Context, job *etjobv1.Elastic
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		snap.Pods = append(snap.Pods, p)
+		if reason, err := r.podNotice(ctx, job, p); err != nil {
+			return core.Snapshot{}, false, err
+		} else if reason != "" {
+			if snap.PodNotices == nil {
+				snap.PodNotices = map[string]string{}
+			}
+			snap.PodNotices[p.Name] = reason
+		}
 		if n := p.Spec.NodeName; n != "" && snap.Nodes[n] == nil {
 			node := &corev1.Node{}
 			if err := r.Get(ctx, types.NamespacedName{Name: n}, node); err == nil {
@@ -111,6 +119,24 @@ func (r *ElasticJobReconciler) observe(ctx context.Context, job *etjobv1.Elastic
 	synced := r.expectations.JobSynced(key, job.ResourceVersion) &&
 		r.expectations.Satisfied(key, snap.Pods, r.Clock.Now())
 	return snap, synced, nil
+}
+
+// podNotice returns the reason of the first Event on the pod that is a
+// reclamation notice for it (core.NoticeEvent), or "".
+func (r *ElasticJobReconciler) podNotice(ctx context.Context, job *etjobv1.ElasticJob, pod *corev1.Pod) (string, error) {
+	if pod.Status.Phase == corev1.PodSucceeded {
+		return "", nil
+	}
+	var evs corev1.EventList
+	if err := r.List(ctx, &evs, client.InNamespace(pod.Namespace), client.MatchingFields{EventPodIndex: pod.Name}); err != nil {
+		return "", err
+	}
+	for _, ev := range evs.Items {
+		if (ev.InvolvedObject.UID == "" || ev.InvolvedObject.UID == pod.UID) && core.NoticeEvent(job, pod, ev.Reason) {
+			return ev.Reason, nil
+		}
+	}
+	return "", nil
 }
 
 // apply carries out the plan: deletions, signals, creations, then the

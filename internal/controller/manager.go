@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -46,6 +47,8 @@ func ManagerOptions(metricsAddr, probeAddr string, leaderElect bool, leaderElect
 			&corev1.ServiceAccount{}: {Label: sel},
 			&rbacv1.Role{}:           {Label: sel},
 			&rbacv1.RoleBinding{}:    {Label: sel},
+			// Pod-level reclamation notices (ECI, ACS) arrive as Events on pods.
+			&corev1.Event{}: {Field: fields.OneTermEqualSelector("involvedObject.kind", "Pod")},
 		}},
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/core"
 )
 
 // Cache indexes.
@@ -24,6 +25,8 @@ const (
 	OwnerUIDIndex = "etjob.dev/owner-uid"
 	// NodeNameIndex indexes the jobs' pods by node.
 	NodeNameIndex = "etjob.dev/node-name"
+	// EventPodIndex indexes pod Events by the name of their pod.
+	EventPodIndex = "etjob.dev/event-pod"
 )
 
 // SetupIndexes registers the cache indexes the reconciler reads through.
@@ -44,6 +47,14 @@ func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
 	}); err != nil {
 		return err
 	}
+	if err := idx.IndexField(ctx, &corev1.Event{}, EventPodIndex, func(o client.Object) []string {
+		if io := o.(*corev1.Event).InvolvedObject; io.Kind == "Pod" && io.Name != "" {
+			return []string{io.Name}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	byJob := func(o client.Object) []string {
 		spec, _ := o.(scaleRequest).Request()
 		return []string{spec.Job}
@@ -54,14 +65,16 @@ func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
 	return idx.IndexField(ctx, &etjobv1.ScaleIn{}, ScaleRequestJobIndex, byJob)
 }
 
-// SetupWithManager registers the reconciler: it owns pods and ConfigMaps, and
-// watches Nodes for notices, readiness and removal.
+// SetupWithManager registers the reconciler: it owns pods and ConfigMaps,
+// watches Nodes for notices, readiness and removal, and pod Events for
+// pod-level notices.
 func (r *ElasticJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&etjobv1.ElasticJob{}).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.ConfigMap{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodeChanged())).
+		Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.jobOfNoticeEvent), builder.WithPredicates(eventArrived())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
 		Named("elasticjob").
 		Complete(r)
@@ -109,4 +122,35 @@ func nodeReady(n *corev1.Node) corev1.ConditionStatus {
 		}
 	}
 	return corev1.ConditionUnknown
+}
+
+// jobOfNoticeEvent maps a pod Event that is a reclamation notice for one of
+// the jobs' pods (core.NoticeEvent) to that job. Every other Event maps to
+// nothing, so the stream of scheduling and image Events costs a cache lookup.
+func (r *ElasticJobReconciler) jobOfNoticeEvent(ctx context.Context, o client.Object) []reconcile.Request {
+	ev := o.(*corev1.Event)
+	pod := &corev1.Pod{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ev.InvolvedObject.Namespace, Name: ev.InvolvedObject.Name}, pod); err != nil {
+		return nil
+	}
+	name := pod.Labels[etjobv1.LabelJobName]
+	job := &etjobv1.ElasticJob{}
+	if name == "" || r.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, job) != nil {
+		return nil
+	}
+	if !core.NoticeEvent(job, pod, ev.Reason) {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: name}}}
+}
+
+// eventArrived passes new Events and repeated ones (an Event's count grows
+// instead of a new Event being created).
+func eventArrived() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return true },
+		UpdateFunc:  func(event.UpdateEvent) bool { return true },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }

@@ -206,6 +206,9 @@ func (d *decision) handleLauncher() bool {
 		d.complete("launcher exited 0")
 		return true
 	}
+	if l.noticed && !l.terminal && !l.lost {
+		return d.moveLauncher(l)
+	}
 	if !l.terminal && !l.lost && !d.lostOnNotReadyNode(l) {
 		return false
 	}
@@ -222,8 +225,12 @@ func (d *decision) handleLauncher() bool {
 	if preempted {
 		d.st.Preemptions++
 	}
-	// DESIGN: losing the rendezvous store / horovodrun counts against backoffLimit.
-	d.st.Failures++
+	// DESIGN: losing the rendezvous store / horovodrun without warning counts
+	// against backoffLimit; a launcher whose node was noticed is a preemption
+	// only (its node went before the move finished).
+	if !l.noticed {
+		d.st.Failures++
+	}
 	msg := fmt.Sprintf("launcher %s lost (%s)", l.pod.Name, reason)
 	switch {
 	case d.st.Failures > BackoffLimit(d.spec):
@@ -233,6 +240,50 @@ func (d *decision) handleLauncher() bool {
 	default:
 		d.fail(etjobv1.ReasonLauncherFailed, msg+"; spec.restartPolicy is Never")
 	}
+	return true
+}
+
+// moveLauncher handles a reclamation notice on the launcher's node. The
+// launcher hosts the torchrun rendezvous store (or horovodrun), which cannot
+// move under running workers: every worker is told to checkpoint at the step
+// all ranks agree on and stop; once they have (or their grace period is over)
+// the job restarts from that checkpoint with a new launcher, which the
+// scheduler places off the tainted node. Neither the move nor the workers'
+// exits count as failures. It reports true: nothing else runs this pass.
+func (d *decision) moveLauncher(l *podView) bool {
+	told, waiting := 0, false
+	for _, w := range d.workers {
+		if w.deleting || w.terminal || w.lost {
+			continue
+		}
+		if w.leaveAt.IsZero() {
+			if !w.ready {
+				continue // not training: nothing to save
+			}
+			w.leaveAt = d.now
+			d.signal(w, etjobv1.ReasonLauncherMoving)
+			told++
+		}
+		if at := w.leaveAt.Add(d.leaveGrace()); d.now.Before(at) {
+			d.requeueAt(at)
+			waiting = true
+		}
+	}
+	msg := fmt.Sprintf("the node of launcher %s is being reclaimed (%s)", l.pod.Name, l.noticeReason)
+	if waiting {
+		if told > 0 {
+			d.record("Move", fmt.Sprintf("%s: %d workers told to checkpoint and stop", msg, told))
+			d.event(false, etjobv1.ReasonLauncherMoving, msg+": the workers checkpoint and stop, then the job restarts on other capacity")
+		}
+		d.publish()
+		d.recordMembership()
+		d.setCondition(etjobv1.ConditionRunning, false, etjobv1.ReasonLauncherMoving, msg)
+		d.setCondition(etjobv1.ConditionResizing, true, etjobv1.ReasonLauncherMoving, msg)
+		return true
+	}
+	d.delete(l, l.noticeReason)
+	d.st.Preemptions++
+	d.restart(msg + ": restarting from the last checkpoint with a new launcher")
 	return true
 }
 
@@ -797,7 +848,7 @@ func (d *decision) summary() string {
 	case meta.IsStatusConditionTrue(c, etjobv1.ConditionSuspended):
 		return meta.FindStatusCondition(c, etjobv1.ConditionSuspended).Reason
 	}
-	if r := meta.FindStatusCondition(c, etjobv1.ConditionRunning); r != nil && (r.Reason == etjobv1.ReasonRestarting || r.Reason == etjobv1.ReasonCompleting) {
+	if r := meta.FindStatusCondition(c, etjobv1.ConditionRunning); r != nil && (r.Reason == etjobv1.ReasonRestarting || r.Reason == etjobv1.ReasonCompleting || r.Reason == etjobv1.ReasonLauncherMoving) {
 		return r.Reason
 	}
 	if d.restarting {

@@ -57,7 +57,9 @@ func TestDecide(t *testing.T) {
 		job   *etjobv1.ElasticJob
 		pods  []*corev1.Pod
 		nodes map[string]*corev1.Node
-		now   time.Time
+		// podNotices are pod-level notices (Events), by pod name.
+		podNotices map[string]string
+		now        time.Time
 
 		wantLauncher    bool
 		wantCreate      []int32
@@ -307,6 +309,105 @@ func TestDecide(t *testing.T) {
 			wantCondReason:  map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonRestarting},
 			wantSummary:     "Restarting",
 		},
+		"a notice on the launcher's node tells every ready worker to checkpoint and stop": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3,
+				Membership: etjobv1.MembershipStatus{Generation: 2, Hosts: []string{"j-worker-0:1", "j-worker-1:1"}}})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Obj(),
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+				MakeWorker(base().Obj(), 1).Ready("n1").Obj(),
+				MakeWorker(base().Obj(), 2).Node("n2").Obj(),
+			},
+			nodes: map[string]*corev1.Node{"od": MakeNode("od").Notice(t0.Add(2*time.Minute), "aws").Obj(),
+				"n0": MakeNode("n0").Obj(), "n1": MakeNode("n1").Obj(), "n2": MakeNode("n2").Obj()},
+			wantSignal:     []string{"j-worker-0", "j-worker-1"},
+			wantGeneration: 3,
+			wantCondTrue:   []string{etjobv1.ConditionResizing},
+			wantCondReason: map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonLauncherMoving},
+			wantRequeue:    30 * time.Second,
+			wantSummary:    "LauncherMoving",
+		},
+		"the launcher moves once its workers stopped: a restart, not a failure": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Obj(),
+				MakeWorker(base().Obj(), 0).Annotation(etjobv1.AnnotationLeave, t0.Add(-5*time.Second).Format(time.RFC3339)).
+					Annotation(etjobv1.AnnotationLeaveReason, etjobv1.ReasonLauncherMoving).Exited(etjobv1.ExitCodePreempted, t0).Obj(),
+				MakeWorker(base().Obj(), 1).Annotation(etjobv1.AnnotationLeave, t0.Add(-5*time.Second).Format(time.RFC3339)).
+					Annotation(etjobv1.AnnotationLeaveReason, etjobv1.ReasonLauncherMoving).Exited(etjobv1.ExitCodePreempted, t0).Obj(),
+			},
+			nodes:           map[string]*corev1.Node{"od": MakeNode("od").Notice(t0.Add(2*time.Minute), "aws").Obj()},
+			wantDelete:      []string{"j-launcher", "j-worker-0", "j-worker-1"},
+			wantRestarts:    1,
+			wantPreemptions: 1,
+			wantCondReason:  map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonRestarting},
+			wantSummary:     "Restarting",
+		},
+		"the launcher waits for a worker still within its grace period": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Obj(),
+				MakeWorker(base().Obj(), 0).Annotation(etjobv1.AnnotationLeave, t0.Add(-5*time.Second).Format(time.RFC3339)).
+					Annotation(etjobv1.AnnotationLeaveReason, etjobv1.ReasonLauncherMoving).Exited(etjobv1.ExitCodePreempted, t0).Obj(),
+				MakeWorker(base().Obj(), 1).Annotation(etjobv1.AnnotationLeave, t0.Add(-5*time.Second).Format(time.RFC3339)).
+					Annotation(etjobv1.AnnotationLeaveReason, etjobv1.ReasonLauncherMoving).Ready("n1").Obj(),
+			},
+			nodes:          map[string]*corev1.Node{"od": MakeNode("od").Notice(t0.Add(2*time.Minute), "aws").Obj(), "n1": MakeNode("n1").Obj()},
+			wantCondTrue:   []string{etjobv1.ConditionResizing},
+			wantCondReason: map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonLauncherMoving},
+			wantRequeue:    25 * time.Second,
+			wantSummary:    "LauncherMoving",
+		},
+		"a noticed launcher lost before the move finished is a preemption, not a failure": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 1})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Exited(137, t0).Obj(),
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+			},
+			nodes:           map[string]*corev1.Node{"od": MakeNode("od").Notice(t0, "gcp").Obj(), "n0": MakeNode("n0").Obj()},
+			wantDelete:      []string{"j-launcher", "j-worker-0"},
+			wantRestarts:    1,
+			wantPreemptions: 1,
+			wantCondReason:  map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonRestarting},
+			wantSummary:     "Restarting",
+		},
+		"an ECI SpotToBeReleased Event is a notice: the worker leaves the membership and is told to go": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3,
+				Membership: etjobv1.MembershipStatus{Generation: 2, Hosts: []string{"j-worker-0:1", "j-worker-1:1", "j-worker-2:1"}}})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Obj(),
+				MakeWorker(base().Obj(), 0).Ready("eci-0").Obj(),
+				MakeWorker(base().Obj(), 1).Ready("eci-1").Obj(),
+				MakeWorker(base().Obj(), 2).Ready("eci-2").Obj(),
+			},
+			nodes:          nodes("od", "eci-0", "eci-1", "eci-2"),
+			podNotices:     map[string]string{"j-worker-1": "SpotToBeReleased"},
+			wantCreate:     []int32{3},
+			wantSignal:     []string{"j-worker-1"},
+			wantHosts:      []string{"j-worker-0:1", "j-worker-2:1"},
+			wantGeneration: 3,
+			wantCondTrue:   []string{etjobv1.ConditionRunning, etjobv1.ConditionResizing},
+			wantRequeue:    30 * time.Second,
+			wantSummary:    "Resizing",
+		},
+		"a worker released after a pod notice is a preemption, whatever its exit code": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Obj(),
+				MakeWorker(base().Obj(), 0).Ready("eci-0").Obj(),
+				MakeWorker(base().Obj(), 1).Ready("eci-1").Obj(),
+				MakeWorker(base().Obj(), 2).Node("eci-2").Exited(137, t0).Obj(),
+			},
+			nodes:           nodes("od", "eci-0", "eci-1", "eci-2"),
+			podNotices:      map[string]string{"j-worker-2": "SpotToBeReleased"},
+			wantCreate:      []int32{3},
+			wantDelete:      []string{"j-worker-2"},
+			wantHosts:       []string{"j-worker-0:1", "j-worker-1:1"},
+			wantGeneration:  1,
+			wantPreemptions: 1,
+			wantCondTrue:    []string{etjobv1.ConditionRunning, etjobv1.ConditionResizing},
+			wantSummary:     "Resizing",
+		},
 		"horovod completes when the launcher exits 0": {
 			job: base().Framework(etjobv1.FrameworkHorovod).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2})).Obj(),
 			pods: []*corev1.Pod{
@@ -513,7 +614,7 @@ func TestDecide(t *testing.T) {
 			if now.IsZero() {
 				now = t0
 			}
-			plan := core.Decide(core.Snapshot{Job: tc.job, Pods: tc.pods, Nodes: tc.nodes}, now)
+			plan := core.Decide(core.Snapshot{Job: tc.job, Pods: tc.pods, Nodes: tc.nodes, PodNotices: tc.podNotices}, now)
 			if plan.CreateLauncher != tc.wantLauncher {
 				t.Errorf("CreateLauncher = %v, want %v", plan.CreateLauncher, tc.wantLauncher)
 			}
@@ -683,5 +784,34 @@ func TestLastCheckpointAndNoticeWindow(t *testing.T) {
 	plan = core.Decide(core.Snapshot{Job: job, Pods: pods[1:], Nodes: nodes}, t0.Add(time.Minute))
 	if plan.Status.LastCheckpoint.Step != 50 || meta.IsStatusConditionTrue(plan.Status.Conditions, etjobv1.ConditionCheckpointTooSlow) {
 		t.Errorf("after a fast checkpoint: %+v %+v", plan.Status.LastCheckpoint, plan.Status.Conditions)
+	}
+}
+
+func TestNoticeEvent(t *testing.T) {
+	job := MakeElasticJob("j", "ns").Obj()
+	custom := MakeElasticJob("j", "ns").Obj()
+	custom.Spec.Spot = &etjobv1.SpotSpec{PreemptionReasons: []string{"CapacityReclaim"}}
+	plain := MakeWorker(job, 0).Obj()
+	bestEffort := MakeWorker(job, 1).Obj()
+	bestEffort.Labels[core.BestEffortQoSLabel] = "best-effort"
+	cases := map[string]struct {
+		job    *etjobv1.ElasticJob
+		pod    *corev1.Pod
+		reason string
+		want   bool
+	}{
+		"ECI spot release":                     {job, plain, "SpotToBeReleased", true},
+		"an eviction of an ordinary pod":       {job, plain, "Evicted", false},
+		"an eviction of an ACS BestEffort pod": {job, bestEffort, "Evicted", true},
+		"a scheduling event":                   {job, bestEffort, "Scheduled", false},
+		"a reason the job lists":               {custom, plain, "CapacityReclaim", true},
+		"a reason another job lists":           {job, plain, "CapacityReclaim", false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := core.NoticeEvent(tc.job, tc.pod, tc.reason); got != tc.want {
+				t.Errorf("NoticeEvent(%q) = %v, want %v", tc.reason, got, tc.want)
+			}
+		})
 	}
 }

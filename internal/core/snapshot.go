@@ -8,6 +8,7 @@ package core
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,39 @@ type Snapshot struct {
 	// Nodes are the nodes known to the cluster, by name. A pod bound to a node
 	// missing from this map has lost its node.
 	Nodes map[string]*corev1.Node
+	// PodNotices are pod-level reclamation notices, by pod name: the reason of
+	// an Event on the pod for which NoticeEvent holds (ECI's SpotToBeReleased,
+	// an ACS BestEffort revocation). Serverless pods have no node agent, so
+	// this is the only notice they get.
+	PodNotices map[string]string
+}
+
+// noticeEventReasons are the Event reasons that announce the reclamation of
+// one pod: Alibaba ECI emits SpotToBeReleased on a spot pod ~3 minutes before
+// it is released (FACTS.md).
+var noticeEventReasons = map[string]bool{"SpotToBeReleased": true}
+
+// evictionEventReasons announce an eviction; on an ACS BestEffort pod
+// (label alibabacloud.com/compute-qos: best-effort) they are its revocation
+// notice, ~5 minutes ahead (FACTS.md).
+var evictionEventReasons = map[string]bool{"Evicting": true, "Evicted": true, "Preempting": true, "Preempted": true}
+
+// BestEffortQoSLabel marks an ACS pod of the BestEffort compute QoS, which the
+// platform may revoke with an eviction notice.
+const BestEffortQoSLabel = "alibabacloud.com/compute-qos"
+
+// NoticeEvent reports whether an Event with the given reason on the job's pod
+// is a reclamation notice for that pod: ECI's SpotToBeReleased, an eviction
+// Event on an ACS BestEffort pod, or a reason listed in
+// spec.spot.preemptionReasons.
+func NoticeEvent(job *etjobv1.ElasticJob, pod *corev1.Pod, reason string) bool {
+	if noticeEventReasons[reason] {
+		return true
+	}
+	if pod != nil && pod.Labels[BestEffortQoSLabel] == "best-effort" && evictionEventReasons[reason] {
+		return true
+	}
+	return job.Spec.Spot != nil && slices.Contains(job.Spec.Spot.PreemptionReasons, reason)
 }
 
 // Tunables of the decision core that are not part of the API.
@@ -236,6 +270,10 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 				}
 			}
 		}
+	}
+
+	if r := s.PodNotices[pod.Name]; r != "" && !v.noticed {
+		v.noticed, v.noticeReason = true, "PodNotice("+r+")"
 	}
 
 	if v.terminal && !v.succeeded {

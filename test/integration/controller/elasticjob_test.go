@@ -403,6 +403,92 @@ func TestScaleMembershipAndNotices(t *testing.T) {
 	}
 }
 
+// TestLauncherNotice: a reclamation notice on the launcher's node moves the
+// rendezvous store: the workers checkpoint and stop, the job restarts with a
+// new launcher and new workers, and nothing counts as a failure.
+func TestLauncherNotice(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newJob(ns, "mv").Replicas(2).Min(1).Max(2).BackoffLimit(0).Obj())
+	startAll(t, waitPods(t, ns, "mv", "mv-launcher", "mv-worker-0", "mv-worker-1"))
+	waitHosts(t, ns, "mv", "mv-worker-0:1", "mv-worker-1:1")
+
+	node := &corev1.Node{}
+	if err := k8s.Get(context.Background(), types.NamespacedName{Name: livePods(t, ns, "mv")["mv-launcher"].Spec.NodeName}, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Annotations = map[string]string{
+		etjobv1.AnnotationNodeNotice:       time.Now().Add(30 * time.Second).UTC().Format(time.RFC3339),
+		etjobv1.AnnotationNodeNoticeSource: "gcp",
+	}
+	if err := k8s.Update(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, ns, "mv", etjobv1.ConditionResizing, etjobv1.ReasonLauncherMoving)
+	for _, w := range []string{"mv-worker-0", "mv-worker-1"} {
+		eventually(t, "leave annotation on "+w, func() error {
+			p := livePods(t, ns, "mv")[w]
+			if p == nil || p.Annotations[etjobv1.AnnotationLeaveReason] != etjobv1.ReasonLauncherMoving {
+				return fmt.Errorf("annotations %v", p.Annotations)
+			}
+			return nil
+		})
+	}
+	waitHosts(t, ns, "mv")
+	// The workers stop at the agreed step with the reserved exit code.
+	exitPod(t, ns, "mv-worker-0", etjobv1.ExitCodePreempted)
+	exitPod(t, ns, "mv-worker-1", etjobv1.ExitCodePreempted)
+	pods := waitPods(t, ns, "mv", "mv-launcher", "mv-worker-2", "mv-worker-3")
+	if got := pods["mv-launcher"].Labels[etjobv1.LabelAttempt]; got != "1" {
+		t.Errorf("new launcher attempt label %q, want 1", got)
+	}
+	startAll(t, pods)
+	waitHosts(t, ns, "mv", "mv-worker-2:1", "mv-worker-3:1")
+	j := waitCondition(t, ns, "mv", etjobv1.ConditionRunning, etjobv1.ReasonMembersReady)
+	if j.Status.Restarts != 1 || j.Status.Failures != 0 || j.Status.Preemptions != 1 {
+		t.Errorf("restarts %d failures %d preemptions %d, want 1, 0 and 1 (backoffLimit 0 would have failed the job)",
+			j.Status.Restarts, j.Status.Failures, j.Status.Preemptions)
+	}
+}
+
+// TestPodEventNotice: ECI announces the release of a spot pod with a
+// SpotToBeReleased Event on the pod, not on a node: the worker leaves the
+// membership, is told to leave, and its exit is a preemption.
+func TestPodEventNotice(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newJob(ns, "eci").Replicas(2).Min(1).Max(2).Obj())
+	pods := waitPods(t, ns, "eci", "eci-launcher", "eci-worker-0", "eci-worker-1")
+	startAll(t, pods)
+	waitHosts(t, ns, "eci", "eci-worker-0:1", "eci-worker-1:1")
+
+	// An unrelated Event changes nothing; the notice does.
+	for _, reason := range []string{"Pulled", "SpotToBeReleased"} {
+		p := pods["eci-worker-1"]
+		ev := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{GenerateName: "eci-worker-1.", Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: p.Name, UID: p.UID, APIVersion: "v1"},
+			Reason:         reason, Message: "emulated by the test", Type: corev1.EventTypeWarning,
+			Source: corev1.EventSource{Component: "eci"}, FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
+		}
+		if err := k8s.Create(context.Background(), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitHosts(t, ns, "eci", "eci-worker-0:1")
+	eventually(t, "leave annotation on eci-worker-1", func() error {
+		p := livePods(t, ns, "eci")["eci-worker-1"]
+		if p == nil || p.Annotations[etjobv1.AnnotationLeaveReason] != "PodNotice(SpotToBeReleased)" {
+			return fmt.Errorf("annotations %v", p.Annotations)
+		}
+		return nil
+	})
+	exitPod(t, ns, "eci-worker-1", etjobv1.ExitCodePreempted)
+	startAll(t, waitPods(t, ns, "eci", "eci-launcher", "eci-worker-0", "eci-worker-2"))
+	waitHosts(t, ns, "eci", "eci-worker-0:1", "eci-worker-2:1")
+	if j := getJob(t, ns, "eci"); j.Status.Preemptions != 1 || j.Status.Failures != 0 {
+		t.Errorf("preemptions %d failures %d, want 1 and 0", j.Status.Preemptions, j.Status.Failures)
+	}
+}
+
 func TestFailuresRestartAndBackoff(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newJob(ns, "f").Replicas(2).Min(1).Max(2).BackoffLimit(2).RestartPolicy(etjobv1.RestartPolicyOnFailure).Obj())
