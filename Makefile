@@ -36,8 +36,8 @@ test: ## The README's test command (CI): lint, unit, worker library, integration
 	hack/test.sh
 
 .PHONY: test-unit
-test-unit: ## Unit tests (the decision core, builders, CLI).
-	$(GO) test ./internal/... ./api/... ./cmd/... ./hack/...
+test-unit: ## Unit tests (the decision core, builders, CLI, the Go supervisor package).
+	$(GO) test ./internal/... ./api/... ./pkg/... ./cmd/... ./hack/...
 
 .PHONY: test-integration
 test-integration: controlplane ## Integration tests against a real kube-apiserver and etcd.

@@ -22,12 +22,15 @@ export KUBEBUILDER_ASSETS
 echo "using $KUBEBUILDER_ASSETS"
 
 step "unit tests (the process-node tests use the real API server too)"
-go test -count=1 ./api/... ./internal/... ./cmd/... ./hack/...
+go test -count=1 ./api/... ./internal/... ./pkg/... ./cmd/... ./hack/...
 cover=$(go test -count=1 -cover ./internal/core/ | sed -n 's/.*coverage: \([0-9.]*\)%.*/\1/p')
 echo "decision core coverage: ${cover}%"
 awk -v c="$cover" 'BEGIN { exit !(c >= 85) }' || { echo "decision core coverage ${cover}% is below 85%"; exit 1; }
 if go list -deps ./internal/core/ | grep -qE '^(k8s.io/client-go|sigs.k8s.io/controller-runtime)'; then
   echo "internal/core must not import client-go or controller-runtime"; exit 1
+fi
+if [ -n "$(go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./pkg/supervisor/ | grep -v '^github.com/etjob/etjob/pkg/supervisor$')" ]; then
+  echo "pkg/supervisor must use the standard library only (Go workers import it)"; exit 1
 fi
 
 step "worker library tests (Python stdlib unittest; real torchrun for the agreed stop)"

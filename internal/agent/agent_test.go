@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +26,7 @@ import (
 	"github.com/etjob/etjob/internal/agent/metadata"
 	"github.com/etjob/etjob/internal/agent/notice"
 	"github.com/etjob/etjob/internal/testutil"
+	"github.com/etjob/etjob/pkg/supervisor"
 )
 
 const nodeName = "spot-node-1"
@@ -120,6 +123,24 @@ func TestAgent(t *testing.T) {
 		}
 		if code, _ := signal(w0.Name, "not-a-token"); code != http.StatusUnauthorized {
 			t.Errorf("worker-0 with a bad token: %d, want 401", code)
+		}
+	})
+
+	t.Run("the Go supervisor package against the agent", func(t *testing.T) {
+		tokFile := filepath.Join(t.TempDir(), "token")
+		if err := os.WriteFile(tokFile, []byte(tok0), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		sup := supervisor.New(supervisor.Options{AgentAddr: base, Namespace: ns, Pod: w0.Name, TokenPath: tokFile, NoSIGTERM: true, Log: func(string) {}})
+		if err := sup.PollOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if d, ok := sup.Deadline(); sup.CheckAlive() || sup.Reason() != "ReclaimNotice(aws)" || !ok || !d.Equal(deadline) {
+			t.Errorf("alive %v reason %q deadline %v, want false, ReclaimNotice(aws), %v", sup.CheckAlive(), sup.Reason(), d, deadline)
+		}
+		other := supervisor.New(supervisor.Options{AgentAddr: base, Namespace: ns, Pod: w1.Name, TokenPath: tokFile, NoSIGTERM: true, Log: func(string) {}})
+		if err := other.PollOnce(ctx); err == nil || !strings.Contains(err.Error(), "403") {
+			t.Errorf("asking for worker-1 with worker-0's token: %v, want 403", err)
 		}
 	})
 

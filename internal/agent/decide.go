@@ -5,13 +5,15 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/agent/notice"
+	"github.com/etjob/etjob/pkg/supervisor"
 )
 
-// Actions a pod is told on /v1/signal.
+// Actions a pod is told on /v1/signal (the wire contract lives in
+// pkg/supervisor, which Go workers import).
 const (
-	ActionNone       = "none"
-	ActionCheckpoint = "checkpoint"
-	ActionLeave      = "leave"
+	ActionNone       = supervisor.ActionNone
+	ActionCheckpoint = supervisor.ActionCheckpoint
+	ActionLeave      = supervisor.ActionLeave
 )
 
 // NodeState is what the agent knows about its node: the reclamation notice
@@ -25,17 +27,7 @@ type NodeState struct {
 }
 
 // Signal is the answer of GET /v1/signal.
-type Signal struct {
-	// Action is "none", "checkpoint" or "leave".
-	Action string `json:"action"`
-	// Reason says why: ReclaimNotice(<source>), the controller's leave
-	// reason, or EarlyWarning(<source>).
-	Reason string `json:"reason"`
-	// Deadline is when the node goes (RFC 3339), or empty.
-	Deadline string `json:"deadline"`
-	// Source is the provider or taint behind the notice, or "controller".
-	Source string `json:"source"`
-}
+type Signal = supervisor.Signal
 
 // SourceController is the Signal source of a controller decision relayed
 // from a pod annotation.

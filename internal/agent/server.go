@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/pkg/supervisor"
 )
 
 // Extra keys of a TokenReview's user info for a token bound to a pod.
@@ -91,18 +92,7 @@ func (t *TokenReviewAuthenticator) Authenticate(ctx context.Context, token strin
 }
 
 // Progress is a worker's training progress, POSTed to /v1/progress.
-type Progress struct {
-	// Step is the last completed training step.
-	Step int64 `json:"step"`
-	// CheckpointStep is the step of the last committed checkpoint.
-	CheckpointStep int64 `json:"checkpointStep"`
-	// CheckpointPath is where that checkpoint is.
-	CheckpointPath string `json:"checkpointPath"`
-	// SamplesPerSecond is the worker's recent throughput.
-	SamplesPerSecond float64 `json:"samplesPerSecond"`
-	// CheckpointSeconds is how long writing that checkpoint took.
-	CheckpointSeconds float64 `json:"checkpointSeconds,omitempty"`
-}
+type Progress = supervisor.Progress
 
 // PodProgress is one pod's latest progress, as served on GET /v1/progress.
 type PodProgress struct {
