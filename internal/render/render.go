@@ -221,7 +221,7 @@ func torchrunEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
 		// whose loss would take the job down (FACTS.md).
 		{Name: "PET_RDZV_CONF", Value: "is_host=false,join_timeout=600,last_call_timeout=3"},
 		{Name: "PET_MAX_RESTARTS", Value: "1000"},
-		{Name: "PET_MONITOR_INTERVAL", Value: "1"},
+		{Name: "PET_MONITOR_INTERVAL", Value: "0.25"},
 	}
 }
 
@@ -299,13 +299,16 @@ func mountEDL(job *etjobv1.ElasticJob, spec *corev1.PodSpec) {
 
 // ConfigMap builds the membership ConfigMap: `hosts` (host:slots, what
 // discover_hosts.sh prints), `hostfile` (MPI's format), `generation`, and the
-// scripts the horovod launcher runs from /etc/edl.
+// scripts the horovod launcher runs from /etc/edl. Both lists hold only the
+// entries core.ParseHost accepts: Horovod splits each discovery line on ':'
+// and MPI each hostfile line on whitespace, and an entry such as "w-1:" or
+// "w 1:2" made a line neither reads (FuzzConfigMap).
 func ConfigMap(job *etjobv1.ElasticJob, m etjobv1.MembershipStatus) *corev1.ConfigMap {
 	var hosts, hostfile strings.Builder
 	for _, h := range m.Hosts {
-		hosts.WriteString(h + "\n")
-		if i := strings.LastIndexByte(h, ':'); i > 0 {
-			hostfile.WriteString(h[:i] + " slots=" + h[i+1:] + "\n")
+		if host, slots, ok := core.ParseHost(h); ok {
+			hosts.WriteString(h + "\n")
+			hostfile.WriteString(host + " slots=" + strconv.Itoa(int(slots)) + "\n")
 		}
 	}
 	container := "worker"

@@ -50,7 +50,7 @@ func TestWorker(t *testing.T) {
 		"ETJOB_EXIT_CODE_PREEMPTED": "75", "ETJOB_CHECKPOINT_DIR": "/ckpt",
 		"PET_NNODES": "2:6", "PET_NPROC_PER_NODE": "2", "PET_RDZV_BACKEND": "c10d",
 		"PET_RDZV_ENDPOINT": "train-launcher.train.ml.svc:29400", "PET_RDZV_ID": "train-uid-2",
-		"PET_RDZV_CONF": "is_host=false,join_timeout=600,last_call_timeout=3", "PET_MAX_RESTARTS": "1000", "PET_MONITOR_INTERVAL": "1",
+		"PET_RDZV_CONF": "is_host=false,join_timeout=600,last_call_timeout=3", "PET_MAX_RESTARTS": "1000", "PET_MONITOR_INTERVAL": "0.25",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("env (-want +got):\n%s", diff)

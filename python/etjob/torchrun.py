@@ -20,6 +20,7 @@ works as documented) with two additions:
 
 import os
 import sys
+import threading
 import time
 
 
@@ -72,6 +73,210 @@ def _patch_shutdown():
     dr.DynamicRendezvousHandler.shutdown = leave_or_close
 
 
+_handlers = []  # the rendezvous handlers of this agent (one in practice)
+_in_rendezvous = threading.Event()
+
+
+def _patch_rendezvous(poll):
+    """Make re-rendezvous as fast as the membership allows.
+
+    torch's dynamic rendezvous polls the store once a second, serves a state
+    cached for a second, and closes a round below max_nodes only after
+    last_call_timeout. Here it polls every `poll` seconds, and a node that
+    restarts knows how many nodes the next round will have: the nodes of the
+    round it ran in, minus those that marked themselves as leaving
+    (_leave_early), plus the new ones waiting. The round closes the moment
+    they have all joined. When that is unknown (the first round, a node lost
+    without a notice) torch's own rule applies: last_call_timeout after
+    min_nodes joined.
+    """
+    import dataclasses
+    import random
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    delay = dr._delay
+
+    def _delay(seconds):
+        if isinstance(seconds, tuple):
+            seconds = random.uniform(*seconds)
+        delay(seconds=min(seconds, poll))
+
+    dr._delay = _delay
+    original = dr.DynamicRendezvousHandler.next_rendezvous
+
+    def next_rendezvous(self):
+        if self not in _handlers:
+            _handlers.append(self)
+        holder = self._state_holder
+        holder._cache_duration = min(getattr(holder, "_cache_duration", 1), poll / 2)
+        settings = self._settings
+        expected = _expected_nodes(self)
+        if expected:
+            narrowed = dataclasses.replace(settings, max_nodes=expected)
+            self._settings = self._op_executor._settings = narrowed
+            print("etjob.torchrun: expecting %d nodes in the next round" % expected, file=sys.stderr, flush=True)
+        _in_rendezvous.set()
+        try:
+            got = original(self)
+            _rounds[id(self)] = set(self._state_holder.state.participants)
+            return got
+        finally:
+            _in_rendezvous.clear()
+            self._settings = self._op_executor._settings = settings
+
+    dr.DynamicRendezvousHandler.next_rendezvous = next_rendezvous
+
+
+_rounds = {}  # id(handler) -> the nodes of the last round it joined
+
+
+def _left_key(handler, node):
+    # A counter per node: torch 1.13's Store has no non-blocking existence
+    # check, but add(key, 0) reads a counter without waiting.
+    return "%s.etjob.left.%s_%s_%s" % (handler._state_holder._backend._key, node.fqdn, node.pid, node.local_id)
+
+
+def _expected_nodes(handler):
+    """The size of the next round if it is known, else None."""
+    last = _rounds.get(id(handler))
+    if not last:
+        return None
+    try:
+        with handler._heartbeat_lock:
+            handler._state_holder.sync()
+            state = handler._state_holder.state
+            store = handler._state_holder._backend._store
+            left = {n for n in last if n != handler._this_node and store.add(_left_key(handler, n), 0) > 0}
+    except Exception as e:
+        print("etjob.torchrun: reading the rendezvous state failed: %r" % (e,), file=sys.stderr, flush=True)
+        return None
+    if state.closed:
+        return None
+    joining = (set(state.participants) | set(state.wait_list)) - last
+    n = len(last - left) + len(joining)
+    if n < handler._settings.min_nodes or n >= handler._settings.max_nodes:
+        return None
+    return n
+
+
+def _leave_early(sup):
+    """A pod told to leave marks its node as leaving in the rendezvous store at
+    once, while its workers still run to the agreed stop step: the survivors
+    then expect the right number of nodes when they re-rendezvous."""
+
+    def run():
+        while sup.check_alive() or not _handlers or _in_rendezvous.is_set():
+            time.sleep(0.05)
+        for h in list(_handlers):
+            try:
+                with h._heartbeat_lock:
+                    h._state_holder._backend._store.add(_left_key(h, h._this_node), 1)
+                print("etjob.torchrun: told to leave (%s): marked in the rendezvous" % sup.reason(), file=sys.stderr, flush=True)
+            except Exception as e:  # the store may be gone: survivors fall back to torch's last call
+                print("etjob.torchrun: marking the leave failed: %s" % e, file=sys.stderr, flush=True)
+
+    threading.Thread(target=run, name="etjob-leave", daemon=True).start()
+
+
+#: Modules a forkserver imports once for every worker start; ETJOB_PRELOAD
+#: adds the training script's own heavy imports (comma-separated).
+PRELOAD = ["torch", "torch.nn", "torch.nn.functional", "torch.distributed", "numpy", "etjob.supervisor", "etjob.torch"]
+
+
+def _patch_worker_start(preload):
+    """Start workers by forking a server that imported torch once.
+
+    torchrun starts `python -u script.py` for every worker on every
+    membership change, and each start imports torch again (seconds on a busy
+    node: most of a resize's pause). Here the script runs as a function
+    entrypoint under the "forkserver" start method: a single-threaded server
+    imports `preload` once, and every worker start is a fork of it. Worker
+    environment, exit codes, signals and the script's argv are as before.
+    """
+    import multiprocessing
+
+    from torch.distributed import run
+
+    original = run.config_from_args
+
+    def config_from_args(args):
+        config, cmd, cmd_args = original(args)
+        if cmd != os.getenv("PYTHON_EXEC", sys.executable) or cmd_args[:1] != ["-u"]:
+            return config, cmd, cmd_args
+        rest = cmd_args[1:]
+        kind = "script"
+        if rest[:1] == ["-m"]:
+            kind, rest = "module", rest[1:]
+        # The entrypoint is pickled by reference: name it by its module, not
+        # by __main__ (python -m etjob.torchrun), and let the forkserver find
+        # the package.
+        import etjob
+        from etjob import torchrun as module
+
+        root = os.path.dirname(os.path.dirname(os.path.abspath(etjob.__file__)))
+        path = os.environ.get("PYTHONPATH", "")
+        if root not in path.split(os.pathsep):
+            os.environ["PYTHONPATH"] = root + (os.pathsep + path if path else "")
+        os.environ["ETJOB_AGENT_PID"] = str(os.getpid())
+        multiprocessing.set_forkserver_preload(preload)
+        config.start_method = "forkserver"
+        return config, module.run_worker, [kind] + rest
+
+    run.config_from_args = config_from_args
+
+
+def _die_with_agent():
+    """A worker dies with the agent that started it. The agent is what stops
+    workers gracefully (it forwards SIGTERM, which the library turns into an
+    agreed stop); once it is gone nobody collects a worker's result, and a
+    finished worker would wait for it forever. The forkserver is no witness:
+    every worker holds it alive. So a thread watches the agent's pid."""
+    agent = int(os.environ.get("ETJOB_AGENT_PID", "0"))
+    if agent <= 1:
+        return
+
+    def alive():
+        try:
+            with open("/proc/%d/stat" % agent) as f:
+                return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # a zombie is gone
+        except (OSError, IndexError):
+            return False
+
+    def watch():
+        while alive():
+            time.sleep(0.5)
+        os._exit(137)
+
+    threading.Thread(target=watch, name="etjob-agent-watch", daemon=True).start()
+
+
+def run_worker(kind, target, *args):
+    """run_worker runs a training script or module as `python -u` would, in a
+    worker forked from the forkserver. A SystemExit keeps its code."""
+    import runpy
+
+    _die_with_agent()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True, write_through=True)
+        except (AttributeError, ValueError):
+            pass
+    sys.argv = [target] + list(args)
+    try:
+        if kind == "module":
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(e.code if isinstance(e.code, int) else 1)
+    return None
+
+
 def _patch_leaving(sup):
     from torch.distributed.elastic.agent.server import api
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
@@ -105,9 +310,15 @@ def main(argv=None):
     _patch_shutdown()
     from etjob import supervisor as sup_module
 
+    _patch_rendezvous(float(os.environ.get("ETJOB_RDZV_POLL_SECONDS", "0.2")))
+    if os.environ.get("ETJOB_WORKER_START", "forkserver") == "forkserver":
+        extra = [m.strip() for m in os.environ.get("ETJOB_PRELOAD", "").split(",") if m.strip()]
+        _patch_worker_start(PRELOAD + extra)
     if os.environ.get("ETJOB_AGENT_ADDR"):
         # torch's agent keeps its own SIGTERM handling (it stops the workers).
-        _patch_leaving(sup_module.Supervisor(install_sigterm=False).start())
+        sup = sup_module.Supervisor(install_sigterm=False).start()
+        _patch_leaving(sup)
+        _leave_early(sup)
     from torch.distributed import run
 
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
