@@ -47,6 +47,23 @@ test-integration: controlplane ## Integration tests against a real kube-apiserve
 cover: ## Coverage of the decision core.
 	$(GO) test -cover ./internal/core/
 
+# FUZZTIME is how long `make fuzz` runs each fuzz target; FUZZFLAGS go to
+# every run (-parallel 1 on a shared machine).
+FUZZTIME ?= 30s
+FUZZFLAGS ?=
+# The packages with fuzz targets: go test -fuzz takes one package and one
+# target per run.
+FUZZ_PKGS ?= $(addprefix ./,$(sort $(dir $(shell grep -rl --include='*_test.go' '^func Fuzz' internal))))
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each, one after the other (make fuzz FUZZTIME=30s); a failing input lands in the package's testdata/fuzz/.
+	@set -e; for pkg in $(FUZZ_PKGS); do \
+	  for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$target for $(FUZZTIME)"; \
+	    $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg; \
+	  done; \
+	done
+
 .PHONY: lint
 lint: ## gofmt and go vet.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
@@ -68,6 +85,13 @@ bench-local: ## Spot-path latencies on the local cluster with real training (doc
 	$(GO) build -o bin/etjob ./cmd/etjob
 	bin/etjob demo --churn 5 --notice 30s --width 96
 	bin/etjob demo --churn 5 --hard --width 96
+
+# The spot availability traces (../shared/traces, beside the repository).
+TRACES ?= ../shared/traces
+
+.PHONY: sim
+sim: ## Replay the p3 and g4dn spot traces through the decision core: etjob vs checkpoint-restart vs on-demand (docs/benchmarks.md).
+	$(GO) run ./cmd/etjob sim --trace $(TRACES)/ec2-p3-trace.csv --trace $(TRACES)/ec2-g4dn-trace.csv $(SIM_FLAGS)
 
 .PHONY: test-e2e
 test-e2e: ## End-to-end tests on the local cluster with real torchrun training.

@@ -17,6 +17,7 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/core"
+	"github.com/etjob/etjob/internal/timeline"
 )
 
 // GetOptions are the flags and argument of `etjob get NAME`.
@@ -27,6 +28,9 @@ type GetOptions struct {
 	Output string
 	// Events is -e/--events: also print the job's and its pods' events.
 	Events bool
+	// Timeline is --timeline: print the job's timeline (a chart of its
+	// members over time and its events, from status.timeline) instead.
+	Timeline bool
 	// Now is the clock (tests fix it).
 	Now func() time.Time
 
@@ -41,6 +45,7 @@ func newGetCommand(f *factory) *cobra.Command {
 		Short: "Show a job: Arena's layout, plus why it waits, its membership timeline, checkpoint and restarts",
 		Example: f.examples(`  etjob get elastic-training
   etjob get elastic-training -e
+  etjob get elastic-training --timeline
   etjob get elastic-training -o yaml`),
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: f.completeJobNames,
@@ -56,6 +61,7 @@ func newGetCommand(f *factory) *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format: wide, yaml or json")
 	cmd.Flags().BoolVarP(&o.Events, "events", "e", false, "also print the events of the job and its pods")
+	cmd.Flags().BoolVar(&o.Timeline, "timeline", false, "print the job's timeline instead: members over time with its notices, leaves, joins, suspends and resumes marked, then the events")
 	addTypeFlag(cmd)
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"wide", "yaml", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
@@ -90,6 +96,9 @@ func (o *GetOptions) Complete(args []string) error {
 
 // Validate checks the flags.
 func (o *GetOptions) Validate() error {
+	if o.Timeline && (o.Output != "" || o.Events) {
+		return fmt.Errorf("--timeline prints a chart and the job's timeline events: it does not combine with -o/--output or -e/--events")
+	}
 	switch o.Output {
 	case "", "wide", "yaml", "json":
 		return nil
@@ -103,6 +112,10 @@ func (o *GetOptions) Run(ctx context.Context) error {
 	var job etjobv1.ElasticJob
 	if err := c.Get(ctx, client.ObjectKey{Namespace: o.clients.Namespace, Name: o.Name}, &job); err != nil {
 		return fmt.Errorf("getting %s in namespace %s: %w", jobRef(o.Name), o.clients.Namespace, err)
+	}
+	if o.Timeline {
+		_, err := io.WriteString(o.factory.out(), timeline.FromStatus(&job, o.Now()).Text(0))
+		return err
 	}
 	if o.Output == "yaml" || o.Output == "json" {
 		job.APIVersion, job.Kind = etjobv1.GroupVersion.String(), "ElasticJob"

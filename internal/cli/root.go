@@ -68,6 +68,7 @@ func newRoot(f *factory) *cobra.Command {
 		c.GroupID = "local"
 		root.AddCommand(c)
 	}
+	root.AddCommand(newSimCommand(streams))
 	root.AddCommand(newInternalCommand())
 	return root
 }

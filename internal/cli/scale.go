@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -149,16 +150,37 @@ func (o *ScaleOptions) Complete(cmd *cobra.Command, args []string) error {
 	return err
 }
 
+// maxTimeout is the longest --timeout: what a ScaleRequest's int32
+// timeoutSeconds holds (about 68 years). Past it the seconds wrapped to a
+// negative or a short timeout (FuzzScaleFlags).
+const maxTimeout = math.MaxInt32 * time.Second
+
 // parseTimeout reads --timeout: a duration (10m) or whole seconds (600).
 func parseTimeout(s string) (time.Duration, error) {
-	if n, err := strconv.Atoi(s); err == nil && n >= 0 {
-		return time.Duration(n) * time.Second, nil
-	}
 	d, err := time.ParseDuration(s)
+	if n, aerr := strconv.ParseInt(s, 10, 64); aerr == nil {
+		d, err = time.Duration(n)*time.Second, nil
+		if n > int64(maxTimeout/time.Second) {
+			d = maxTimeout + 1
+		}
+	}
 	if err != nil || d < 0 {
 		return 0, fmt.Errorf("--timeout %q: give a duration such as 60s or 10m", s)
 	}
+	if d > maxTimeout {
+		return 0, fmt.Errorf("--timeout %q: at most %d seconds", s, int64(maxTimeout/time.Second))
+	}
 	return d, nil
+}
+
+// requestTimeoutSeconds is a ScaleOut / ScaleIn request's timeoutSeconds for
+// --timeout d: d in whole seconds, rounded up; 60, the CRD's default, for 0.
+func requestTimeoutSeconds(d time.Duration) int32 {
+	secs := (d + time.Second - 1) / time.Second
+	if secs < 1 {
+		return 60
+	}
+	return int32(secs)
 }
 
 // Validate checks the flags.
@@ -166,10 +188,16 @@ func (o *ScaleOptions) Validate() error {
 	if o.Name == "" {
 		return fmt.Errorf("the job's name is missing: %s NAME, or --name NAME", o.Verb)
 	}
+	// The CRD's bound is also what keeps int32(n) from wrapping: --replicas
+	// 4294967297 scaled the job to 1 (FuzzScaleFlags).
+	const limit = 100000
 	switch o.Verb {
 	case verbScale:
 		if o.Replicas < 0 {
 			return fmt.Errorf("--replicas must be set, to 1 or more")
+		}
+		if o.Replicas > limit {
+			return fmt.Errorf("--replicas %d: at most %d", o.Replicas, limit)
 		}
 	case verbScaleIn:
 		if len(o.Instances) > 0 && o.Count != len(o.Instances) {
@@ -177,8 +205,8 @@ func (o *ScaleOptions) Validate() error {
 		}
 		fallthrough
 	default:
-		if o.Count < 1 {
-			return fmt.Errorf("--count %d: must be 1 or more", o.Count)
+		if o.Count < 1 || o.Count > limit {
+			return fmt.Errorf("--count %d: must be between 1 and %d", o.Count, limit)
 		}
 	}
 	return nil
@@ -291,10 +319,7 @@ func (o *ScaleOptions) request(ctx context.Context, job *etjobv1.ElasticJob, pre
 	f := o.factory
 	c := o.clients.Client
 	spec := etjobv1.ScaleRequestSpec{Job: job.Name, Count: int32(o.Count), Instances: o.Instances,
-		TimeoutSeconds: int32((o.Timeout + time.Second - 1) / time.Second)}
-	if spec.TimeoutSeconds < 1 {
-		spec.TimeoutSeconds = 60
-	}
+		TimeoutSeconds: requestTimeoutSeconds(o.Timeout)}
 	meta := metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", job.Name, time.Now().Unix()), Namespace: job.Namespace}
 	var req interface {
 		client.Object

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -373,6 +374,9 @@ func BuildElasticJob(o SubmitOptions) (*etjobv1.ElasticJob, error) {
 	if o.Image == "" {
 		return nil, fmt.Errorf("--image must be set")
 	}
+	if strings.TrimSpace(o.Image) != o.Image {
+		return nil, fmt.Errorf("--image %q: no leading or trailing whitespace", o.Image)
+	}
 	if o.Command == "" {
 		return nil, fmt.Errorf("the training command is missing: give it as the last argument, quoted, e.g. \"torchrun train.py\"")
 	}
@@ -430,36 +434,38 @@ func BuildElasticJob(o SubmitOptions) (*etjobv1.ElasticJob, error) {
 	if o.CheckpointDir != "" && !path.IsAbs(o.CheckpointDir) {
 		return nil, fmt.Errorf("--checkpoint-dir %q: must be an absolute path in the container", o.CheckpointDir)
 	}
+	if len(o.CheckpointDir) > 4096 {
+		return nil, fmt.Errorf("--checkpoint-dir: at most 4096 characters, not %d", len(o.CheckpointDir))
+	}
+	// The API server refuses a pod whose priority class or scheduler is not
+	// a DNS subdomain, but only once the job exists (FuzzSubmitFlags).
+	for _, n := range []struct{ flag, v string }{{"-p/--priority", o.Priority}, {"--scheduler", o.Scheduler}} {
+		if errs := validation.IsDNS1123Subdomain(n.v); n.v != "" && len(errs) > 0 {
+			return nil, fmt.Errorf("%s %q: %s", n.flag, n.v, strings.Join(errs, "; "))
+		}
+	}
 
-	labels, err := parsePairs("-l/--label", o.Labels, "=")
+	labels, err := parseLabels("-l/--label", o.Labels)
 	if err != nil {
 		return nil, err
 	}
-	for k, v := range labels {
-		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			return nil, fmt.Errorf("-l/--label %s: %s", k, strings.Join(errs, "; "))
-		}
-		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
-			return nil, fmt.Errorf("-l/--label %s=%s: %s", k, v, strings.Join(errs, "; "))
-		}
-	}
-	podAnnotations, err := parsePairs("-a/--annotation", o.Annotations, "=")
+	podAnnotations, err := parseAnnotations("-a/--annotation", o.Annotations)
 	if err != nil {
 		return nil, err
 	}
-	launcherAnnotations, err := parsePairs("--launcher-annotation", o.LauncherAnnotations, "=")
+	launcherAnnotations, err := parseAnnotations("--launcher-annotation", o.LauncherAnnotations)
 	if err != nil {
 		return nil, err
 	}
-	workerAnnotations, err := parsePairs("--worker-annotation", o.WorkerAnnotations, "=")
+	workerAnnotations, err := parseAnnotations("--worker-annotation", o.WorkerAnnotations)
 	if err != nil {
 		return nil, err
 	}
-	workerSelector, err := parsePairs("--selector", o.Selectors, "=")
+	workerSelector, err := parseLabels("--selector", o.Selectors)
 	if err != nil {
 		return nil, err
 	}
-	launcherSelector, err := parsePairs("--launcher-selector", o.LauncherSelectors, "=")
+	launcherSelector, err := parseLabels("--launcher-selector", o.LauncherSelectors)
 	if err != nil {
 		return nil, err
 	}
@@ -671,6 +677,40 @@ func parsePairs(flag string, items []string, sep string) (map[string]string, err
 	return out, nil
 }
 
+// parseLabels reads key=value labels (and node selectors, which are label
+// matches) and checks them as the API server checks labels: the job's
+// labels, and a node selector of a pod it would refuse (FuzzSubmitFlags).
+func parseLabels(flag string, items []string) (map[string]string, error) {
+	m, err := parsePairs(flag, items, "=")
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range m {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return nil, fmt.Errorf("%s %s: %s", flag, k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return nil, fmt.Errorf("%s %s=%s: %s", flag, k, v, strings.Join(errs, "; "))
+		}
+	}
+	return m, nil
+}
+
+// parseAnnotations reads key=value annotations, whose keys the API server
+// checks as it does label keys (lower-cased) and whose values are free.
+func parseAnnotations(flag string, items []string) (map[string]string, error) {
+	m, err := parsePairs(flag, items, "=")
+	if err != nil {
+		return nil, err
+	}
+	for k := range m {
+		if errs := validation.IsQualifiedName(strings.ToLower(k)); len(errs) > 0 {
+			return nil, fmt.Errorf("%s %s: %s", flag, k, strings.Join(errs, "; "))
+		}
+	}
+	return m, nil
+}
+
 func parseEnv(items []string) ([]corev1.EnvVar, error) {
 	var env []corev1.EnvVar
 	for _, it := range items {
@@ -703,6 +743,9 @@ func parseTolerations(items []string) ([]corev1.Toleration, error) {
 		if key == "" {
 			return nil, fmt.Errorf(`--toleration %q: expected "key=value:effect,operator" or "all"`, it)
 		}
+		if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+			return nil, fmt.Errorf("--toleration %q: key %q: %s", it, key, strings.Join(errs, "; "))
+		}
 		switch corev1.TaintEffect(effect) {
 		case "", corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
 		default:
@@ -722,6 +765,9 @@ func parseTolerations(items []string) ([]corev1.Toleration, error) {
 		}
 		if t.Operator == corev1.TolerationOpExists && t.Value != "" {
 			return nil, fmt.Errorf("--toleration %q: operator Exists takes no value", it)
+		}
+		if errs := validation.IsValidLabelValue(t.Value); len(errs) > 0 {
+			return nil, fmt.Errorf("--toleration %q: value %q: %s", it, t.Value, strings.Join(errs, "; "))
 		}
 		out = append(out, t)
 	}
@@ -768,6 +814,9 @@ func parseData(data, dataDirs []string) ([]corev1.Volume, []corev1.VolumeMount, 
 		}
 		if !path.IsAbs(host) {
 			return nil, nil, nil, fmt.Errorf("--data-dir %q: the host path must be absolute", it)
+		}
+		if slices.Contains(strings.Split(host, "/"), "..") {
+			return nil, nil, nil, fmt.Errorf("--data-dir %q: the host path must not contain '..' (the API server refuses it)", it)
 		}
 		if err := addMount("--data-dir", it, mountPath); err != nil {
 			return nil, nil, nil, err

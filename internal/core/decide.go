@@ -298,7 +298,7 @@ func (d *decision) handleWorkers() bool {
 		case w.terminal && w.succeeded:
 			// completion, below
 		case w.released:
-			d.delete(w, etjobv1.ReasonScaleIn)
+			d.delete(w, w.leaveReason)
 		case w.terminal && w.preempted:
 			d.preempted(w, w.preemptReason)
 		case w.terminal:
@@ -370,6 +370,11 @@ func (d *decision) leave(w *podView) {
 		return
 	}
 	at := w.leaveAt.Add(d.leaveGrace())
+	if w.noticed && w.noticeDeadline.After(at) {
+		// The node lives until its deadline: a checkpoint longer than the
+		// grace period still has until then (found by the trace simulator).
+		at = w.noticeDeadline
+	}
 	if d.now.Before(at) {
 		d.requeueAt(at)
 		return

@@ -507,6 +507,25 @@ func TestDecide(t *testing.T) {
 			wantSummary:    "Pending",
 			wantRequeue:    30 * time.Second,
 		},
+		"a noticed worker past its grace period keeps its node until the deadline (a long checkpoint)": {
+			job: base().Replicas(2).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3,
+				Membership: etjobv1.MembershipStatus{Generation: 1, Hosts: []string{"j-worker-0:1", "j-worker-2:1"}}})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Obj(),
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+				MakeWorker(base().Obj(), 1).Ready("n1").Annotation(etjobv1.AnnotationLeave, t0.Add(-31*time.Second).Format(time.RFC3339)).Obj(),
+				MakeWorker(base().Obj(), 2).Ready("n2").Obj(),
+			},
+			nodes: map[string]*corev1.Node{
+				"od": MakeNode("od").Obj(), "n0": MakeNode("n0").Obj(), "n2": MakeNode("n2").Obj(),
+				"n1": MakeNode("n1").Notice(t0.Add(2*time.Minute), "aws").Obj(),
+			},
+			wantHosts:      []string{"j-worker-0:1", "j-worker-2:1"},
+			wantGeneration: 1,
+			wantCondTrue:   []string{etjobv1.ConditionRunning, etjobv1.ConditionResizing},
+			wantRequeue:    2 * time.Minute,
+			wantSummary:    "Resizing",
+		},
 		"a leaving worker past its grace period is deleted as a preemption": {
 			job: base().Replicas(2).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3})).Obj(),
 			pods: []*corev1.Pod{
@@ -517,7 +536,7 @@ func TestDecide(t *testing.T) {
 			},
 			nodes: map[string]*corev1.Node{
 				"od": MakeNode("od").Obj(), "n0": MakeNode("n0").Obj(), "n2": MakeNode("n2").Obj(),
-				"n1": MakeNode("n1").Notice(t0.Add(2*time.Minute), "aws").Obj(),
+				"n1": MakeNode("n1").Notice(t0.Add(-time.Second), "aws").Obj(),
 			},
 			wantDelete:      []string{"j-worker-1"},
 			wantHosts:       []string{"j-worker-0:1", "j-worker-2:1"},

@@ -152,6 +152,8 @@ type podView struct {
 	// noticed: its node carries a reclamation notice.
 	noticed      bool
 	noticeReason string
+	// noticeDeadline: when the noticed node goes (zero if unknown).
+	noticeDeadline time.Time
 	// leaveAt: when the controller told it to leave (zero if never), and why.
 	leaveAt     time.Time
 	leaveReason string
@@ -259,6 +261,9 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 			v.provider = nodeProvider(node)
 			if d := node.Annotations[etjobv1.AnnotationNodeNotice]; d != "" {
 				v.noticed = true
+				if t, err := time.Parse(time.RFC3339, d); err == nil {
+					v.noticeDeadline = t
+				}
 				v.noticeReason = "ReclaimNotice"
 				if src := node.Annotations[etjobv1.AnnotationNodeNoticeSource]; src != "" {
 					v.noticeReason = "ReclaimNotice(" + src + ")"

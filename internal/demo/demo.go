@@ -326,6 +326,7 @@ func (s *story) collect(ctx context.Context) error {
 	if err := s.c.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Job}, job); err == nil {
 		s.res.Job = job
 	}
+	s.writeTimeline(lines)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,11 +20,13 @@ type TraceEvent struct {
 	Node string
 }
 
-// ParseTrace reads a trace, naming the line of any malformed entry.
+// ParseTrace reads a trace, naming the line of any malformed entry. On an
+// error it returns no events.
 func ParseTrace(r io.Reader) ([]TraceEvent, error) {
 	var out []TraceEvent
 	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
+	n := 1
+	for ; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
@@ -33,18 +36,31 @@ func ParseTrace(r io.Reader) ([]TraceEvent, error) {
 			return nil, fmt.Errorf("line %d: %q is not ms,add|remove,node", n, line)
 		}
 		ms, err := strconv.ParseInt(strings.TrimSpace(f[0]), 10, 64)
-		if err != nil || ms < 0 {
-			return nil, fmt.Errorf("line %d: %q is not a time in milliseconds", n, f[0])
+		// The bound keeps ms milliseconds a time.Duration: past it the
+		// product wrapped to a negative time (FuzzParseTrace).
+		if err != nil || ms < 0 || ms > maxTraceMillis {
+			return nil, fmt.Errorf("line %d: %q is not a time in milliseconds (0 to %d)", n, f[0], maxTraceMillis)
 		}
 		op := strings.TrimSpace(f[1])
 		if op != "add" && op != "remove" {
 			return nil, fmt.Errorf("line %d: %q is neither add nor remove", n, op)
 		}
-		out = append(out, TraceEvent{At: time.Duration(ms) * time.Millisecond, Add: op == "add", Node: strings.TrimSpace(f[2])})
+		node := strings.TrimSpace(f[2])
+		if node == "" {
+			return nil, fmt.Errorf("line %d: %q names no node", n, line)
+		}
+		out = append(out, TraceEvent{At: time.Duration(ms) * time.Millisecond, Add: op == "add", Node: node})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("line %d: %w", n, err)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
-	return out, sc.Err()
+	return out, nil
 }
+
+// maxTraceMillis is the largest trace time, in milliseconds, that a
+// time.Duration holds (about 292 years).
+const maxTraceMillis = math.MaxInt64 / int64(time.Millisecond)
 
 // ReplayOptions say how to replay a trace on the cluster.
 type ReplayOptions struct {

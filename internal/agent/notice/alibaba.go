@@ -41,6 +41,13 @@ func (a *Alibaba) Poll(ctx context.Context) (Notice, error) {
 	if err != nil {
 		return Notice{}, err
 	}
+	return parseAlibabaTermination(body)
+}
+
+// parseAlibabaTermination reads the body of a 200 answer from
+// instance/spot/termination-time: a reclaim at that UTC time. It is pure so
+// that a fuzzer can feed it any bytes (fuzz_test.go).
+func parseAlibabaTermination(body []byte) (Notice, error) {
 	s := strings.TrimSpace(string(body))
 	t, err := parseISO8601(s)
 	if err != nil {

@@ -60,20 +60,7 @@ func (a *AWS) Poll(ctx context.Context) (Notice, error) {
 	body, err := a.get(ctx, awsActionPath)
 	switch {
 	case err == nil:
-		var act awsInstanceAction
-		if err := json.Unmarshal(body, &act); err != nil {
-			return Notice{}, fmt.Errorf("aws spot/instance-action %q: %w", body, err)
-		}
-		switch act.Action {
-		case "terminate", "stop", "hibernate":
-		default:
-			return Notice{}, fmt.Errorf("aws spot/instance-action: unknown action %q (want terminate, stop or hibernate)", act.Action)
-		}
-		t, err := parseISO8601(act.Time)
-		if err != nil {
-			return Notice{}, fmt.Errorf("aws spot/instance-action time %q: %w", act.Time, err)
-		}
-		return Notice{Kind: Reclaim, Deadline: t, Source: ProviderAWS, Detail: "spot instance-action " + act.Action}, nil
+		return parseAWSInstanceAction(body)
 	case !errors.Is(err, errNotFound):
 		return Notice{}, err
 	}
@@ -84,6 +71,31 @@ func (a *AWS) Poll(ctx context.Context) (Notice, error) {
 	case err != nil:
 		return Notice{}, err
 	}
+	return parseAWSRebalance(body)
+}
+
+// parseAWSInstanceAction reads the body of a 200 answer from
+// spot/instance-action: a reclaim at its time. Pure, for the fuzzer.
+func parseAWSInstanceAction(body []byte) (Notice, error) {
+	var act awsInstanceAction
+	if err := json.Unmarshal(body, &act); err != nil {
+		return Notice{}, fmt.Errorf("aws spot/instance-action %q: %w", body, err)
+	}
+	switch act.Action {
+	case "terminate", "stop", "hibernate":
+	default:
+		return Notice{}, fmt.Errorf("aws spot/instance-action: unknown action %q (want terminate, stop or hibernate)", act.Action)
+	}
+	t, err := parseISO8601(act.Time)
+	if err != nil {
+		return Notice{}, fmt.Errorf("aws spot/instance-action time %q: %w", act.Time, err)
+	}
+	return Notice{Kind: Reclaim, Deadline: t, Source: ProviderAWS, Detail: "spot instance-action " + act.Action}, nil
+}
+
+// parseAWSRebalance reads the body of a 200 answer from
+// events/recommendations/rebalance: an early warning. Pure, for the fuzzer.
+func parseAWSRebalance(body []byte) (Notice, error) {
 	var rb awsRebalance
 	if err := json.Unmarshal(body, &rb); err != nil {
 		return Notice{}, fmt.Errorf("aws rebalance recommendation %q: %w", body, err)

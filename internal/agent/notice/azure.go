@@ -65,6 +65,13 @@ func (a *Azure) Poll(ctx context.Context) (Notice, error) {
 	if err != nil {
 		return Notice{}, err
 	}
+	return parseAzureEvents(body, a.VMName)
+}
+
+// parseAzureEvents reads a Scheduled Events document and returns the most
+// pressing notice for vmName (any VM when empty): a reclaim before an early
+// warning, the earliest reclaim first. Pure, for the fuzzer.
+func parseAzureEvents(body []byte, vmName string) (Notice, error) {
 	var doc azureDocument
 	if err := json.Unmarshal(body, &doc); err != nil {
 		return Notice{}, fmt.Errorf("azure scheduledevents %q: %w", body, err)
@@ -74,7 +81,7 @@ func (a *Azure) Poll(ctx context.Context) (Notice, error) {
 		if ev.EventStatus != "" && ev.EventStatus != "Scheduled" && ev.EventStatus != "Started" {
 			continue
 		}
-		if a.VMName != "" && !slices.Contains(ev.Resources, a.VMName) {
+		if vmName != "" && !slices.Contains(ev.Resources, vmName) {
 			continue
 		}
 		var n Notice
@@ -82,7 +89,8 @@ func (a *Azure) Poll(ctx context.Context) (Notice, error) {
 		case "Preempt", "Terminate":
 			var deadline time.Time
 			if ev.NotBefore != "" { // empty once the event has started
-				deadline, err = time.Parse(time.RFC1123, ev.NotBefore)
+				var err error
+				deadline, err = parseAzureTime(ev.NotBefore)
 				if err != nil {
 					return Notice{}, fmt.Errorf("azure event %s NotBefore %q: want RFC 1123 (Mon, 19 Sep 2016 18:29:47 GMT): %w", ev.EventID, ev.NotBefore, err)
 				}
@@ -98,6 +106,14 @@ func (a *Azure) Poll(ctx context.Context) (Notice, error) {
 		}
 	}
 	return best, nil
+}
+
+// parseAzureTime reads NotBefore: RFC 1123 in GMT, as Azure documents it
+// (http.TimeFormat). time.RFC1123 takes any zone abbreviation, one the
+// node's own zone knows at that zone's offset and any other as UTC: "18:29:47
+// EST" moved the deadline with the node's time zone (testdata/fuzz/FuzzAzure).
+func parseAzureTime(s string) (time.Time, error) {
+	return time.Parse(http.TimeFormat, s)
 }
 
 // Ack approves the event eventID (StartRequests), letting the platform go

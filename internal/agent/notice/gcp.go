@@ -70,8 +70,11 @@ func (g *GCP) Poll(ctx context.Context) (Notice, error) {
 	if hdr != nil && hdr.Get("ETag") != "" {
 		g.etag = hdr.Get("ETag")
 	}
-	switch v := strings.TrimSpace(string(body)); v {
-	case "TRUE":
+	preempted, err := parseGCPPreempted(body)
+	if err != nil {
+		return Notice{}, err
+	}
+	if preempted {
 		if g.firstSeen.IsZero() {
 			g.firstSeen = g.now()
 		}
@@ -80,15 +83,31 @@ func (g *GCP) Poll(ctx context.Context) (Notice, error) {
 			window = DefaultGCPWindow
 		}
 		return Notice{Kind: Reclaim, Deadline: g.firstSeen.Add(window), Source: ProviderGCP, Detail: "instance/preempted TRUE"}, nil
-	case "FALSE":
-		g.firstSeen = time.Time{}
-	default:
-		return Notice{}, fmt.Errorf("gcp instance/preempted: got %q, want TRUE or FALSE", v)
 	}
+	g.firstSeen = time.Time{}
 	body, _, err = g.get(ctx, gcpMaintenancePath, nil)
 	if err != nil {
 		return Notice{}, err
 	}
+	return parseGCPMaintenance(body)
+}
+
+// parseGCPPreempted reads instance/preempted: TRUE or FALSE, nothing else.
+// Pure, for the fuzzer; the deadline is the caller's (GCP gives none).
+func parseGCPPreempted(body []byte) (bool, error) {
+	switch v := strings.TrimSpace(string(body)); v {
+	case "TRUE":
+		return true, nil
+	case "FALSE":
+		return false, nil
+	default:
+		return false, fmt.Errorf("gcp instance/preempted: got %q, want TRUE or FALSE", v)
+	}
+}
+
+// parseGCPMaintenance reads instance/maintenance-event: NONE, or an early
+// warning for either kind of host maintenance. Pure, for the fuzzer.
+func parseGCPMaintenance(body []byte) (Notice, error) {
 	switch v := strings.TrimSpace(string(body)); v {
 	case "NONE":
 		return Notice{Source: ProviderGCP}, nil

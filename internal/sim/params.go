@@ -1,0 +1,202 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Provider is a cloud's reclamation notice as the simulator replays it: the
+// notice of a node removed at T arrives at T-Window, and the node's pods are
+// killed at T-Window+Usable (GKE gives pods ~15 s of GCP's 30 s); the node is
+// paid for until T.
+type Provider struct {
+	Name   string
+	Window time.Duration
+	Usable time.Duration
+	// ProviderIDPrefix is the scheme of the Node's spec.providerID, from which
+	// the decision core tells the cloud (and its notice window) apart.
+	ProviderIDPrefix string
+}
+
+// Providers are the clouds of FACTS.md with their documented notice windows.
+// "none" replays every removal as a hard loss.
+var Providers = map[string]Provider{
+	"alibaba": {Name: "alibaba", Window: 300 * time.Second, Usable: 300 * time.Second, ProviderIDPrefix: "alicloud://"},
+	"aws":     {Name: "aws", Window: 120 * time.Second, Usable: 120 * time.Second, ProviderIDPrefix: "aws://"},
+	"azure":   {Name: "azure", Window: 30 * time.Second, Usable: 30 * time.Second, ProviderIDPrefix: "azure://"},
+	"gcp":     {Name: "gcp", Window: 30 * time.Second, Usable: 15 * time.Second, ProviderIDPrefix: "gce://"},
+	"none":    {Name: "none"},
+}
+
+// ProviderNames lists the known providers, sorted.
+func ProviderNames() []string {
+	var out []string
+	for n := range Providers {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// WithNotice returns the provider with its notice window (and usable part)
+// replaced by d: an explicit --notice.
+func (p Provider) WithNotice(d time.Duration) Provider {
+	p.Window, p.Usable = d, d
+	return p
+}
+
+// String is how reports name the notice: "aws 120s", "gcp 30s (15s usable)".
+func (p Provider) String() string {
+	if p.Window <= 0 {
+		return p.Name + " (no notice)"
+	}
+	if p.Usable != p.Window {
+		return fmt.Sprintf("%s %gs (%gs usable)", p.Name, p.Window.Seconds(), p.Usable.Seconds())
+	}
+	return fmt.Sprintf("%s %gs", p.Name, p.Window.Seconds())
+}
+
+// Params are the job's shape and the measured costs the simulation uses. The
+// defaults (DefaultParams) come from docs/benchmarks.md; every strategy uses
+// the same training model, so the ratios between strategies do not depend on
+// the absolute rate.
+type Params struct {
+	// Replicas is the job's desired and maximum size N.
+	Replicas int32
+	// MinReplicas: below it a job does not train (it waits for capacity).
+	MinReplicas int32
+	// Rate is samples per second per worker: the job trains Rate x workers.
+	Rate float64
+	// Provider says when notices arrive.
+	Provider Provider
+	// NoticeStop is notice -> all ranks stopped at the agreed step (0.88 s
+	// measured); training goes on until then.
+	NoticeStop time.Duration
+	// CheckpointTime is the time to write one checkpoint (training is stopped
+	// meanwhile). A notice shorter than NoticeStop+CheckpointTime is a hard loss.
+	CheckpointTime time.Duration
+	// ResumePause is a planned membership change's restart: from the
+	// checkpoint written to the first step with the new membership (6.9 s
+	// measured, whose own checkpoint was ~0 s).
+	ResumePause time.Duration
+	// HardPause is a hard loss: the node gone -> the survivors train again from
+	// the last periodic checkpoint (19.7 s measured, torch's heartbeat expiry
+	// included). The checkpoint-restart baseline restarts with it too.
+	HardPause time.Duration
+	// StartDelay is a worker's pod bound to a new node -> ready (the rest of
+	// the measured 11.4 s node-added -> trains is NoticeStop + ResumePause).
+	StartDelay time.Duration
+	// LeaveGrace is spec.spot.leaveGracePeriodSeconds of the simulated job.
+	LeaveGrace time.Duration
+	// CheckpointInterval is the periodic checkpoint interval (training time);
+	// 0 picks Young/Daly's sqrt(2 C MTBF) for each strategy from the failures
+	// it cannot see coming, capped at MaxCheckpointInterval.
+	CheckpointInterval time.Duration
+	// MaxCheckpointInterval bounds the Young/Daly interval: a job still
+	// checkpoints this often against failures no notice announces.
+	MaxCheckpointInterval time.Duration
+	// SpotPrice and OnDemandPrice are $ per node-hour.
+	SpotPrice     float64
+	OnDemandPrice float64
+	// CheckInvariants checks every plan of the decision core against the
+	// running invariant and the plan rules (tests turn it on).
+	CheckInvariants bool
+}
+
+// DefaultParams are the defaults of `etjob sim`.
+//
+// MinReplicas 8 = N/4: a data-parallel job keeps its global batch by gradient
+// accumulation, and 4 micro-steps per worker is where that stops being cheap;
+// it is also below the p3 trace's floor (10 nodes), so on p3 the job shrinks
+// and grows but never waits, while g4dn (1-24 nodes) makes it wait.
+//
+// CheckpointTime 10 s: the local benchmark's CNN checkpoints in well under a
+// second (the whole notice -> stop path is 0.88 s); 10 s is a BERT-large-sized
+// state with Adam (~4 GB) to shared storage at ~0.4 GB/s, the size of model
+// that data-parallel training on single-V100 p3.2xlarge nodes runs.
+func DefaultParams() Params {
+	return Params{
+		Replicas:              32,
+		MinReplicas:           8,
+		Rate:                  100,
+		Provider:              Providers["aws"],
+		NoticeStop:            880 * time.Millisecond,
+		CheckpointTime:        10 * time.Second,
+		ResumePause:           6900 * time.Millisecond,
+		HardPause:             19700 * time.Millisecond,
+		StartDelay:            3620 * time.Millisecond,
+		LeaveGrace:            30 * time.Second,
+		MaxCheckpointInterval: time.Hour,
+		SpotPrice:             0.91,
+		OnDemandPrice:         3.06,
+	}
+}
+
+// Validate names the first parameter that cannot be simulated.
+func (p *Params) Validate() error {
+	var errs []string
+	if p.Replicas < 1 {
+		errs = append(errs, fmt.Sprintf("replicas %d: must be at least 1", p.Replicas))
+	}
+	if p.MinReplicas < 1 || p.MinReplicas > p.Replicas {
+		errs = append(errs, fmt.Sprintf("min %d: must be between 1 and replicas (%d)", p.MinReplicas, p.Replicas))
+	}
+	if !(p.Rate > 0) || math.IsInf(p.Rate, 0) {
+		errs = append(errs, fmt.Sprintf("rate %v: must be positive", p.Rate))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"notice stop", p.NoticeStop}, {"checkpoint time", p.CheckpointTime}, {"resume pause", p.ResumePause},
+		{"hard pause", p.HardPause}, {"start delay", p.StartDelay}, {"leave grace", p.LeaveGrace},
+		{"checkpoint interval", p.CheckpointInterval}, {"max checkpoint interval", p.MaxCheckpointInterval},
+		{"notice window", p.Provider.Window}, {"usable notice", p.Provider.Usable},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Sprintf("%s %s: must be 0 or more", d.name, d.v))
+		}
+	}
+	if p.Provider.Usable > p.Provider.Window {
+		errs = append(errs, fmt.Sprintf("usable notice %s: must not exceed the notice window %s", p.Provider.Usable, p.Provider.Window))
+	}
+	if p.LeaveGrace%time.Second != 0 {
+		errs = append(errs, fmt.Sprintf("leave grace %s: must be whole seconds (spec.spot.leaveGracePeriodSeconds)", p.LeaveGrace))
+	}
+	if p.SpotPrice < 0 || p.OnDemandPrice < 0 {
+		errs = append(errs, "prices must be 0 or more")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// hardLoss reports whether a removal with this provider's notice is a hard
+// loss: the ranks cannot stop and write a checkpoint before the pods die.
+func (p *Params) hardLoss() bool {
+	return p.Provider.Usable < p.NoticeStop+p.CheckpointTime
+}
+
+// youngDaly is the first-order optimum periodic checkpoint interval,
+// sqrt(2 C M) (Young, CACM 1974; Daly, FGCS 2006), for checkpoint time C and
+// mean time between failures M, capped at MaxCheckpointInterval; no failures
+// (failures == 0) gives the cap.
+func (p *Params) youngDaly(span time.Duration, failures int) time.Duration {
+	if p.CheckpointInterval > 0 {
+		return p.CheckpointInterval
+	}
+	limit := p.MaxCheckpointInterval
+	if limit <= 0 {
+		limit = time.Duration(math.MaxInt64)
+	}
+	if failures == 0 {
+		return limit
+	}
+	mtbf := span.Seconds() / float64(failures)
+	tau := time.Duration(math.Sqrt(2*p.CheckpointTime.Seconds()*mtbf) * float64(time.Second))
+	return max(min(tau, limit), time.Second)
+}

@@ -1,0 +1,281 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Options say what Compare runs beside Params.
+type Options struct {
+	// Params is the job and the costs (Params.Provider is the notice of the
+	// first scenario, the cloud whose prices Params carries).
+	Params Params
+	// CheapFraction and CheapProvider make the second scenario: spot at this
+	// fraction of the on-demand price, with that notice (0.10 and a 5-minute
+	// notice: Alibaba's).
+	CheapFraction float64
+	CheapProvider Provider
+	// Pauses are the resume pauses of the sensitivity runs of etjob.
+	Pauses []time.Duration
+	// TimeScale multiplies the trace's times (1: as recorded).
+	TimeScale float64
+}
+
+// DefaultOptions are `etjob sim`'s defaults.
+func DefaultOptions() Options {
+	return Options{
+		Params:        DefaultParams(),
+		CheapFraction: 0.10,
+		CheapProvider: Providers["alibaba"],
+		Pauses:        []time.Duration{5 * time.Second, 15 * time.Second, 46 * time.Second},
+		TimeScale:     1,
+	}
+}
+
+// Row is a result with its ratios to on-demand.
+type Row struct {
+	Result
+	// GoodputVsOnDemand and CostVsOnDemand: goodput and cost per committed
+	// sample as fractions of the on-demand job's.
+	GoodputVsOnDemand float64 `json:"goodputVsOnDemand"`
+	CostVsOnDemand    float64 `json:"costPerSampleVsOnDemand"`
+	// GoodputVsRestart: goodput over the better checkpoint-restart baseline's.
+	GoodputVsRestart float64 `json:"goodputVsCheckpointRestart"`
+}
+
+// Scenario is the strategies side by side under one price and notice.
+type Scenario struct {
+	Name          string  `json:"name"`
+	SpotPrice     float64 `json:"spotPrice"`
+	OnDemandPrice float64 `json:"onDemandPrice"`
+	Rows          []Row   `json:"rows"`
+}
+
+// Goal is one target of issue #6 and whether the simulation met it.
+type Goal struct {
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	Target string  `json:"target"`
+	Met    bool    `json:"met"`
+}
+
+// Comparison is every strategy on one trace.
+type Comparison struct {
+	Trace       TraceStats `json:"trace"`
+	TimeScale   float64    `json:"timeScale"`
+	Params      ParamsView `json:"params"`
+	Scenarios   []Scenario `json:"scenarios"`
+	Sensitivity []Row      `json:"resumePauseSensitivity"`
+	Goals       []Goal     `json:"goals"`
+}
+
+// ParamsView is Params in seconds, for reports.
+type ParamsView struct {
+	Replicas              int32   `json:"replicas"`
+	MinReplicas           int32   `json:"minReplicas"`
+	RatePerWorker         float64 `json:"ratePerWorker"`
+	NoticeStop            float64 `json:"noticeStopSeconds"`
+	CheckpointTime        float64 `json:"checkpointSeconds"`
+	ResumePause           float64 `json:"resumePauseSeconds"`
+	HardPause             float64 `json:"hardPauseSeconds"`
+	StartDelay            float64 `json:"startDelaySeconds"`
+	LeaveGrace            float64 `json:"leaveGraceSeconds"`
+	CheckpointInterval    float64 `json:"checkpointIntervalSeconds"`
+	MaxCheckpointInterval float64 `json:"maxCheckpointIntervalSeconds"`
+}
+
+func viewOf(p Params) ParamsView {
+	return ParamsView{
+		Replicas: p.Replicas, MinReplicas: p.MinReplicas, RatePerWorker: p.Rate,
+		NoticeStop: p.NoticeStop.Seconds(), CheckpointTime: p.CheckpointTime.Seconds(),
+		ResumePause: p.ResumePause.Seconds(), HardPause: p.HardPause.Seconds(), StartDelay: p.StartDelay.Seconds(),
+		LeaveGrace: p.LeaveGrace.Seconds(), CheckpointInterval: p.CheckpointInterval.Seconds(),
+		MaxCheckpointInterval: p.MaxCheckpointInterval.Seconds(),
+	}
+}
+
+// Goal thresholds of issue #6.
+const (
+	GoalCostRatio      = 0.33
+	GoalCheapCostRatio = 0.11
+	GoalVsRestart      = 2.0
+)
+
+// Compare runs etjob, the checkpoint-restart baselines and on-demand on the
+// trace: at Params' prices and notice, and at CheapFraction of the on-demand
+// price with CheapProvider's notice; then etjob at each of Pauses.
+func Compare(tr *Trace, o Options) (*Comparison, error) {
+	if o.TimeScale <= 0 {
+		return nil, fmt.Errorf("time scale %v: must be positive", o.TimeScale)
+	}
+	if o.CheapFraction <= 0 || o.CheapFraction > 1 {
+		return nil, fmt.Errorf("cheap fraction %v: must be in (0, 1]", o.CheapFraction)
+	}
+	if o.TimeScale != 1 {
+		tr = tr.Scaled(o.TimeScale)
+	}
+	p := o.Params
+	c := &Comparison{Trace: tr.Stats(), TimeScale: o.TimeScale, Params: viewOf(p)}
+
+	restart, err := RunRestart(tr, p, false)
+	if err != nil {
+		return nil, err
+	}
+	grow, err := RunRestart(tr, p, true)
+	if err != nil {
+		return nil, err
+	}
+	od, err := RunOnDemand(tr, p)
+	if err != nil {
+		return nil, err
+	}
+	best := max(restart.Goodput, grow.Goodput)
+	row := func(r Result, od Result) Row {
+		out := Row{Result: r}
+		if od.Goodput > 0 {
+			out.GoodputVsOnDemand = r.Goodput / od.Goodput
+		}
+		if od.CostPerMillion > 0 && r.CostPerMillion > 0 {
+			out.CostVsOnDemand = r.CostPerMillion / od.CostPerMillion
+		}
+		if best > 0 {
+			out.GoodputVsRestart = r.Goodput / best
+		}
+		return out
+	}
+
+	el, err := RunElastic(tr, p)
+	if err != nil {
+		return nil, err
+	}
+	c.Scenarios = append(c.Scenarios, Scenario{
+		Name:      fmt.Sprintf("spot $%.2f/h vs on-demand $%.2f/h, %s notice", p.SpotPrice, p.OnDemandPrice, p.Provider),
+		SpotPrice: p.SpotPrice, OnDemandPrice: p.OnDemandPrice,
+		Rows: []Row{row(el, od), row(restart, od), row(grow, od), row(od, od)},
+	})
+
+	cheap := p
+	cheap.Provider = o.CheapProvider
+	cheap.SpotPrice = p.OnDemandPrice * o.CheapFraction
+	elCheap, err := RunElastic(tr, cheap)
+	if err != nil {
+		return nil, err
+	}
+	sp := cheap.SpotPrice
+	c.Scenarios = append(c.Scenarios, Scenario{
+		Name:      fmt.Sprintf("spot at %.0f%% of on-demand ($%.3f/h), %s notice", o.CheapFraction*100, sp, o.CheapProvider),
+		SpotPrice: sp, OnDemandPrice: p.OnDemandPrice,
+		Rows: []Row{row(elCheap, od), row(restart.AtPrice(sp), od), row(grow.AtPrice(sp), od), row(od, od)},
+	})
+
+	for _, pause := range o.Pauses {
+		q := p
+		q.ResumePause = pause
+		r, err := RunElastic(tr, q)
+		if err != nil {
+			return nil, err
+		}
+		c.Sensitivity = append(c.Sensitivity, row(r, od))
+	}
+
+	first, second := c.Scenarios[0].Rows[0], c.Scenarios[1].Rows[0]
+	c.Goals = []Goal{
+		{Name: "etjob cost per committed sample vs on-demand, " + c.Scenarios[0].Name, Value: first.CostVsOnDemand,
+			Target: fmt.Sprintf("<= %.2f", GoalCostRatio), Met: first.CostVsOnDemand <= GoalCostRatio},
+		{Name: "etjob cost per committed sample vs on-demand, " + c.Scenarios[1].Name, Value: second.CostVsOnDemand,
+			Target: fmt.Sprintf("<= %.2f", GoalCheapCostRatio), Met: second.CostVsOnDemand <= GoalCheapCostRatio},
+		{Name: "etjob goodput vs the better checkpoint-restart baseline, " + p.Provider.String() + " notice", Value: first.GoodputVsRestart,
+			Target: fmt.Sprintf(">= %.1f", GoalVsRestart), Met: first.GoodputVsRestart >= GoalVsRestart},
+	}
+	return c, nil
+}
+
+// WriteJSON writes the comparisons as indented JSON.
+func WriteJSON(w io.Writer, cs []*Comparison) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(cs)
+}
+
+// WriteTable writes a comparison as the tables of docs/benchmarks.md.
+func WriteTable(w io.Writer, c *Comparison) error {
+	t := c.Trace
+	p := c.Params
+	var b strings.Builder
+	fmt.Fprintf(&b, "### %s\n\n", t.Name)
+	scale := ""
+	if c.TimeScale != 1 {
+		scale = fmt.Sprintf(", times x%g", c.TimeScale)
+	}
+	fmt.Fprintf(&b, "%.2f h%s, %d adds, %d removes at %d distinct times, %.1f nodes on average (max %d). Job: %d workers (min %d), "+
+		"%g samples/s per worker; checkpoint %gs, resume pause %gs, hard-loss pause %gs, start %gs, notice -> stop %gs.\n\n",
+		t.Span.Hours(), scale, t.Adds, t.Removes, t.RemoveTimes, t.MeanNodes, t.MaxNodes, p.Replicas, p.MinReplicas,
+		p.RatePerWorker, p.CheckpointTime, p.ResumePause, p.HardPause, p.StartDelay, p.NoticeStop)
+	for _, s := range c.Scenarios {
+		fmt.Fprintf(&b, "%s:\n\n", capitalize(s.Name))
+		b.WriteString("| strategy | notice | goodput (samples/s) | × on-demand | $ per M samples | × on-demand | time below min | losses (hard) | work lost per loss | paused | restarts (for joins only) | checkpoint every |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, r := range s.Rows {
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %.2f | %.3f | **%.3f** | %s | %d (%d) | %.0f worker-s | %s | %d (%d) | %s |\n",
+				r.Strategy, r.Notice, r.Goodput, r.GoodputVsOnDemand, r.CostPerMillion, r.CostVsOnDemand,
+				seconds(r.BelowMinSeconds), r.Losses, r.HardLosses, r.LostPerLoss/p.RatePerWorker, seconds(r.PauseSeconds),
+				r.Restarts, r.JoinRestarts, seconds(r.CheckpointSeconds))
+		}
+		b.WriteString("\n")
+	}
+	if len(c.Sensitivity) > 0 {
+		b.WriteString("etjob's sensitivity to the resume pause (first scenario):\n\n")
+		b.WriteString("| resume pause | goodput (samples/s) | × on-demand | $ per M samples | × on-demand | × checkpoint-restart goodput |\n")
+		b.WriteString("|---|---|---|---|---|---|\n")
+		for _, r := range c.Sensitivity {
+			fmt.Fprintf(&b, "| %gs | %.0f | %.2f | %.3f | %.3f | %.2f |\n", r.ResumePauseSeconds, r.Goodput, r.GoodputVsOnDemand,
+				r.CostPerMillion, r.CostVsOnDemand, r.GoodputVsRestart)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("Goals:\n\n")
+	for _, g := range c.Goals {
+		verdict := "not met"
+		if g.Met {
+			verdict = "met"
+		}
+		fmt.Fprintf(&b, "- %s: %.3f (goal %s): **%s**\n", g.Name, g.Value, g.Target, verdict)
+	}
+	for _, s := range c.Scenarios {
+		for _, r := range s.Rows {
+			if r.NoticeUnusedSeconds > 0 {
+				fmt.Fprintf(&b, "- %s, %s notice: %.0f worker-hours of notice time not trained on (workers leave at the notice, their nodes stay until the deadline)\n",
+					r.Strategy, r.Notice, r.NoticeUnusedSeconds/3600)
+			}
+			for _, warn := range r.Warnings {
+				fmt.Fprintf(&b, "- %s, %s notice: %s\n", r.Strategy, r.Notice, warn)
+			}
+		}
+	}
+	b.WriteString("\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func seconds(s float64) string {
+	switch {
+	case s == 0:
+		return "-"
+	case s >= 3600:
+		return fmt.Sprintf("%.2f h", s/3600)
+	case s >= 60:
+		return fmt.Sprintf("%.1f min", s/60)
+	default:
+		return fmt.Sprintf("%.0f s", s)
+	}
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}

@@ -1,0 +1,414 @@
+package sim
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func trace(t *testing.T, lines ...string) *Trace {
+	t.Helper()
+	tr, err := ParseTrace("hand.csv", strings.NewReader(strings.Join(lines, "\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// handParams are round numbers so the expected results can be worked out by
+// hand: 1 sample/s per worker, start 1 s, notice -> stop 1 s, checkpoint 2 s,
+// resume 3 s, hard-loss pause 5 s.
+func handParams() Params {
+	p := DefaultParams()
+	p.Replicas, p.MinReplicas, p.Rate = 2, 1, 1
+	p.StartDelay, p.NoticeStop, p.CheckpointTime = time.Second, time.Second, 2*time.Second
+	p.ResumePause, p.HardPause = 3*time.Second, 5*time.Second
+	p.CheckpointInterval = time.Hour
+	p.Provider = Providers["aws"].WithNotice(100 * time.Second)
+	p.CheckInvariants = true
+	return p
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
+
+func TestParseTrace(t *testing.T) {
+	tr, err := ParseTrace("t", strings.NewReader("0,add,n1\n# comment\n60000,remove,n1\n\n30000,add,n2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []TraceEvent{{0, true, "n1"}, {30 * time.Second, true, "n2"}, {time.Minute, false, "n1"}}
+	if !reflect.DeepEqual(tr.Events, want) {
+		t.Errorf("events = %+v, want %+v", tr.Events, want)
+	}
+	for bad, wantErr := range map[string]string{
+		"x,add,n":              "line 1",
+		"0,grow,n":             "line 1",
+		"0,add":                "line 1",
+		"0,add,n1\n-5,add,n":   "line 2",
+		"0,add,":               "line 1",
+		"0,add,n1\n1,add,n1":   "node n1 added at 1ms while present",
+		"0,remove,n1":          "node n1 removed at 0s while absent",
+		"# nothing but this\n": "no events",
+	} {
+		if _, err := ParseTrace("t", strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("%q: err = %v, want one saying %q", bad, err, wantErr)
+		}
+	}
+}
+
+func TestStats(t *testing.T) {
+	tr := trace(t, "0,add,a", "0,add,b", "100000,remove,a", "100000,remove,b", "100000,add,c", "200000,remove,c", "300000,add,d")
+	s := tr.Stats()
+	want := TraceStats{Name: "hand.csv", Span: 300 * time.Second, Adds: 4, Removes: 3, RemoveTimes: 2,
+		NodeSeconds: 2*100 + 1*100, MeanNodes: 1, MaxNodes: 2}
+	if s != want {
+		t.Errorf("stats = %+v, want %+v", s, want)
+	}
+	if got := tr.capacitySeconds(1); got != 200 {
+		t.Errorf("capacity(1) = %v, want 200", got)
+	}
+	if got := tr.Scaled(0.5).Span(); got != 150*time.Second {
+		t.Errorf("scaled span = %v", got)
+	}
+}
+
+func TestYoungDaly(t *testing.T) {
+	p := DefaultParams()
+	p.CheckpointTime = 10 * time.Second
+	// sqrt(2 * 10 s * 500 s) = 100 s.
+	if got := p.youngDaly(1000*time.Second, 2); got != 100*time.Second {
+		t.Errorf("youngDaly = %v, want 100s", got)
+	}
+	if got := p.youngDaly(1000*time.Second, 0); got != p.MaxCheckpointInterval {
+		t.Errorf("no failures: %v, want the cap %v", got, p.MaxCheckpointInterval)
+	}
+	p.CheckpointInterval = time.Minute
+	if got := p.youngDaly(1000*time.Second, 2); got != time.Minute {
+		t.Errorf("explicit interval: %v", got)
+	}
+}
+
+// TestElasticHandTraces replays tiny traces through Decide whose outcome is
+// worked out by hand in each case's comment. The last event of a trace only
+// marks its end.
+func TestElasticHandTraces(t *testing.T) {
+	cases := map[string]struct {
+		lines  []string
+		params func(*Params)
+
+		wantSamples, wantLost, wantBelowMin float64
+		wantNoticed, wantHard, wantJoins    int
+		wantUnused                          float64
+	}{
+		// Ready at 1 s, restart until 4 s, two workers train until 1000 s.
+		"steady": {
+			lines:        []string{"0,add,n1", "0,add,n2", "1000000,add,end"},
+			wantSamples:  2 * 996,
+			wantBelowMin: 1,
+		},
+		// Notice at 400 s: w1 leaves the membership, the ranks stop at 401 s,
+		// checkpoint until 403 s (w1 exits 75), w0 resumes at 406 s. Nothing
+		// is lost; n2 stays unused from 403 s to its end at 500 s.
+		"noticed loss": {
+			lines:        []string{"0,add,n1", "0,add,n2", "500000,remove,n2", "1000000,add,end"},
+			wantSamples:  2*(401-4) + 1*(1000-406),
+			wantBelowMin: 1,
+			wantNoticed:  1,
+			wantUnused:   500 - 403,
+		},
+		// No notice; checkpoints every 100 s of training (2 s each) from 4 s:
+		// the last one before the loss ends at 412 s, so 88 s x 2 workers are
+		// lost at 500 s; w0 trains again from 505 s, checkpointing at 605,
+		// 707, 809, 911 s.
+		"hard loss": {
+			lines: []string{"0,add,n1", "0,add,n2", "500000,remove,n2", "1000000,add,end"},
+			params: func(p *Params) {
+				p.Provider = Providers["none"]
+				p.CheckpointInterval = 100 * time.Second
+			},
+			wantSamples:  4*200 + 4*100 + (1000 - 913),
+			wantLost:     2 * 88,
+			wantBelowMin: 1,
+			wantHard:     1,
+		},
+		// min 2: the notice at 400 s leaves one member, so Decide stops both;
+		// they checkpoint until 403 s and exit; the replacement of w0 starts
+		// on n1 (ready 404 s) and waits; n3 comes at 600 s, the second
+		// replacement is ready at 601 s, the job resumes at 604 s.
+		"below min and back": {
+			lines:        []string{"0,add,n1", "0,add,n2", "500000,remove,n2", "600000,add,n3", "1000000,add,end"},
+			params:       func(p *Params) { p.MinReplicas = 2 },
+			wantSamples:  2*(401-4) + 2*(1000-604),
+			wantBelowMin: 1 + (601 - 403),
+			wantNoticed:  1,
+			wantUnused:   500 - 403,
+		},
+		// w1 is ready on n2 at 101 s: stop at 102 s, checkpoint until 104 s,
+		// both train from 107 s.
+		"join": {
+			lines:        []string{"0,add,n1", "100000,add,n2", "1000000,add,end"},
+			wantSamples:  1*(102-4) + 2*(1000-107),
+			wantBelowMin: 1,
+			wantJoins:    1,
+		},
+		// GKE: the notice comes 30 s ahead, the pods die 15 s ahead; the
+		// 3 s stop and checkpoint fit.
+		"gcp notice": {
+			lines:        []string{"0,add,n1", "0,add,n2", "500000,remove,n2", "1000000,add,end"},
+			params:       func(p *Params) { p.Provider = Providers["gcp"] },
+			wantSamples:  2*(471-4) + 1*(1000-476),
+			wantBelowMin: 1,
+			wantNoticed:  1,
+			wantUnused:   485 - 473,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := handParams()
+			if tc.params != nil {
+				tc.params(&p)
+			}
+			r, w, err := runElastic(trace(t, tc.lines...), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !near(r.Samples, tc.wantSamples) || !near(r.LostSamples, tc.wantLost) || !near(r.BelowMinSeconds, tc.wantBelowMin) {
+				t.Errorf("samples %v lost %v below min %v, want %v %v %v", r.Samples, r.LostSamples, r.BelowMinSeconds,
+					tc.wantSamples, tc.wantLost, tc.wantBelowMin)
+			}
+			if r.NoticedLosses != tc.wantNoticed || r.HardLosses != tc.wantHard || r.Joins != tc.wantJoins {
+				t.Errorf("noticed %d hard %d joins %d, want %d %d %d", r.NoticedLosses, r.HardLosses, r.Joins,
+					tc.wantNoticed, tc.wantHard, tc.wantJoins)
+			}
+			if !near(r.NoticeUnusedSeconds, tc.wantUnused) {
+				t.Errorf("notice unused %v, want %v", r.NoticeUnusedSeconds, tc.wantUnused)
+			}
+			if w.t.led.belowMin != 0 {
+				t.Errorf("asked to train below min %d times", w.t.led.belowMin)
+			}
+			if len(r.Warnings) > 0 {
+				t.Errorf("warnings: %v", r.Warnings)
+			}
+		})
+	}
+}
+
+// TestLeaveGraceShorterThanCheckpoint: a checkpoint longer than the leave
+// grace period is cut short by the pod's deletion even with a long notice.
+// TestLeaveGraceShorterThanCheckpoint: a noticed worker keeps its node until
+// the deadline, so a checkpoint longer than spot.leaveGracePeriodSeconds still
+// completes within the notice (it used to be cut off at the grace period).
+func TestLeaveGraceShorterThanCheckpoint(t *testing.T) {
+	p := handParams()
+	p.CheckpointTime = 40 * time.Second
+	p.LeaveGrace = 30 * time.Second
+	r, _, err := runElastic(trace(t, "0,add,n1", "0,add,n2", "500000,remove,n2", "1000000,add,end"), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.HardLosses != 0 || r.NoticedLosses != 1 || r.KilledByDeletion != 0 || r.LostSamples != 0 {
+		t.Errorf("hard %d noticed %d killed %d lost %v: want the leaver to finish its checkpoint before the deadline",
+			r.HardLosses, r.NoticedLosses, r.KilledByDeletion, r.LostSamples)
+	}
+}
+
+func TestRestartHandTraces(t *testing.T) {
+	cases := map[string]struct {
+		lines       []string
+		grow        bool
+		interval    time.Duration
+		wantSamples float64
+		wantLost    float64
+		wantHard    int
+	}{
+		// Both nodes at 0 s: restart until 5 s, checkpoints every 100 s of
+		// training; the loss at 500 s rolls back to 413 s; one node from 505 s.
+		"hard loss": {
+			lines:       []string{"0,add,n1", "0,add,n2", "500000,remove,n2", "1000000,add,end"},
+			interval:    100 * time.Second,
+			wantSamples: 4*200 + 4*100 + (1000 - 913), wantLost: 2 * 87, wantHard: 1,
+		},
+		// A fixed-size job does not take the node that comes at 100 s.
+		"no growth": {
+			lines:       []string{"0,add,n1", "100000,add,n2", "1000000,add,end"},
+			interval:    time.Hour,
+			wantSamples: 1000 - 5,
+		},
+		// With grow it checkpoints (100-102 s) and restarts on both (to 107 s).
+		"growth": {
+			lines:       []string{"0,add,n1", "100000,add,n2", "1000000,add,end"},
+			grow:        true,
+			interval:    time.Hour,
+			wantSamples: 1*(100-5) + 2*(1000-107),
+		},
+		// A loss of a node outside the job changes nothing.
+		"loss outside the job": {
+			lines:       []string{"0,add,n1", "100000,add,n2", "200000,remove,n2", "1000000,add,end"},
+			interval:    time.Hour,
+			wantSamples: 1000 - 5,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := handParams()
+			p.CheckpointInterval = tc.interval
+			r, err := RunRestart(trace(t, tc.lines...), p, tc.grow)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !near(r.Samples, tc.wantSamples) || !near(r.LostSamples, tc.wantLost) || r.HardLosses != tc.wantHard {
+				t.Errorf("samples %v lost %v hard %d, want %v %v %d", r.Samples, r.LostSamples, r.HardLosses, tc.wantSamples, tc.wantLost, tc.wantHard)
+			}
+		})
+	}
+}
+
+func TestOnDemand(t *testing.T) {
+	p := handParams()
+	r, err := RunOnDemand(trace(t, "0,add,n1", "1000000,add,end"), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Samples != 2000 || r.Cost != 2*1000.0/3600*p.OnDemandPrice {
+		t.Errorf("on-demand: %+v", r)
+	}
+}
+
+func sharedTraces(t testing.TB) []*Trace {
+	t.Helper()
+	var out []*Trace
+	for _, name := range []string{"ec2-p3-trace.csv", "ec2-g4dn-trace.csv"} {
+		var raw []byte
+		for _, dir := range []string{"../../../shared/traces", "../../shared/traces"} {
+			if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
+				raw = b
+				break
+			}
+		}
+		if raw == nil {
+			t.Skipf("../shared/traces/%s not here", name)
+		}
+		tr, err := ParseTrace(name, strings.NewReader(string(raw)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, tr)
+	}
+	return out
+}
+
+// TestSharedTraces replays the real traces with every provider, checking
+// every plan against the running invariant and the results against bounds
+// computed from the trace alone.
+func TestSharedTraces(t *testing.T) {
+	for _, tr := range sharedTraces(t) {
+		for _, prov := range ProviderNames() {
+			t.Run(tr.Name+"/"+prov, func(t *testing.T) {
+				p := DefaultParams()
+				p.Provider = Providers[prov]
+				p.CheckInvariants = true
+				r, w, err := runElastic(tr, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				od, _ := RunOnDemand(tr, p)
+				capacity := p.Rate * tr.capacitySeconds(int(p.Replicas))
+				if r.Samples > od.Samples || r.Samples > capacity {
+					t.Errorf("committed %v exceeds on-demand %v or the trace's capacity %v", r.Samples, od.Samples, capacity)
+				}
+				if r.WorkerSeconds*p.Rate < r.Samples+r.LostSamples-1e-3 {
+					t.Errorf("worker-seconds %v do not cover committed %v + lost %v", r.WorkerSeconds, r.Samples, r.LostSamples)
+				}
+				if w.t.led.belowMin != 0 {
+					t.Errorf("asked to train below min %d times", w.t.led.belowMin)
+				}
+				if st := tr.Stats(); r.Losses > st.Removes || r.Losses == 0 {
+					t.Errorf("%d losses of %d removals", r.Losses, st.Removes)
+				}
+				if prov != "none" && (r.HardLosses != 0 || r.LostSamples != 0) {
+					t.Errorf("a %s notice covers the stop and checkpoint, yet %d hard losses lost %v", prov, r.HardLosses, r.LostSamples)
+				}
+				if prov == "none" && (r.NoticedLosses != 0 || r.HardLosses == 0) {
+					t.Errorf("no notice, yet %d noticed and %d hard losses", r.NoticedLosses, r.HardLosses)
+				}
+				if len(r.Warnings) > 0 {
+					t.Errorf("warnings: %v", r.Warnings)
+				}
+				again, err := RunElastic(tr, p)
+				if err != nil || !reflect.DeepEqual(r, again) {
+					t.Errorf("a second run differs: %+v", again)
+				}
+				for _, grow := range []bool{false, true} {
+					b, _ := RunRestart(tr, p, grow)
+					if b.Samples > capacity || b.Samples <= 0 {
+						t.Errorf("baseline (grow %v) committed %v, capacity %v", grow, b.Samples, capacity)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestCompare(t *testing.T) {
+	o := DefaultOptions()
+	o.Params = handParams()
+	o.Params.CheckInvariants = false
+	c, err := Compare(trace(t, "0,add,n1", "0,add,n2", "500000,remove,n2", "600000,add,n3", "1000000,add,end"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Scenarios) != 2 || len(c.Scenarios[0].Rows) != 4 || len(c.Sensitivity) != 3 || len(c.Goals) != 3 {
+		t.Fatalf("comparison shape: %+v", c)
+	}
+	od := c.Scenarios[0].Rows[3]
+	if od.Strategy != StrategyOnDemand || od.CostVsOnDemand != 1 || od.GoodputVsOnDemand != 1 {
+		t.Errorf("on-demand row: %+v", od)
+	}
+	cheap := c.Scenarios[1]
+	if !near(cheap.SpotPrice, 0.306) || !near(cheap.Rows[1].PricePerHour, 0.306) || cheap.Rows[0].Notice != "alibaba 300s" {
+		t.Errorf("cheap scenario: %+v", cheap)
+	}
+	var b strings.Builder
+	if err := WriteTable(&b, c); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"### hand.csv", "| etjob | aws 100s |", "| checkpoint-restart | ignored |", "Goals:"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	if _, err := Compare(trace(t, "0,add,n1", "1,add,n2"), Options{Params: o.Params, TimeScale: 0, CheapFraction: 0.1}); err == nil {
+		t.Error("time scale 0 accepted")
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for name, mut := range map[string]func(*Params){
+		"min":         func(p *Params) { p.MinReplicas = 40 },
+		"rate":        func(p *Params) { p.Rate = 0 },
+		"leave grace": func(p *Params) { p.LeaveGrace = 1500 * time.Millisecond },
+		"usable":      func(p *Params) { p.Provider.Usable = p.Provider.Window + time.Second },
+		"pause":       func(p *Params) { p.ResumePause = -time.Second },
+	} {
+		p := DefaultParams()
+		mut(&p)
+		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: err = %v", name, err)
+		}
+	}
+}
+
+// BenchmarkElasticP3 replays the 11.4 h p3 trace through Decide.
+func BenchmarkElasticP3(b *testing.B) {
+	tr := sharedTraces(b)[0]
+	p := DefaultParams()
+	for b.Loop() {
+		if _, err := RunElastic(tr, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
