@@ -228,7 +228,7 @@ func (d *decision) handleLauncher() bool {
 	// DESIGN: losing the rendezvous store / horovodrun without warning counts
 	// against backoffLimit; a launcher whose node was noticed is a preemption
 	// only (its node went before the move finished).
-	if !l.noticed {
+	if !l.noticed && !d.launcherMoving() {
 		d.st.Failures++
 	}
 	msg := fmt.Sprintf("launcher %s lost (%s)", l.pod.Name, reason)
@@ -285,6 +285,13 @@ func (d *decision) moveLauncher(l *podView) bool {
 	d.st.Preemptions++
 	d.restart(msg + ": restarting from the last checkpoint with a new launcher")
 	return true
+}
+
+// launcherMoving reports whether the last pass was moving the launcher: its
+// node may be gone by now, and the notice with it.
+func (d *decision) launcherMoving() bool {
+	c := meta.FindStatusCondition(d.s.Job.Status.Conditions, etjobv1.ConditionRunning)
+	return c != nil && c.Reason == etjobv1.ReasonLauncherMoving
 }
 
 // handleWorkers classifies finished, lost and leaving workers. It reports

@@ -408,6 +408,20 @@ func TestDecide(t *testing.T) {
 			wantCondTrue:    []string{etjobv1.ConditionRunning, etjobv1.ConditionResizing},
 			wantSummary:     "Resizing",
 		},
+		"a launcher whose node went during the move is not a failure either": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 1, Conditions: []metav1.Condition{
+				{Type: etjobv1.ConditionRunning, Status: metav1.ConditionFalse, Reason: etjobv1.ReasonLauncherMoving}}})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("gone").Obj(),
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+			},
+			nodes:           nodes("n0"),
+			wantDelete:      []string{"j-launcher", "j-worker-0"},
+			wantRestarts:    1,
+			wantPreemptions: 1,
+			wantCondReason:  map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonRestarting},
+			wantSummary:     "Restarting",
+		},
 		"horovod completes when the launcher exits 0": {
 			job: base().Framework(etjobv1.FrameworkHorovod).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2})).Obj(),
 			pods: []*corev1.Pod{

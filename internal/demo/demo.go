@@ -50,7 +50,11 @@ type Options struct {
 	StepsBeforeLoss int
 	// Baseline runs the undisturbed comparison run first.
 	Baseline bool
-	Out      io.Writer
+	// Reclaimed are clouds whose notices already drove a reclaim elsewhere
+	// (another test of the same run): nodes of other clouds are reclaimed
+	// first, so that every cloud's notice path is exercised.
+	Reclaimed []string
+	Out       io.Writer
 }
 
 // Result is what happened.
@@ -68,6 +72,9 @@ type Result struct {
 	// on-demand price.
 	Cost, OnDemandCost float64
 	Job                *etjobv1.ElasticJob
+	// ReclaimedProviders are the clouds of the nodes the story reclaimed, in
+	// order.
+	ReclaimedProviders []string
 }
 
 type story struct {
@@ -476,19 +483,45 @@ func (s *story) waitResumes(ctx context.Context, n int, timeout time.Duration) e
 	})
 }
 
-// workerNodes returns n spot nodes that run members of the job, highest
-// worker index first.
+// workerNodes returns n spot nodes that run members of the job: nodes of a
+// cloud not reclaimed yet (in this story or in Options.Reclaimed) first, then
+// the highest worker index first. It records their clouds as reclaimed.
 func (s *story) workerNodes(ctx context.Context, n int) ([]string, error) {
 	j, err := s.job(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ws := append([]etjobv1.WorkerStatus(nil), j.Status.Workers...)
-	sort.Slice(ws, func(a, b int) bool { return ws[a].Index > ws[b].Index })
+	done := map[string]bool{}
+	for _, p := range append(append([]string(nil), s.Reclaimed...), s.res.ReclaimedProviders...) {
+		done[p] = true
+	}
+	type cand struct {
+		node, provider string
+		index          int32
+	}
+	var cs []cand
+	for _, w := range j.Status.Workers {
+		if w.State != etjobv1.WorkerMember || !strings.HasPrefix(w.Node, "spot-") {
+			continue
+		}
+		node, err := s.cs.CoreV1().Nodes().Get(ctx, w.Node, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, cand{w.Node, node.Labels[localcluster.LabelProvider], w.Index})
+	}
+	sort.Slice(cs, func(a, b int) bool {
+		if done[cs[a].provider] != done[cs[b].provider] {
+			return !done[cs[a].provider]
+		}
+		return cs[a].index > cs[b].index
+	})
 	var out []string
-	for _, w := range ws {
-		if w.State == etjobv1.WorkerMember && strings.HasPrefix(w.Node, "spot-") && len(out) < n {
-			out = append(out, w.Node)
+	for _, c := range cs {
+		if len(out) < n {
+			out = append(out, c.node)
+			s.res.ReclaimedProviders = append(s.res.ReclaimedProviders, c.provider)
+			done[c.provider] = true
 		}
 	}
 	if len(out) < n {

@@ -200,7 +200,7 @@ func (n NodeSpec) Labels() map[string]string {
 		"node.kubernetes.io/instance-type": n.InstanceType,
 		"topology.kubernetes.io/zone":      "local-a",
 		"etjob.dev/price-per-hour":         n.PricePerHour,
-		"etjob.dev/cloud-provider":         n.Provider,
+		LabelProvider:                      n.Provider,
 	}
 }
 

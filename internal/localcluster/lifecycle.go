@@ -26,6 +26,10 @@ const (
 	launcherIndexOffset = 1
 )
 
+// LabelProvider names the cloud whose metadata service a node emulates (the
+// decision core reads it when a node has no providerID).
+const LabelProvider = "etjob.dev/cloud-provider"
+
 // Providers are the clouds whose metadata services nodes emulate, in the
 // order nodes get them, so that a story reclaims nodes of every provider.
 var Providers = []string{"aws", "gcp", "azure", "alibaba"}
@@ -132,7 +136,7 @@ func (c *Cluster) Reclaim(ctx context.Context, name string, notice time.Duration
 	}
 	if notice > 0 {
 		deadline := time.Now().Add(notice).UTC()
-		provider := node.Labels["etjob.dev/cloud-provider"]
+		provider := node.Labels[LabelProvider]
 		ip := ""
 		for _, a := range node.Status.Addresses {
 			if a.Type == corev1.NodeInternalIP {

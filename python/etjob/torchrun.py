@@ -65,7 +65,8 @@ def _patch_shutdown():
             return shutdown(self)
         self._stop_heartbeats()
         try:
-            self._op_executor.run(dr._RendezvousExitOp(), time.monotonic() + 10)
+            with _store_lock:
+                self._op_executor.run(dr._RendezvousExitOp(), time.monotonic() + 10)
         except Exception as e:  # the store may be gone; heartbeats expire anyway
             print("etjob.torchrun: leaving the rendezvous failed: %s" % e, file=sys.stderr, flush=True)
         return True
@@ -74,7 +75,12 @@ def _patch_shutdown():
 
 
 _handlers = []  # the rendezvous handlers of this agent (one in practice)
-_in_rendezvous = threading.Event()
+# _store_lock serialises this wrapper's own uses of the rendezvous store with
+# torch's rendezvous rounds: a store client is one socket, and two threads
+# talking over it at once can each read the other's answer and wait forever.
+# torch's keep-alive and num_nodes_waiting() hold the handler's
+# _heartbeat_lock, which the wrapper takes too, after _store_lock.
+_store_lock = threading.Lock()
 
 
 def _patch_rendezvous(poll):
@@ -116,13 +122,12 @@ def _patch_rendezvous(poll):
             narrowed = dataclasses.replace(settings, max_nodes=expected)
             self._settings = self._op_executor._settings = narrowed
             print("etjob.torchrun: expecting %d nodes in the next round" % expected, file=sys.stderr, flush=True)
-        _in_rendezvous.set()
         try:
-            got = original(self)
+            with _store_lock:
+                got = original(self)
             _rounds[id(self)] = set(self._state_holder.state.participants)
             return got
         finally:
-            _in_rendezvous.clear()
             self._settings = self._op_executor._settings = settings
 
     dr.DynamicRendezvousHandler.next_rendezvous = next_rendezvous
@@ -143,7 +148,7 @@ def _expected_nodes(handler):
     if not last:
         return None
     try:
-        with handler._heartbeat_lock:
+        with _store_lock, handler._heartbeat_lock:
             handler._state_holder.sync()
             state = handler._state_holder.state
             store = handler._state_holder._backend._store
@@ -166,11 +171,11 @@ def _leave_early(sup):
     then expect the right number of nodes when they re-rendezvous."""
 
     def run():
-        while sup.check_alive() or not _handlers or _in_rendezvous.is_set():
+        while sup.check_alive() or not _handlers:
             time.sleep(0.05)
         for h in list(_handlers):
             try:
-                with h._heartbeat_lock:
+                with _store_lock, h._heartbeat_lock:
                     h._state_holder._backend._store.add(_left_key(h, h._this_node), 1)
                 print("etjob.torchrun: told to leave (%s): marked in the rendezvous" % sup.reason(), file=sys.stderr, flush=True)
             except Exception as e:  # the store may be gone: survivors fall back to torch's last call
@@ -295,7 +300,8 @@ def _patch_leaving(sup):
             handler = worker_group.spec.rdzv_handler
             try:
                 handler._stop_heartbeats()
-                handler._op_executor.run(dr._RendezvousExitOp(), time.monotonic() + 10)
+                with _store_lock, handler._heartbeat_lock:
+                    handler._op_executor.run(dr._RendezvousExitOp(), time.monotonic() + 10)
             except Exception as e:  # the store may be gone too; heartbeats expire anyway
                 print("etjob.torchrun: leaving the rendezvous failed: %s" % e, file=sys.stderr, flush=True)
             sup.exit_preempted()

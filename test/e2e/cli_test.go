@@ -6,12 +6,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/demo"
+	"github.com/etjob/etjob/internal/localcluster"
 )
 
 // TestCLIStory drives a spot story through the etjob CLI only, with Arena's
@@ -103,16 +107,47 @@ func TestCLIStory(t *testing.T) {
 
 	// A spot node is reclaimed with a notice: the job shrinks in place, then
 	// grows back on a new node.
+	// Its cloud is one the other stories have not reclaimed yet, when it can be.
 	j := getJob()
-	victim := ""
+	victim, provider := "", ""
+	done := reclaimedProviders()
+	cs, err := cl.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, w := range j.Status.Workers {
-		if w.State == etjobv1.WorkerMember && strings.HasPrefix(w.Node, "spot-") {
-			victim = w.Node
+		if w.State != etjobv1.WorkerMember || !strings.HasPrefix(w.Node, "spot-") {
+			continue
+		}
+		node, err := cs.CoreV1().Nodes().Get(ctx, w.Node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := node.Labels[localcluster.LabelProvider]; victim == "" || (slices.Contains(done, provider) && !slices.Contains(done, p)) {
+			victim, provider = w.Node, p
 		}
 	}
 	must("cluster", "reclaim", victim, "--notice", "15s")
+	recordReclaims(provider)
 	must("cluster", "add-node", "--spot")
 	waitFor("4 members again", 4*time.Minute, func(j *etjobv1.ElasticJob) bool { return j.Status.Members == 4 })
+
+	// The launcher's node is reclaimed: the rendezvous store moves. Every
+	// worker checkpoints at the agreed step and stops, the job restarts with a
+	// new launcher on other on-demand capacity, and resumes from that step;
+	// nothing counts as a failure.
+	must("cluster", "add-node")
+	launcher, err := cs.CoreV1().Pods("default").Get(ctx, "digits-cli-launcher", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must("cluster", "reclaim", launcher.Spec.NodeName, "--notice", "30s")
+	waitFor("the store moved: 1 restart, 4 members", 4*time.Minute, func(j *etjobv1.ElasticJob) bool {
+		return j.Status.Restarts == 1 && j.Status.Members == 4
+	})
+	if l, err := cs.CoreV1().Pods("default").Get(ctx, "digits-cli-launcher", metav1.GetOptions{}); err != nil || l.Spec.NodeName == launcher.Spec.NodeName {
+		t.Errorf("the new launcher is on %q (err %v), want a node other than the reclaimed %s", l.Spec.NodeName, err, launcher.Spec.NodeName)
+	}
 
 	// Arena's scale-in.
 	must("scalein", "etjob", "--name=digits-cli", "--count=1", "--timeout=4m")
@@ -120,8 +155,9 @@ func TestCLIStory(t *testing.T) {
 	if out := must("get", "digits-cli"); !strings.Contains(out, "SUCCEEDED") {
 		t.Errorf("etjob get after completion:\n%s", out)
 	}
-	if j.Status.Failures != 0 || j.Status.Preemptions < 1 {
-		t.Errorf("failures %d preemptions %d: the reclaimed worker is a preemption", j.Status.Failures, j.Status.Preemptions)
+	if j.Status.Failures != 0 || j.Status.Preemptions < 2 || j.Status.Restarts != 1 {
+		t.Errorf("failures %d preemptions %d restarts %d: the reclaimed worker and the moved launcher are preemptions, the move one restart",
+			j.Status.Failures, j.Status.Preemptions, j.Status.Restarts)
 	}
 	lines, err := demo.ReadLogs(dir, "default", "digits-cli")
 	if err != nil {

@@ -2,10 +2,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,4 +81,44 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// reclaims records, across the stories of one test run, which cloud's
+// emulated notice drove each reclamation: issue #4 asks for every cloud at
+// least once in the run.
+var reclaims struct {
+	sync.Mutex
+	providers []string
+	stories   int
+}
+
+func recordReclaims(providers ...string) {
+	reclaims.Lock()
+	defer reclaims.Unlock()
+	reclaims.providers = append(reclaims.providers, providers...)
+	reclaims.stories++
+}
+
+func reclaimedProviders() []string {
+	reclaims.Lock()
+	defer reclaims.Unlock()
+	return slices.Clone(reclaims.providers)
+}
+
+// TestMain runs the stories, then checks that, when both noticed stories
+// passed, each cloud's notice drove at least one reclamation.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 && reclaims.stories >= 2 {
+		for _, p := range localcluster.Providers {
+			if !slices.Contains(reclaims.providers, p) {
+				fmt.Printf("FAIL: no %s notice drove a reclamation in this run (reclaimed: %v)\n", p, reclaims.providers)
+				code = 1
+			}
+		}
+		if code == 0 {
+			fmt.Printf("every cloud's notice drove a reclamation: %v\n", reclaims.providers)
+		}
+	}
+	os.Exit(code)
 }
