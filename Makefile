@@ -93,6 +93,14 @@ TRACES ?= ../shared/traces
 sim: ## Replay the p3 and g4dn spot traces through the decision core: etjob vs checkpoint-restart vs on-demand (docs/benchmarks.md).
 	$(GO) run ./cmd/etjob sim --trace $(TRACES)/ec2-p3-trace.csv --trace $(TRACES)/ec2-g4dn-trace.csv $(SIM_FLAGS)
 
+# BENCH_SCALE_FLAGS go to the controller scale benchmark, e.g. "-jobs 1000" (go run ./test/bench/scale -h lists them).
+BENCH_SCALE_FLAGS ?=
+
+.PHONY: bench-scale
+bench-scale: controlplane ## Controller at scale: kube-apiserver+etcd, kwok nodes, 100 jobs x 32 workers; fails if a scale-out by k costs > 2k+3 API writes or a LIST follows the sync (docs/benchmarks.md).
+	hack/install-kwok.sh >/dev/null
+	$(GO) run ./test/bench/scale $(BENCH_SCALE_FLAGS)
+
 .PHONY: test-e2e
 test-e2e: ## End-to-end tests on the local cluster with real torchrun training.
 	hack/install-deps.sh
