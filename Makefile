@@ -20,7 +20,7 @@ build: ## Build the binaries into bin/.
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, the CRD and RBAC with controller-gen.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
-	$(CONTROLLER_GEN) crd paths=./api/... output:crd:dir=config/crd/bases
+	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=./api/... output:crd:dir=config/crd/bases
 	$(GO) run ./hack/crdtrim config/crd/bases/etjob.dev_elasticjobs.yaml
 	$(CONTROLLER_GEN) rbac:roleName=etjob-controller paths=./internal/controller/... output:rbac:dir=config/rbac
 

@@ -403,6 +403,25 @@ func TestScaleMembershipAndNotices(t *testing.T) {
 	}
 }
 
+// TestTemplateMetadata: the labels and annotations of the pod templates reach
+// the pods (ECI's spot annotations live there). The CRD must keep embedded
+// ObjectMeta (controller-gen's generateEmbeddedObjectMeta), or the API server
+// prunes them; found by the kwok scale benchmark.
+func TestTemplateMetadata(t *testing.T) {
+	ns := newNamespace(t)
+	job := newJob(ns, "meta").Replicas(1).Min(1).Max(1).Obj()
+	job.Spec.WorkerTemplate.Labels = map[string]string{"team": "ml"}
+	job.Spec.WorkerTemplate.Annotations = map[string]string{"k8s.aliyun.com/eci-spot-strategy": "SpotAsPriceGo"}
+	create(t, job)
+	if got := getJob(t, ns, "meta").Spec.WorkerTemplate.Annotations; got["k8s.aliyun.com/eci-spot-strategy"] != "SpotAsPriceGo" {
+		t.Fatalf("stored workerTemplate annotations %v: pruned by the API server", got)
+	}
+	w := waitPods(t, ns, "meta", "meta-launcher", "meta-worker-0")["meta-worker-0"]
+	if w.Labels["team"] != "ml" || w.Annotations["k8s.aliyun.com/eci-spot-strategy"] != "SpotAsPriceGo" {
+		t.Errorf("worker pod labels %v annotations %v, want the template's", w.Labels, w.Annotations)
+	}
+}
+
 // TestLauncherNotice: a reclamation notice on the launcher's node moves the
 // rendezvous store: the workers checkpoint and stop, the job restarts with a
 // new launcher and new workers, and nothing counts as a failure.
