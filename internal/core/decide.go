@@ -521,11 +521,51 @@ func (d *decision) publish() {
 	if len(d.members) > int(d.spec.MaxReplicas) {
 		d.members = d.members[:d.spec.MaxReplicas]
 	}
+	d.batchJoiners()
 	hosts := make([]string, 0, len(d.members))
 	for _, w := range d.members {
 		hosts = append(hosts, w.pod.Name+":"+strconv.Itoa(int(slots)))
 	}
 	d.setHosts(hosts)
+}
+
+// batchJoiners holds back workers that became ready less than
+// JoinBatchWindow ago while others are bound and still starting, so that a
+// scale-out joins at once. Only a job that keeps minReplicas members without
+// them waits: a job below min resumes the moment it can.
+func (d *decision) batchJoiners() {
+	published := map[string]bool{}
+	for _, h := range d.s.Job.Status.Membership.Hosts {
+		published[hostName(h)] = true
+	}
+	var staying, joining []*podView
+	for _, w := range d.members {
+		if published[w.pod.Name] {
+			staying = append(staying, w)
+		} else {
+			joining = append(joining, w)
+		}
+	}
+	if len(joining) == 0 || len(staying) < int(d.spec.MinReplicas) {
+		return
+	}
+	starting := false
+	for _, w := range d.workers {
+		if w.active() && w.scheduled && !w.ready && !d.deleted[w.pod.Name] {
+			starting = true
+		}
+	}
+	first := time.Time{}
+	for _, w := range joining {
+		if !w.readySince.IsZero() && (first.IsZero() || w.readySince.Before(first)) {
+			first = w.readySince
+		}
+	}
+	if !starting || first.IsZero() || !d.now.Before(first.Add(JoinBatchWindow)) {
+		return
+	}
+	d.members = staying
+	d.requeueAt(first.Add(JoinBatchWindow))
 }
 
 // setHosts sets the membership this pass publishes. The generation is the
@@ -777,7 +817,10 @@ func (d *decision) summarize() {
 		case w.pod.Status.Phase == corev1.PodRunning:
 			ws.State = etjobv1.WorkerStarting
 		default:
-			ws.State = etjobv1.WorkerPending
+			// A bind alone is not worth a status write (issue #6: at most
+			// 2k+3 API writes per scale event of k pods); the node shows
+			// from the worker's next state on.
+			ws.State, ws.Node = etjobv1.WorkerPending, ""
 		}
 		if ws.State == etjobv1.WorkerMember || ws.State == etjobv1.WorkerReady || ws.State == etjobv1.WorkerStarting || ws.State == etjobv1.WorkerPending {
 			st.Replicas++

@@ -73,6 +73,12 @@ const (
 	CompletionGracePeriod = 60 * time.Second
 	// TimelineLimit bounds status.timeline.
 	TimelineLimit = 64
+	// JoinBatchWindow: while a running job has other workers bound to nodes
+	// and starting, a newly ready worker waits up to this long to join the
+	// membership with them: one membership change per scale-out (one
+	// ConfigMap and status write, one restart of the workers) instead of one
+	// per worker (issue #6's 2k+3 writes; the trace simulator's join restarts).
+	JoinBatchWindow = 5 * time.Second
 )
 
 // SlotsPerWorker returns the slots per worker in effect: spec.slotsPerWorker,
@@ -139,7 +145,9 @@ type podView struct {
 	succeeded bool
 	exitCode  int32 // of the first container; -1 when unknown
 	ready     bool
-	scheduled bool
+	// readySince: when it became Ready (zero if not Ready or unknown).
+	readySince time.Time
+	scheduled  bool
 	// preempted: terminal for a reason that is not the workload's fault.
 	preempted     bool
 	preemptReason string
@@ -229,6 +237,7 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
 			v.ready = pod.Status.Phase == corev1.PodRunning
+			v.readySince = c.LastTransitionTime.Time
 		}
 	}
 	if t, err := time.Parse(time.RFC3339, pod.Annotations[etjobv1.AnnotationLeave]); err == nil {

@@ -156,6 +156,13 @@ func (p *PodWrapper) Ready(n string) *PodWrapper {
 	return p
 }
 
+// ReadySince makes the pod Running and Ready on node n since t.
+func (p *PodWrapper) ReadySince(n string, t time.Time) *PodWrapper {
+	p.Ready(n)
+	p.Status.Conditions[len(p.Status.Conditions)-1].LastTransitionTime = metav1.NewTime(t)
+	return p
+}
+
 // Running makes the pod Running but not Ready on node n.
 func (p *PodWrapper) Running(n string) *PodWrapper {
 	p.Spec.NodeName = n

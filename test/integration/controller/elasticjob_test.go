@@ -358,6 +358,9 @@ func TestScaleMembershipAndNotices(t *testing.T) {
 	if lists != 0 {
 		t.Errorf("the controller issued %d LIST calls after its initial sync, want 0 (it must read caches)", lists)
 	}
+	if writes > 2*2+3 {
+		t.Errorf("a scale-out of k=2 cost %d API writes, want at most 2k+3 = 7 (issue #6): %v", writes, counts)
+	}
 
 	// Scale in to 3: the highest index is told to leave and leaves the membership first.
 	scaleTo(t, ns, "train", 3)
