@@ -51,6 +51,8 @@ type decision struct {
 	wasRunning bool
 	members    []*podView
 	restarting bool
+	// joining are ready workers held back by batchJoiners this pass.
+	joining map[string]bool
 }
 
 func newDecision(s Snapshot, now time.Time) *decision {
@@ -546,6 +548,7 @@ func (d *decision) batchJoiners() {
 			joining = append(joining, w)
 		}
 	}
+	d.joining = nil
 	if len(joining) == 0 || len(staying) < int(d.spec.MinReplicas) {
 		return
 	}
@@ -565,6 +568,10 @@ func (d *decision) batchJoiners() {
 		return
 	}
 	d.members = staying
+	d.joining = map[string]bool{}
+	for _, w := range joining {
+		d.joining[w.pod.Name] = true
+	}
 	d.requeueAt(first.Add(JoinBatchWindow))
 }
 
@@ -812,6 +819,10 @@ func (d *decision) summarize() {
 			st.LeavingReplicas++
 		case memberSet[w.pod.Name]:
 			ws.State = etjobv1.WorkerMember
+		case d.joining[w.pod.Name]:
+			// Held for its scale-out's batch: reported as it was, so the
+			// hold costs no status write of its own.
+			ws.State, ws.Node = etjobv1.WorkerPending, ""
 		case w.ready:
 			ws.State = etjobv1.WorkerReady
 		case w.pod.Status.Phase == corev1.PodRunning:
@@ -824,7 +835,7 @@ func (d *decision) summarize() {
 		}
 		if ws.State == etjobv1.WorkerMember || ws.State == etjobv1.WorkerReady || ws.State == etjobv1.WorkerStarting || ws.State == etjobv1.WorkerPending {
 			st.Replicas++
-			if w.ready {
+			if w.ready && !d.joining[w.pod.Name] {
 				st.ReadyReplicas++
 			}
 		}
