@@ -101,6 +101,19 @@ bench-scale: controlplane ## Controller at scale: kube-apiserver+etcd, kwok node
 	hack/install-kwok.sh >/dev/null
 	$(GO) run ./test/bench/scale $(BENCH_SCALE_FLAGS)
 
+# CHAOS_SEED picks the chaos schedule (default: drawn from the time, once, and printed).
+ifeq ($(origin CHAOS_SEED), undefined)
+CHAOS_SEED := $(shell date +%s%N | cut -c10-15)
+endif
+CHAOS_FLAGS ?=
+
+.PHONY: chaos
+chaos: ## Seeded chaos run (<= ~12 min) on the local cluster with real torchrun: >= 25 membership changes, restarts of controller/agent/apiserver, checks and decision replay (make chaos CHAOS_SEED=7).
+	hack/install-deps.sh
+	$(GO) build -o bin/etjob ./cmd/etjob
+	@echo "chaos seed $(CHAOS_SEED)"
+	bin/etjob chaos --seed $(CHAOS_SEED) $(CHAOS_FLAGS)
+
 .PHONY: test-e2e
 test-e2e: ## End-to-end tests on the local cluster with real torchrun training.
 	hack/install-deps.sh

@@ -64,7 +64,7 @@ func newRoot(f *factory) *cobra.Command {
 		c.GroupID = "jobs"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newClusterCommand(streams), newDemoCommand(streams)} {
+	for _, c := range []*cobra.Command{newClusterCommand(streams), newDemoCommand(streams), newChaosCommand(streams)} {
 		c.GroupID = "local"
 		root.AddCommand(c)
 	}

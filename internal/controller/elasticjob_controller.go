@@ -35,8 +35,10 @@ const expectationsRecheck = 2 * time.Second
 // ElasticJobReconciler reconciles ElasticJobs.
 type ElasticJobReconciler struct {
 	client.Client
-	Recorder     events.EventRecorder
-	Clock        clock.PassiveClock
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
+	// Decisions, when set, records every Decide call (--record-decisions).
+	Decisions    *DecisionRecorder
 	expectations *Expectations
 }
 
@@ -71,8 +73,10 @@ func (r *ElasticJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err != nil || !synced {
 		return ctrl.Result{RequeueAfter: expectationsRecheck}, err
 	}
-	plan := core.Decide(snap, r.Clock.Now())
+	now := r.Clock.Now()
+	plan := core.Decide(snap, now)
 	applyErr := r.apply(ctx, job, &plan)
+	r.Decisions.Record(snap, now, plan, applyErr)
 	if err := r.writeStatus(ctx, job, plan.Status, applyErr); err != nil {
 		return ctrl.Result{}, err
 	}

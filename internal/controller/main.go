@@ -24,6 +24,7 @@ func Main(args []string, version string) int {
 		concurrency   = fs.Int("concurrency", 4, "jobs reconciled in parallel")
 		qps           = fs.Float64("kube-api-qps", 50, "client-side QPS limit towards the API server")
 		burst         = fs.Int("kube-api-burst", 100, "client-side burst towards the API server")
+		decisionsFile = fs.String("record-decisions", "", "append every decision (snapshot, time, plan) as JSON lines to this file, for `etjob chaos --replay`")
 	)
 	opts := zap.Options{}
 	opts.BindFlags(fs)
@@ -47,7 +48,14 @@ func Main(args []string, version string) int {
 		log.Error(err, "creating the manager")
 		return 1
 	}
-	if err := Setup(context.Background(), mgr, *concurrency); err != nil {
+	var decisions *DecisionRecorder
+	if *decisionsFile != "" {
+		if decisions, err = NewDecisionRecorder(*decisionsFile); err != nil {
+			log.Error(err, "opening the decision record")
+			return 1
+		}
+	}
+	if err := Setup(context.Background(), mgr, *concurrency, decisions); err != nil {
 		log.Error(err, "setting up the controller")
 		return 1
 	}

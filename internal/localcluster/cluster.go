@@ -51,6 +51,9 @@ type Cluster struct {
 	Self string
 	// Out receives progress.
 	Out io.Writer
+	// ControllerArgs are extra flags of the etjob controller (etjob chaos
+	// passes --record-decisions).
+	ControllerArgs []string
 }
 
 // DefaultDir is where `etjob cluster` keeps its cluster unless told otherwise.
@@ -153,9 +156,39 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 	if err := c.installCRD(ctx); err != nil {
 		return err
 	}
-	return c.start("etjob-controller", c.Self, "internal", "controller", kc,
+	return c.start("etjob-controller", c.Self, append([]string{"internal", "controller", kc,
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ControllerPort),
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ControllerPort+1))
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ControllerPort+1)}, c.ControllerArgs...)...)
+}
+
+// RestartComponent stops one named process of the cluster (SIGTERM, as
+// Components names it: etjob-controller, kube-apiserver, agent-<node>, ...)
+// and starts it again with the same command line, as a crash-looping or
+// upgraded component would be. The kube-apiserver is waited for until ready.
+func (c *Cluster) RestartComponent(ctx context.Context, name string) error {
+	pid := readPid(c.path("pids", name+".pid"))
+	if !alive(pid) {
+		return fmt.Errorf("restart %s: it does not run", name)
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return fmt.Errorf("restart %s: %w", name, err)
+	}
+	argv := strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00")
+	if err := c.stop(name, syscall.SIGTERM); err != nil {
+		return err
+	}
+	if err := c.start(name, argv[0], argv[1:]...); err != nil {
+		return err
+	}
+	if name == "kube-apiserver" {
+		token, err := c.ensureSecrets()
+		if err != nil {
+			return err
+		}
+		return waitHTTP(ctx, fmt.Sprintf("https://127.0.0.1:%d/readyz", APIServerPort), token, 120*time.Second)
+	}
+	return nil
 }
 
 // NodeSpec describes one process node.

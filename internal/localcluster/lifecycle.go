@@ -170,6 +170,76 @@ func (c *Cluster) Reclaim(ctx context.Context, name string, notice time.Duration
 	return nil
 }
 
+// WithdrawNotice withdraws a reclamation notice that Reclaim announced
+// through the node's metadata service (POST /etjob/clear), as a cloud does
+// when it cancels a preemption; the node then stays. Reclaim's own wait is
+// the caller's to cancel.
+func (c *Cluster) WithdrawNotice(ctx context.Context, name string) error {
+	ip, err := c.nodeIP(ctx, name)
+	if err != nil {
+		return err
+	}
+	u := fmt.Sprintf("http://%s:%d/etjob/clear", ip, MetadataPort)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("withdrawing the notice of %s: %w", name, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("withdrawing the notice of %s: %s answered %s", name, u, resp.Status)
+	}
+	c.logf("node %s: reclamation notice withdrawn", name)
+	return nil
+}
+
+// Announce makes a node's metadata service announce its reclamation at
+// deadline in its provider's format, without taking the node: Reclaim with a
+// notice is Announce, a wait, then the loss; WithdrawNotice cancels it.
+func (c *Cluster) Announce(ctx context.Context, name string, deadline time.Time) (provider string, err error) {
+	cs, err := c.Clientset()
+	if err != nil {
+		return "", err
+	}
+	node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("announce %s: %w", name, err)
+	}
+	provider = node.Labels[LabelProvider]
+	u := fmt.Sprintf("http://%s:%d/etjob/reclaim?provider=%s&deadline=%s", internalIP(node), MetadataPort, provider, deadline.UTC().Format(time.RFC3339))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("announcing the reclamation of %s through its metadata service: %w", name, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return "", fmt.Errorf("announcing the reclamation of %s: %s answered %s", name, u, resp.Status)
+	}
+	return provider, nil
+}
+
+func (c *Cluster) nodeIP(ctx context.Context, name string) (string, error) {
+	cs, err := c.Clientset()
+	if err != nil {
+		return "", err
+	}
+	node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("node %s: %w", name, err)
+	}
+	return internalIP(node), nil
+}
+
+func internalIP(node *corev1.Node) string {
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	return ""
+}
+
 // WaitNodesReady waits until at least want nodes are Ready.
 func (c *Cluster) WaitNodesReady(ctx context.Context, want int) error {
 	cs, err := c.Clientset()
