@@ -60,6 +60,10 @@ const (
 	LabelWorkerIndex = "etjob.dev/worker-index"
 	// LabelAttempt is the job's restart count when the pod was created.
 	LabelAttempt = "etjob.dev/attempt"
+	// LabelCloudProvider names a node's cloud (aws, gcp, azure, alibaba) where
+	// its spec.providerID does not: etjob's local cluster sets it on process
+	// nodes, whose metadata service emulates that cloud.
+	LabelCloudProvider = "etjob.dev/cloud-provider"
 
 	// RoleWorker is the worker role.
 	RoleWorker = "worker"

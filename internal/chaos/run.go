@@ -617,7 +617,7 @@ func (r *runner) providers(ctx context.Context, nodes []string) []string {
 	for _, name := range nodes {
 		p := "?"
 		if n, err := r.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err == nil {
-			p = n.Labels[localcluster.LabelProvider]
+			p = n.Labels[etjobv1.LabelCloudProvider]
 		}
 		out = append(out, p)
 	}

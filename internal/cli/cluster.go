@@ -11,8 +11,10 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/hack"
 	"github.com/etjob/etjob/internal/localcluster"
+	"github.com/etjob/etjob/internal/trace"
 )
 
 type clusterOptions struct {
@@ -222,7 +224,7 @@ func (o *clusterOptions) replay(ctx context.Context, path string, r replayOption
 		return fmt.Errorf("TRACE: %w", err)
 	}
 	defer f.Close()
-	events, err := localcluster.ParseTrace(f)
+	events, err := trace.Parse(f)
 	if err != nil {
 		return fmt.Errorf("TRACE %s: %w", path, err)
 	}
@@ -254,7 +256,7 @@ func (o *clusterOptions) reclaim(ctx context.Context, name string, notice time.D
 		if err != nil {
 			return fmt.Errorf("reclaim %s: %w", name, err)
 		}
-		if got := node.Labels["etjob.dev/cloud-provider"]; got != provider {
+		if got := node.Labels[etjobv1.LabelCloudProvider]; got != provider {
 			return fmt.Errorf("--provider %s: node %s emulates %s, and its agent reads %s notices; pick a node of that cloud (kubectl get nodes -L etjob.dev/cloud-provider)",
 				provider, name, got, got)
 		}

@@ -818,7 +818,7 @@ func TestLastCheckpointAndNoticeWindow(t *testing.T) {
 	job := MakeElasticJob("j", "ns").Replicas(2).Min(1).Max(2).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2,
 		LastCheckpoint: &etjobv1.CheckpointStatus{Step: 10}})).Obj()
 	gcp := MakeNode("n1").Obj()
-	gcp.Labels = map[string]string{"etjob.dev/cloud-provider": "gcp"}
+	gcp.Labels = map[string]string{etjobv1.LabelCloudProvider: "gcp"}
 	aws := MakeNode("n0").Obj()
 	aws.Spec.ProviderID = "aws:///us-east-1a/i-0123"
 	ckpt := func(step int64, secs float64) string {

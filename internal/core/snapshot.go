@@ -348,7 +348,7 @@ func nodeProvider(n *corev1.Node) string {
 	case strings.HasPrefix(id, "alicloud://"), strings.HasPrefix(id, "alibaba://"):
 		return "alibaba"
 	}
-	return n.Labels["etjob.dev/cloud-provider"]
+	return n.Labels[etjobv1.LabelCloudProvider]
 }
 
 // isRelease reports whether a leave reason is the job's own decision (a

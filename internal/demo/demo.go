@@ -508,7 +508,7 @@ func (s *story) workerNodes(ctx context.Context, n int) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		cs = append(cs, cand{w.Node, node.Labels[localcluster.LabelProvider], w.Index})
+		cs = append(cs, cand{w.Node, node.Labels[etjobv1.LabelCloudProvider], w.Index})
 	}
 	sort.Slice(cs, func(a, b int) bool {
 		if done[cs[a].provider] != done[cs[b].provider] {

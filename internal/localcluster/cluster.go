@@ -29,6 +29,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 )
 
 // Ports of the local control plane (high, fixed, loopback only).
@@ -233,7 +235,7 @@ func (n NodeSpec) Labels() map[string]string {
 		"node.kubernetes.io/instance-type": n.InstanceType,
 		"topology.kubernetes.io/zone":      "local-a",
 		"etjob.dev/price-per-hour":         n.PricePerHour,
-		LabelProvider:                      n.Provider,
+		etjobv1.LabelCloudProvider:         n.Provider,
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 )
 
 // Instance types and prices of the local cluster's nodes: GPU nodes are
@@ -25,10 +27,6 @@ const (
 	LauncherPrice       = "0.192"
 	launcherIndexOffset = 1
 )
-
-// LabelProvider names the cloud whose metadata service a node emulates (the
-// decision core reads it when a node has no providerID).
-const LabelProvider = "etjob.dev/cloud-provider"
 
 // Providers are the clouds whose metadata services nodes emulate, in the
 // order nodes get them, so that a story reclaims nodes of every provider.
@@ -122,36 +120,19 @@ func (c *Cluster) AddNode(ctx context.Context, name string, spot bool) (string, 
 
 // Reclaim takes a node back as its cloud would: with notice > 0 the node's
 // emulated metadata service announces the reclamation in its provider's
-// documented format (the node agent reads it and marks the Node), then at the
-// deadline every process of the node dies at once (SIGKILL, like a vanished
-// VM) and the Node is removed. notice 0 is a hard loss.
+// documented format (Announce: the node agent reads it and marks the Node),
+// then at the deadline every process of the node dies at once (SIGKILL, like
+// a vanished VM) and the Node is removed. notice 0 is a hard loss.
 func (c *Cluster) Reclaim(ctx context.Context, name string, notice time.Duration) error {
 	cs, err := c.Clientset()
 	if err != nil {
 		return err
 	}
-	node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("reclaim %s: %w", name, err)
-	}
 	if notice > 0 {
 		deadline := time.Now().Add(notice).UTC()
-		provider := node.Labels[LabelProvider]
-		ip := ""
-		for _, a := range node.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				ip = a.Address
-			}
-		}
-		u := fmt.Sprintf("http://%s:%d/etjob/reclaim?provider=%s&deadline=%s", ip, MetadataPort, provider, deadline.Format(time.RFC3339))
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
-		resp, err := http.DefaultClient.Do(req)
+		provider, err := c.Announce(ctx, name, deadline)
 		if err != nil {
-			return fmt.Errorf("announcing the reclamation of %s through its metadata service: %w", name, err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusNoContent {
-			return fmt.Errorf("announcing the reclamation of %s: %s answered %s", name, u, resp.Status)
+			return err
 		}
 		c.logf("node %s: %s reclamation notice, deadline %s", name, provider, deadline.Format(time.RFC3339))
 		select {
@@ -175,19 +156,12 @@ func (c *Cluster) Reclaim(ctx context.Context, name string, notice time.Duration
 // when it cancels a preemption; the node then stays. Reclaim's own wait is
 // the caller's to cancel.
 func (c *Cluster) WithdrawNotice(ctx context.Context, name string) error {
-	ip, err := c.nodeIP(ctx, name)
+	node, err := c.node(ctx, name)
 	if err != nil {
 		return err
 	}
-	u := fmt.Sprintf("http://%s:%d/etjob/clear", ip, MetadataPort)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	if err := postMetadataControl(ctx, node, "/etjob/clear"); err != nil {
 		return fmt.Errorf("withdrawing the notice of %s: %w", name, err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("withdrawing the notice of %s: %s answered %s", name, u, resp.Status)
 	}
 	c.logf("node %s: reclamation notice withdrawn", name)
 	return nil
@@ -197,38 +171,47 @@ func (c *Cluster) WithdrawNotice(ctx context.Context, name string) error {
 // deadline in its provider's format, without taking the node: Reclaim with a
 // notice is Announce, a wait, then the loss; WithdrawNotice cancels it.
 func (c *Cluster) Announce(ctx context.Context, name string, deadline time.Time) (provider string, err error) {
-	cs, err := c.Clientset()
+	node, err := c.node(ctx, name)
 	if err != nil {
 		return "", err
 	}
-	node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return "", fmt.Errorf("announce %s: %w", name, err)
-	}
-	provider = node.Labels[LabelProvider]
-	u := fmt.Sprintf("http://%s:%d/etjob/reclaim?provider=%s&deadline=%s", internalIP(node), MetadataPort, provider, deadline.UTC().Format(time.RFC3339))
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	provider = node.Labels[etjobv1.LabelCloudProvider]
+	path := fmt.Sprintf("/etjob/reclaim?provider=%s&deadline=%s", provider, deadline.UTC().Format(time.RFC3339))
+	if err := postMetadataControl(ctx, node, path); err != nil {
 		return "", fmt.Errorf("announcing the reclamation of %s through its metadata service: %w", name, err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		return "", fmt.Errorf("announcing the reclamation of %s: %s answered %s", name, u, resp.Status)
 	}
 	return provider, nil
 }
 
-func (c *Cluster) nodeIP(ctx context.Context, name string) (string, error) {
+func (c *Cluster) node(ctx context.Context, name string) (*corev1.Node, error) {
 	cs, err := c.Clientset()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return "", fmt.Errorf("node %s: %w", name, err)
+		return nil, fmt.Errorf("node %s: %w", name, err)
 	}
-	return internalIP(node), nil
+	return node, nil
+}
+
+// postMetadataControl POSTs to the control API of a node's emulated metadata
+// service (internal/agent/metadata), which answers 204.
+func postMetadataControl(ctx context.Context, node *corev1.Node, path string) error {
+	u := fmt.Sprintf("http://%s:%d%s", internalIP(node), MetadataPort, path)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("%s answered %s", u, resp.Status)
+	}
+	return nil
 }
 
 func internalIP(node *corev1.Node) string {

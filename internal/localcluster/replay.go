@@ -1,66 +1,12 @@
 package localcluster
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"math"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/etjob/etjob/internal/trace"
 )
-
-// TraceEvent is one line of a spot availability trace
-// (`milliseconds_since_start,add|remove,node_name`, ../shared/traces/).
-type TraceEvent struct {
-	At   time.Duration
-	Add  bool
-	Node string
-}
-
-// ParseTrace reads a trace, naming the line of any malformed entry. On an
-// error it returns no events.
-func ParseTrace(r io.Reader) ([]TraceEvent, error) {
-	var out []TraceEvent
-	sc := bufio.NewScanner(r)
-	n := 1
-	for ; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Split(line, ",")
-		if len(f) != 3 {
-			return nil, fmt.Errorf("line %d: %q is not ms,add|remove,node", n, line)
-		}
-		ms, err := strconv.ParseInt(strings.TrimSpace(f[0]), 10, 64)
-		// The bound keeps ms milliseconds a time.Duration: past it the
-		// product wrapped to a negative time (FuzzParseTrace).
-		if err != nil || ms < 0 || ms > maxTraceMillis {
-			return nil, fmt.Errorf("line %d: %q is not a time in milliseconds (0 to %d)", n, f[0], maxTraceMillis)
-		}
-		op := strings.TrimSpace(f[1])
-		if op != "add" && op != "remove" {
-			return nil, fmt.Errorf("line %d: %q is neither add nor remove", n, op)
-		}
-		node := strings.TrimSpace(f[2])
-		if node == "" {
-			return nil, fmt.Errorf("line %d: %q names no node", n, line)
-		}
-		out = append(out, TraceEvent{At: time.Duration(ms) * time.Millisecond, Add: op == "add", Node: node})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("line %d: %w", n, err)
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
-	return out, nil
-}
-
-// maxTraceMillis is the largest trace time, in milliseconds, that a
-// time.Duration holds (about 292 years).
-const maxTraceMillis = math.MaxInt64 / int64(time.Millisecond)
 
 // ReplayOptions say how to replay a trace on the cluster.
 type ReplayOptions struct {
@@ -79,7 +25,7 @@ type ReplayOptions struct {
 // Replay adds a spot node for every `add` and reclaims the matching node for
 // every `remove`, at the trace's times divided by Speedup. Removals do not wait
 // for their notice to run out before the next event.
-func (c *Cluster) Replay(ctx context.Context, events []TraceEvent, o ReplayOptions) (skipped int, err error) {
+func (c *Cluster) Replay(ctx context.Context, events []trace.Event, o ReplayOptions) (skipped int, err error) {
 	if o.Speedup <= 0 {
 		return 0, fmt.Errorf("speedup must be positive")
 	}

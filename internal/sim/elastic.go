@@ -225,7 +225,7 @@ func (w *elastic) addNode(name string) {
 	prov := w.p.Provider
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-			"karpenter.sh/capacity-type": "spot", "etjob.dev/cloud-provider": prov.Name,
+			"karpenter.sh/capacity-type": "spot", etjobv1.LabelCloudProvider: prov.Name,
 		}},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
 	}

@@ -40,7 +40,7 @@ func TestParseTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []TraceEvent{{0, true, "n1"}, {30 * time.Second, true, "n2"}, {time.Minute, false, "n1"}}
+	want := []TraceEvent{{At: 0, Add: true, Node: "n1"}, {At: 30 * time.Second, Add: true, Node: "n2"}, {At: time.Minute, Add: false, Node: "n1"}}
 	if !reflect.DeepEqual(tr.Events, want) {
 		t.Errorf("events = %+v, want %+v", tr.Events, want)
 	}

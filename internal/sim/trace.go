@@ -1,23 +1,16 @@
 package sim
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	spottrace "github.com/etjob/etjob/internal/trace"
 )
 
-// TraceEvent is one line of a spot availability trace
-// (`milliseconds_since_start,add|remove,node_name`, ../shared/traces/): a
-// remove at At means the node is gone at At.
-type TraceEvent struct {
-	At   time.Duration
-	Add  bool
-	Node string
-}
+// TraceEvent is one line of a spot availability trace: a remove at At means
+// the node is gone at At.
+type TraceEvent = spottrace.Event
 
 // Trace is a parsed availability trace.
 type Trace struct {
@@ -27,40 +20,15 @@ type Trace struct {
 	Events []TraceEvent
 }
 
-// ParseTrace reads a trace, naming the line of any malformed entry, an add of
-// a node already present or a remove of a node that is not. It is the same
-// format as localcluster.ParseTrace reads, without the local cluster's
-// dependencies, so the simulator stays a pure package.
+// ParseTrace reads a trace with spottrace.Parse, and also refuses an add of a
+// node already present, a remove of a node that is not, and a trace with no
+// events: the simulation follows each node's life.
 func ParseTrace(name string, r io.Reader) (*Trace, error) {
-	t := &Trace{Name: name}
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Split(line, ",")
-		if len(f) != 3 {
-			return nil, fmt.Errorf("%s line %d: %q is not ms,add|remove,node", name, n, line)
-		}
-		ms, err := strconv.ParseInt(strings.TrimSpace(f[0]), 10, 64)
-		if err != nil || ms < 0 {
-			return nil, fmt.Errorf("%s line %d: %q is not a time in milliseconds", name, n, f[0])
-		}
-		op := strings.TrimSpace(f[1])
-		if op != "add" && op != "remove" {
-			return nil, fmt.Errorf("%s line %d: %q is neither add nor remove", name, n, op)
-		}
-		node := strings.TrimSpace(f[2])
-		if node == "" {
-			return nil, fmt.Errorf("%s line %d: the node name is empty", name, n)
-		}
-		t.Events = append(t.Events, TraceEvent{At: time.Duration(ms) * time.Millisecond, Add: op == "add", Node: node})
+	evs, err := spottrace.Parse(r)
+	if err != nil {
+		return nil, fmt.Errorf("%s %w", name, err)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	sort.SliceStable(t.Events, func(i, j int) bool { return t.Events[i].At < t.Events[j].At })
+	t := &Trace{Name: name, Events: evs}
 	alive := map[string]bool{}
 	for _, e := range t.Events {
 		switch {

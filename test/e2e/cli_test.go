@@ -15,7 +15,6 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/demo"
-	"github.com/etjob/etjob/internal/localcluster"
 )
 
 // TestCLIStory drives a spot story through the etjob CLI only, with Arena's
@@ -123,7 +122,7 @@ func TestCLIStory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p := node.Labels[localcluster.LabelProvider]; victim == "" || (slices.Contains(done, provider) && !slices.Contains(done, p)) {
+		if p := node.Labels[etjobv1.LabelCloudProvider]; victim == "" || (slices.Contains(done, provider) && !slices.Contains(done, p)) {
 			victim, provider = w.Node, p
 		}
 	}

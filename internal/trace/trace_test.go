@@ -1,4 +1,4 @@
-package localcluster
+package trace
 
 import (
 	"strings"
@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-func TestParseTrace(t *testing.T) {
-	evs, err := ParseTrace(strings.NewReader("0,add,node1\n60000,remove,node1\n\n30000,add,node2\n"))
+func TestParse(t *testing.T) {
+	evs, err := Parse(strings.NewReader("0,add,node1\n60000,remove,node1\n\n30000,add,node2\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -15,7 +15,7 @@ func TestParseTrace(t *testing.T) {
 		t.Errorf("events = %+v", evs)
 	}
 	for _, bad := range []string{"x,add,n", "0,grow,n", "0,add", "-5,add,n"} {
-		if _, err := ParseTrace(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "line 1") {
+		if _, err := Parse(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "line 1") {
 			t.Errorf("%q: err = %v, want one naming line 1", bad, err)
 		}
 	}
@@ -27,7 +27,7 @@ func TestParseSharedTraces(t *testing.T) {
 		if err != nil {
 			t.Skipf("../shared/traces not here: %v", err)
 		}
-		evs, err := ParseTrace(strings.NewReader(raw))
+		evs, err := Parse(strings.NewReader(raw))
 		if err != nil || len(evs) < 50 {
 			t.Errorf("%s: %d events, %v", f, len(evs), err)
 		}

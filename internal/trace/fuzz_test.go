@@ -1,4 +1,4 @@
-package localcluster
+package trace
 
 import (
 	"cmp"
@@ -9,14 +9,14 @@ import (
 	"time"
 )
 
-// FuzzParseTrace feeds ParseTrace any text (`etjob cluster replay` reads
+// FuzzParse feeds Parse any text (`etjob cluster replay` and `etjob sim` read
 // the user's trace files). Properties: no panic; an error names its line and
 // comes with no events; the events are sorted by time, none before the
 // start, each naming a node; and written back as CSV they parse to the same
 // events. Seeds: the documented line shapes plus the shared traces' heads.
 //
-//	go test -run '^$' -fuzz '^FuzzParseTrace$' -fuzztime 60s ./internal/localcluster
-func FuzzParseTrace(f *testing.F) {
+//	go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 60s ./internal/trace
+func FuzzParse(f *testing.F) {
 	f.Add("0,add,node1\n60000,remove,node1\n\n30000,add,node2\n")
 	f.Add("# ms,op,node\n 480000 , add , node1 \r\n540000,remove,node1")
 	for _, name := range []string{"ec2-p3-trace.csv", "ec2-g4dn-trace.csv"} {
@@ -25,14 +25,14 @@ func FuzzParseTrace(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, text string) {
-		evs, err := ParseTrace(strings.NewReader(text))
+		evs, err := Parse(strings.NewReader(text))
 		if err != nil {
 			if evs != nil || !strings.HasPrefix(err.Error(), "line ") {
 				t.Fatalf("error %q with %d events: want one naming its line, and no events", err, len(evs))
 			}
 			return
 		}
-		if !slices.IsSortedFunc(evs, func(a, b TraceEvent) int { return cmp.Compare(a.At, b.At) }) {
+		if !slices.IsSortedFunc(evs, func(a, b Event) int { return cmp.Compare(a.At, b.At) }) {
 			t.Fatalf("events not in time order: %+v", evs)
 		}
 		var csv strings.Builder
@@ -46,7 +46,7 @@ func FuzzParseTrace(f *testing.F) {
 			}
 			fmt.Fprintf(&csv, "%d,%s,%s\n", e.At/time.Millisecond, op, e.Node)
 		}
-		again, err := ParseTrace(strings.NewReader(csv.String()))
+		again, err := Parse(strings.NewReader(csv.String()))
 		if err != nil || !slices.Equal(again, evs) {
 			t.Fatalf("written back as\n%s\nthe trace parses to %+v, %v; want %+v", csv.String(), again, err, evs)
 		}
