@@ -210,7 +210,7 @@ func (r *runner) run(ctx context.Context) error {
 		// The undisturbed run shares the CPUs with the chaos run; only its
 		// accuracy is compared, never its time.
 		go func() {
-			acc, err := baseline(ctx, r.RepoRoot, r.Epochs, r.Width)
+			acc, err := demo.Undisturbed(ctx, r.RepoRoot, r.Epochs, r.Width, desiredWorkers)
 			r.mu.Lock()
 			r.res.BaselineAccuracy = acc
 			r.mu.Unlock()
@@ -730,24 +730,7 @@ func (r *runner) maxStep() int {
 }
 
 func (r *runner) waitFor(ctx context.Context, what string, timeout time.Duration, f func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := f()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	return demo.WaitFor(ctx, what, timeout, 200*time.Millisecond, f)
 }
 
 func failed(j *etjobv1.ElasticJob) error {

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -76,16 +74,11 @@ func (o *chaosOptions) run(ctx context.Context) error {
 	if o.replay != "" {
 		return o.runReplay()
 	}
-	if o.repo == "" {
-		out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-		if err != nil {
-			return fmt.Errorf("--repo: not in a git work tree; pass the etjob repository")
-		}
-		o.repo = strings.TrimSpace(string(out))
+	repo, err := exampleRepo(o.repo)
+	if err != nil {
+		return err
 	}
-	if _, err := os.Stat(filepath.Join(o.repo, "examples/digits/train.py")); err != nil {
-		return fmt.Errorf("--repo %s: no examples/digits/train.py", o.repo)
-	}
+	o.repo = repo
 	if o.notice <= 0 {
 		return fmt.Errorf("--notice %s: want a positive notice (hard losses are part of the schedule)", o.notice)
 	}

@@ -55,16 +55,11 @@ kubectl get etjob,pods -w`,
 }
 
 func (o *demoOptions) run(ctx context.Context) error {
-	if o.repo == "" {
-		out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-		if err != nil {
-			return fmt.Errorf("--repo: not in a git work tree; pass the etjob repository")
-		}
-		o.repo = strings.TrimSpace(string(out))
+	repo, err := exampleRepo(o.repo)
+	if err != nil {
+		return err
 	}
-	if _, err := os.Stat(filepath.Join(o.repo, "examples/digits/train.py")); err != nil {
-		return fmt.Errorf("--repo %s: no examples/digits/train.py", o.repo)
-	}
+	o.repo = repo
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -121,4 +116,20 @@ func (o *demoOptions) runChurn(ctx context.Context, cl *localcluster.Cluster) er
 		fmt.Fprintf(w, "steps lost per join: %v\n", r.JoinLostSteps)
 	}
 	return err
+}
+
+// exampleRepo returns the etjob repository whose examples/ and python/ the
+// local-cluster stories run: --repo, else the current git work tree.
+func exampleRepo(repo string) (string, error) {
+	if repo == "" {
+		out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+		if err != nil {
+			return "", fmt.Errorf("--repo: not in a git work tree; pass the etjob repository")
+		}
+		repo = strings.TrimSpace(string(out))
+	}
+	if _, err := os.Stat(filepath.Join(repo, "examples/digits/train.py")); err != nil {
+		return "", fmt.Errorf("--repo %s: no examples/digits/train.py", repo)
+	}
+	return repo, nil
 }

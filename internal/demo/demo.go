@@ -91,15 +91,10 @@ type story struct {
 
 // Run tells the story and returns what happened.
 func Run(ctx context.Context, o Options) (*Result, error) {
-	cs, err := o.Cluster.Clientset()
+	s, err := newStory(o)
 	if err != nil {
 		return nil, err
 	}
-	c, err := newClient(o)
-	if err != nil {
-		return nil, err
-	}
-	s := &story{Options: o, cs: cs, c: c, res: &Result{}, seconds: map[string]float64{}, prices: map[string]float64{}}
 	return s.res, s.run(ctx)
 }
 
@@ -266,22 +261,34 @@ var accRe = regexp.MustCompile(`final accuracy=([\d.]+)`)
 
 // baseline runs the same training undisturbed with two local processes.
 func (s *story) baseline(ctx context.Context) (float64, error) {
+	return Undisturbed(ctx, s.RepoRoot, s.Epochs, s.Width, 2)
+}
+
+// baselinePort is the undisturbed run's rendezvous port: torchrun
+// --standalone binds the wildcard address on 29400, the port a job's
+// launcher binds on its pod IP when a run happens beside a job (etjob chaos).
+const baselinePort = 29431
+
+// Undisturbed runs the digits training with procs local processes and no
+// cluster, and returns its final accuracy: what the stories compare with.
+func Undisturbed(ctx context.Context, repo string, epochs, width, procs int) (float64, error) {
 	dir, err := os.MkdirTemp("", "etjob-baseline-")
 	if err != nil {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	cmd := exec.CommandContext(ctx, "/usr/bin/python3", "-m", "etjob.torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=2",
-		filepath.Join(s.RepoRoot, "examples/digits/train.py"), "--epochs", strconv.Itoa(s.Epochs))
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(s.RepoRoot, "python"), "ETJOB_CHECKPOINT_DIR="+dir,
-		"WIDTH="+strconv.Itoa(s.Width), "ETJOB_AGENT_ADDR=")
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", "-m", "etjob.torchrun", "--nnodes=1", fmt.Sprintf("--nproc_per_node=%d", procs),
+		"--rdzv_backend=c10d", fmt.Sprintf("--rdzv_endpoint=localhost:%d", baselinePort), "--rdzv_id=etjob-baseline",
+		filepath.Join(repo, "examples/digits/train.py"), "--epochs", strconv.Itoa(epochs))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(repo, "python"), "ETJOB_CHECKPOINT_DIR="+dir,
+		"WIDTH="+strconv.Itoa(width), "ETJOB_AGENT_ADDR=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return 0, fmt.Errorf("baseline run: %w\n%s", err, tail(string(out), 2000))
+		return 0, fmt.Errorf("undisturbed run: %w\n%s", err, tail(string(out), 2000))
 	}
 	m := accRe.FindStringSubmatch(string(out))
 	if m == nil {
-		return 0, fmt.Errorf("baseline run printed no final accuracy:\n%s", tail(string(out), 2000))
+		return 0, fmt.Errorf("the undisturbed run printed no final accuracy:\n%s", tail(string(out), 2000))
 	}
 	return strconv.ParseFloat(m[1], 64)
 }
@@ -401,6 +408,12 @@ func (s *story) conditionMessage(ctx context.Context, t string) string {
 }
 
 func (s *story) waitFor(ctx context.Context, what string, timeout time.Duration, f func() (bool, error)) error {
+	return WaitFor(ctx, what, timeout, 500*time.Millisecond, f)
+}
+
+// WaitFor calls f every interval until it reports true or an error, the
+// timeout passes (an error naming what was awaited) or ctx ends.
+func WaitFor(ctx context.Context, what string, timeout, interval time.Duration, f func() (bool, error)) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		ok, err := f()
@@ -416,7 +429,7 @@ func (s *story) waitFor(ctx context.Context, what string, timeout time.Duration,
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(interval):
 		}
 	}
 }
@@ -535,4 +548,27 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// Submit creates the digits example's PV, PVC and ElasticJob with the given
+// desired workers (min 2, max replicas+2), as the story does; `etjob chaos`
+// drives its own schedule on it.
+func Submit(ctx context.Context, o Options, replicas int) error {
+	s, err := newStory(o)
+	if err != nil {
+		return err
+	}
+	return s.submitSized(ctx, replicas)
+}
+
+func newStory(o Options) (*story, error) {
+	cs, err := o.Cluster.Clientset()
+	if err != nil {
+		return nil, err
+	}
+	c, err := newClient(o)
+	if err != nil {
+		return nil, err
+	}
+	return &story{Options: o, cs: cs, c: c, start: time.Now(), res: &Result{}, seconds: map[string]float64{}, prices: map[string]float64{}}, nil
 }

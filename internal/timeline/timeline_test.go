@@ -24,19 +24,7 @@ func at(d time.Duration) time.Time { return t0.Add(d) }
 
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./internal/timeline -update)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("%s (-want +got):\n%s", path, diff)
-	}
+	testutil.Golden(t, name, got, *update)
 }
 
 func entry(d time.Duration, typ string, gen int64, members int32, msg string) etjobv1.TimelineEvent {

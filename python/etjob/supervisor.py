@@ -118,15 +118,7 @@ class Supervisor:
             return False
         body = json.dumps({"step": int(step), "checkpointStep": int(checkpoint_step), "checkpointPath": checkpoint_path,
                            "checkpointSeconds": float(checkpoint_seconds), "samplesPerSecond": float(samples_per_second)}).encode()
-        query = urllib.parse.urlencode({"namespace": self.namespace, "pod": self.pod})
-        addr = self.agent_addr if "://" in self.agent_addr else "http://" + self.agent_addr
-        req = urllib.request.Request(addr + "/v1/progress?" + query, data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with open(self.token_path) as f:
-                req.add_header("Authorization", "Bearer " + f.read().strip())
-        except OSError:
-            pass
+        req = self._request("/v1/progress", body)
         try:
             with urllib.request.urlopen(req, timeout=1):
                 return True
@@ -136,14 +128,7 @@ class Supervisor:
 
     def poll_once(self):
         """poll_once asks the agent once and updates the cached signal."""
-        query = urllib.parse.urlencode({"namespace": self.namespace, "pod": self.pod})
-        addr = self.agent_addr if "://" in self.agent_addr else "http://" + self.agent_addr
-        req = urllib.request.Request(addr + "/v1/signal?" + query)
-        try:
-            with open(self.token_path) as f:
-                req.add_header("Authorization", "Bearer " + f.read().strip())
-        except OSError:
-            pass
+        req = self._request("/v1/signal")
         try:
             with urllib.request.urlopen(req, timeout=1) as resp:
                 got = json.load(resp)
@@ -161,6 +146,21 @@ class Supervisor:
         return True
 
     # -- internals -----------------------------------------------------------
+
+    def _request(self, path, body=None):
+        """_request is a request for this pod to the agent, carrying the pod's
+        service-account token (a POST of JSON when body is given)."""
+        query = urllib.parse.urlencode({"namespace": self.namespace, "pod": self.pod})
+        addr = self.agent_addr if "://" in self.agent_addr else "http://" + self.agent_addr
+        req = urllib.request.Request(addr + path + "?" + query, data=body, method="POST" if body is not None else "GET")
+        if body is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with open(self.token_path) as f:
+                req.add_header("Authorization", "Bearer " + f.read().strip())
+        except OSError:
+            pass
+        return req
 
     def _run(self):
         while not self._stop.is_set():

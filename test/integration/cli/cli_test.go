@@ -11,7 +11,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,6 +31,7 @@ import (
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/cli"
 	"github.com/etjob/etjob/internal/controller"
+	"github.com/etjob/etjob/internal/testutil"
 )
 
 var (
@@ -42,20 +42,17 @@ var (
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	root, err := testutil.RepoRoot()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "finding the repository root:", err)
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	root := strings.TrimSpace(string(out))
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		bin, err := exec.Command(filepath.Join(root, "hack/build-controlplane.sh")).Output()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "building the control plane (hack/build-controlplane.sh):", err)
-			return 1
-		}
-		os.Setenv("KUBEBUILDER_ASSETS", strings.TrimSpace(string(bin)))
+	assets, err := testutil.ControlPlaneAssets()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
+	os.Setenv("KUBEBUILDER_ASSETS", assets)
 	env := &envtest.Environment{
 		CRDInstallOptions: envtest.CRDInstallOptions{Paths: []string{filepath.Join(root, "config/crd/bases")}, ErrorIfPathMissing: true},
 	}
