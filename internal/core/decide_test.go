@@ -149,8 +149,7 @@ func TestDecide(t *testing.T) {
 				MakeLauncher(base().Obj()).Ready("od").Obj(),
 				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
 				MakeWorker(base().Obj(), 1).Ready("n1").Obj(),
-				MakeWorker(base().Obj(), 2).Annotation(etjobv1.AnnotationLeave, t0.Add(-time.Second).Format(time.RFC3339)).
-					Annotation(etjobv1.AnnotationLeaveReason, etjobv1.ReasonScaleIn).Node("n2").Exited(75, t0).Obj(),
+				MakeWorker(base().Obj(), 2).Told(t0.Add(-time.Second), etjobv1.ReasonScaleIn).Node("n2").Exited(75, t0).Obj(),
 			},
 			nodes:          nodes("od", "n0", "n1", "n2"),
 			wantDelete:     []string{"j-worker-2"},
@@ -331,10 +330,8 @@ func TestDecide(t *testing.T) {
 			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3})).Obj(),
 			pods: []*corev1.Pod{
 				MakeLauncher(base().Obj()).Ready("od").Obj(),
-				MakeWorker(base().Obj(), 0).Annotation(etjobv1.AnnotationLeave, t0.Add(-5*time.Second).Format(time.RFC3339)).
-					Annotation(etjobv1.AnnotationLeaveReason, etjobv1.ReasonLauncherMoving).Exited(etjobv1.ExitCodePreempted, t0).Obj(),
-				MakeWorker(base().Obj(), 1).Annotation(etjobv1.AnnotationLeave, t0.Add(-5*time.Second).Format(time.RFC3339)).
-					Annotation(etjobv1.AnnotationLeaveReason, etjobv1.ReasonLauncherMoving).Exited(etjobv1.ExitCodePreempted, t0).Obj(),
+				MakeWorker(base().Obj(), 0).Told(t0.Add(-5*time.Second), etjobv1.ReasonLauncherMoving).Exited(etjobv1.ExitCodePreempted, t0).Obj(),
+				MakeWorker(base().Obj(), 1).Told(t0.Add(-5*time.Second), etjobv1.ReasonLauncherMoving).Exited(etjobv1.ExitCodePreempted, t0).Obj(),
 			},
 			nodes:           map[string]*corev1.Node{"od": MakeNode("od").Notice(t0.Add(2*time.Minute), "aws").Obj()},
 			wantDelete:      []string{"j-launcher", "j-worker-0", "j-worker-1"},
@@ -347,10 +344,8 @@ func TestDecide(t *testing.T) {
 			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2})).Obj(),
 			pods: []*corev1.Pod{
 				MakeLauncher(base().Obj()).Ready("od").Obj(),
-				MakeWorker(base().Obj(), 0).Annotation(etjobv1.AnnotationLeave, t0.Add(-5*time.Second).Format(time.RFC3339)).
-					Annotation(etjobv1.AnnotationLeaveReason, etjobv1.ReasonLauncherMoving).Exited(etjobv1.ExitCodePreempted, t0).Obj(),
-				MakeWorker(base().Obj(), 1).Annotation(etjobv1.AnnotationLeave, t0.Add(-5*time.Second).Format(time.RFC3339)).
-					Annotation(etjobv1.AnnotationLeaveReason, etjobv1.ReasonLauncherMoving).Ready("n1").Obj(),
+				MakeWorker(base().Obj(), 0).Told(t0.Add(-5*time.Second), etjobv1.ReasonLauncherMoving).Exited(etjobv1.ExitCodePreempted, t0).Obj(),
+				MakeWorker(base().Obj(), 1).Told(t0.Add(-5*time.Second), etjobv1.ReasonLauncherMoving).Ready("n1").Obj(),
 			},
 			nodes:          map[string]*corev1.Node{"od": MakeNode("od").Notice(t0.Add(2*time.Minute), "aws").Obj(), "n1": MakeNode("n1").Obj()},
 			wantCondTrue:   []string{etjobv1.ConditionResizing},
@@ -525,8 +520,7 @@ func TestDecide(t *testing.T) {
 			job: base().Replicas(2).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3})).Obj(),
 			pods: []*corev1.Pod{
 				MakeLauncher(base().Obj()).Ready("od").Obj(),
-				MakeWorker(base().Obj(), 1).Annotation(etjobv1.AnnotationLeave, t0.Add(-5*time.Second).Format(time.RFC3339)).
-					Annotation(etjobv1.AnnotationLeaveReason, etjobv1.ReasonWaitingForCapacity).Node("n1").Exited(75, t0).Obj(),
+				MakeWorker(base().Obj(), 1).Told(t0.Add(-5*time.Second), etjobv1.ReasonWaitingForCapacity).Node("n1").Exited(75, t0).Obj(),
 				MakeWorker(base().Obj(), 2).Obj(),
 			},
 			nodes:          nodes("od", "n1"),

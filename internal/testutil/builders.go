@@ -156,6 +156,12 @@ func (p *PodWrapper) Ready(n string) *PodWrapper {
 	return p
 }
 
+// Told marks the pod as told to leave at t for reason (the controller's
+// etjob.dev/leave and etjob.dev/leave-reason annotations).
+func (p *PodWrapper) Told(t time.Time, reason string) *PodWrapper {
+	return p.Annotation(etjobv1.AnnotationLeave, t.Format(time.RFC3339)).Annotation(etjobv1.AnnotationLeaveReason, reason)
+}
+
 // ReadySince makes the pod Running and Ready on node n since t.
 func (p *PodWrapper) ReadySince(n string, t time.Time) *PodWrapper {
 	p.Ready(n)
