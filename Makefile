@@ -83,8 +83,8 @@ demo: ## The local demo: a cluster of process nodes, real torchrun training thro
 bench-local: ## Spot-path latencies on the local cluster with real training (docs/benchmarks.md).
 	hack/install-deps.sh
 	$(GO) build -o bin/etjob ./cmd/etjob
-	bin/etjob demo --churn 5 --notice 30s --width 96
-	bin/etjob demo --churn 5 --hard --width 96
+	bin/etjob demo --churn 10 --notice 30s --width 96 --epochs 80
+	bin/etjob demo --churn 5 --hard --width 96 --epochs 80
 
 # The spot availability traces (../shared/traces, beside the repository).
 TRACES ?= ../shared/traces
