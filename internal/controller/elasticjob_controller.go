@@ -215,14 +215,41 @@ func withStatus(job *etjobv1.ElasticJob, plan *core.Plan) *etjobv1.ElasticJob {
 	return j
 }
 
-// ensureSupporting creates the Service, membership ConfigMap and (horovod)
-// launcher RBAC when missing, and updates the ConfigMap when the membership
-// changed. Reads go to the cache: a steady job costs no writes.
+// ensureSupporting creates the Service and, for horovod, the membership
+// ConfigMap and launcher RBAC when missing, and updates the ConfigMap when the
+// membership changed. Reads go to the cache: a steady job costs no writes.
+// torchrun's workers find each other through the rendezvous, not the
+// ConfigMap, so a torchrun job has none: its membership is published in
+// status alone, one write per change (issue #6's 2k+3 writes per scale-out).
 func (r *ElasticJobReconciler) ensureSupporting(ctx context.Context, job *etjobv1.ElasticJob, plan *core.Plan) error {
 	if meta.IsStatusConditionTrue(plan.Status.Conditions, etjobv1.ConditionComplete) ||
 		meta.IsStatusConditionTrue(plan.Status.Conditions, etjobv1.ConditionFailed) {
 		return nil
 	}
+	objs := []client.Object{render.Service(job)}
+	if job.Spec.Framework == etjobv1.FrameworkHorovod {
+		if err := r.publishHosts(ctx, job, plan); err != nil {
+			return err
+		}
+		sa, role, rb := render.LauncherRBAC(job)
+		objs = append(objs, sa, role, rb)
+	}
+	for _, o := range objs {
+		existing := o.DeepCopyObject().(client.Object)
+		err := r.Get(ctx, client.ObjectKeyFromObject(o), existing)
+		if apierrors.IsNotFound(err) {
+			err = r.Create(ctx, o)
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// publishHosts creates the membership ConfigMap of a horovod job, or updates
+// it when the membership changed.
+func (r *ElasticJobReconciler) publishHosts(ctx context.Context, job *etjobv1.ElasticJob, plan *core.Plan) error {
 	want := render.ConfigMap(job, plan.Status.Membership)
 	cm := &corev1.ConfigMap{}
 	switch err := r.Get(ctx, client.ObjectKeyFromObject(want), cm); {
@@ -236,21 +263,6 @@ func (r *ElasticJobReconciler) ensureSupporting(ctx context.Context, job *etjobv
 		cm.Data = want.Data
 		if err := r.Update(ctx, cm); err != nil {
 			return fmt.Errorf("publishing membership in ConfigMap %s: %w", want.Name, err)
-		}
-	}
-	objs := []client.Object{render.Service(job)}
-	if job.Spec.Framework == etjobv1.FrameworkHorovod {
-		sa, role, rb := render.LauncherRBAC(job)
-		objs = append(objs, sa, role, rb)
-	}
-	for _, o := range objs {
-		existing := o.DeepCopyObject().(client.Object)
-		err := r.Get(ctx, client.ObjectKeyFromObject(o), existing)
-		if apierrors.IsNotFound(err) {
-			err = r.Create(ctx, o)
-		}
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
 		}
 	}
 	return nil

@@ -75,8 +75,8 @@ const (
 	TimelineLimit = 64
 	// JoinBatchWindow: while a running job has other workers bound to nodes
 	// and starting, a newly ready worker waits up to this long to join the
-	// membership with them: one membership change per scale-out (one
-	// ConfigMap and status write, one restart of the workers) instead of one
+	// membership with them: one membership change per scale-out (one status
+	// write, plus the ConfigMap for horovod; one restart of the workers) instead of one
 	// per worker (issue #6's 2k+3 writes; the trace simulator's join restarts).
 	JoinBatchWindow = 5 * time.Second
 )
