@@ -197,14 +197,27 @@ func (d *Debouncer) Observe(n Notice, err error, now time.Time) (Notice, bool) {
 // that the current notice (possibly None) is known rather than assumed.
 func (d *Debouncer) Settled() bool { return d.settled }
 
-// Watch polls src every interval until ctx ends and calls onChange with each
-// newly reported notice, and once with the first settled notice even if it is
-// None (the caller then knows the answer).
+// Confirming reports whether a reading that differs from what is reported
+// waits for its confirmation.
+func (d *Debouncer) Confirming() bool {
+	return d.count > 0 && d.count < max(d.Confirm, 1) && (!d.settled || !d.candidate.Equal(d.raw))
+}
+
+// ConfirmInterval is the time between the readings that confirm a change: a
+// new notice is believed ~100 ms after it was first read, not a whole poll
+// interval later (issue #4's notice → check_alive() ≤ 1 s), and a flapping or
+// malformed answer still needs Confirm identical readings in a row.
+const ConfirmInterval = 100 * time.Millisecond
+
+// Watch polls src every interval (every ConfirmInterval while a change is
+// being confirmed) until ctx ends and calls onChange with each newly reported
+// notice, and once with the first settled notice even if it is None (the
+// caller then knows the answer).
 func Watch(ctx context.Context, src Source, interval time.Duration, d *Debouncer, now func() time.Time, onChange func(Notice)) {
 	if now == nil {
 		now = time.Now
 	}
-	t := time.NewTicker(interval)
+	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
 		n, err := src.Poll(ctx)
@@ -215,6 +228,11 @@ func Watch(ctx context.Context, src Source, interval time.Duration, d *Debouncer
 		if got, changed := d.Observe(n, err, now()); changed || (!wasSettled && d.Settled()) {
 			onChange(got)
 		}
+		wait := interval
+		if d.Confirming() {
+			wait = min(interval, ConfirmInterval)
+		}
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return

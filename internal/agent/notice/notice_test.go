@@ -604,6 +604,51 @@ func TestWatch(t *testing.T) {
 	next(notice.None)
 }
 
+// TestWatchConfirmsQuickly: the reading that confirms a change comes
+// ConfirmInterval after the first, not a poll interval (here an hour) later.
+func TestWatchConfirmsQuickly(t *testing.T) {
+	emu := metadata.New()
+	emu.SetReclaim(metadata.AWS, time.Now().Add(time.Minute))
+	src, _ := notice.New(notice.ProviderAWS, notice.Options{BaseURL: serve(t, emu)})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan notice.Notice, 1)
+	go notice.Watch(ctx, src, time.Hour, &notice.Debouncer{Confirm: 2}, nil, func(n notice.Notice) { got <- n })
+	select {
+	case n := <-got:
+		if n.Kind != notice.Reclaim {
+			t.Fatalf("onChange(%+v), want a reclaim", n)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reclaim was not confirmed before the next hourly poll")
+	}
+}
+
+func TestDebouncerConfirming(t *testing.T) {
+	d := &notice.Debouncer{Confirm: 2}
+	now := time.Now()
+	reclaim := notice.Notice{Kind: notice.Reclaim, Deadline: now.Add(time.Minute)}
+	steps := []struct {
+		n    notice.Notice
+		want bool
+	}{
+		{notice.Notice{}, true},  // the first answer is not settled yet
+		{notice.Notice{}, false}, // settled: None
+		{notice.Notice{}, false}, // nothing new
+		{reclaim, true},          // a change waits for its confirmation
+		{reclaim, false},         // confirmed
+		{reclaim, false},
+		{notice.Notice{}, true}, // a withdrawal is confirmed the same way
+		{reclaim, false},        // flapping back to what is reported: nothing to confirm
+	}
+	for i, s := range steps {
+		d.Observe(s.n, nil, now)
+		if got := d.Confirming(); got != s.want {
+			t.Errorf("reading %d (%v): Confirming() = %v, want %v", i, s.n.Kind, got, s.want)
+		}
+	}
+}
+
 // TestDetect finds a provider that answers and none where nothing listens.
 func TestDetect(t *testing.T) {
 	var calls atomic.Int32
