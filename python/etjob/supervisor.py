@@ -42,7 +42,7 @@ class Supervisor:
     """Supervisor polls the node agent and tracks SIGTERM for one pod."""
 
     def __init__(self, agent_addr=None, namespace=None, pod=None, token_path=TOKEN_PATH,
-                 interval=0.2, install_sigterm=True, log=None):
+                 interval=0.1, install_sigterm=True, log=None):
         self.agent_addr = agent_addr if agent_addr is not None else os.environ.get("ETJOB_AGENT_ADDR", "")
         self.namespace = namespace or os.environ.get("ETJOB_NAMESPACE", "default")
         self.pod = pod or os.environ.get("ETJOB_POD_NAME") or os.environ.get("HOSTNAME", "")

@@ -92,8 +92,9 @@ def _patch_rendezvous(poll):
     restarts knows how many nodes the next round will have: the nodes of the
     round it ran in, minus those that marked themselves as leaving
     (_leave_early), plus the new ones waiting. The round closes the moment
-    they have all joined. When that is unknown (the first round, a node lost
-    without a notice) torch's own rule applies: last_call_timeout after
+    they have all joined, whichever node joined last
+    (_complete_when_expected). When that is unknown (the first round, a node
+    lost without a notice) torch's own rule applies: last_call_timeout after
     min_nodes joined.
     """
     import dataclasses
@@ -131,6 +132,26 @@ def _patch_rendezvous(poll):
             self._settings = self._op_executor._settings = settings
 
     dr.DynamicRendezvousHandler.next_rendezvous = next_rendezvous
+    dr._RendezvousJoinOp.__call__ = _complete_when_expected(dr._RendezvousJoinOp.__call__)
+
+
+def _complete_when_expected(join):
+    """torch completes a round below max_nodes only in add_to_participants,
+    with the settings of the node that adds itself last: when that is a
+    joiner, whose max_nodes is the job's, not the expected count, the round
+    waited out last_call_timeout (3 s; the ~5 s join pauses measured in
+    session 2). Here any participant whose (narrowed) max_nodes the round has
+    reached completes it on its next poll."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    def call(self, ctx, deadline):
+        state = ctx.state
+        if (not state.closed and not state.complete and ctx.node in state.participants
+                and len(state.participants) >= ctx.settings.max_nodes and time.monotonic() <= deadline):
+            return dr._Action.MARK_RENDEZVOUS_COMPLETE
+        return join(self, ctx, deadline)
+
+    return call
 
 
 _rounds = {}  # id(handler) -> the nodes of the last round it joined

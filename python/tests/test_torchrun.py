@@ -1,0 +1,52 @@
+import dataclasses
+import time
+import unittest
+from datetime import datetime, timedelta
+
+try:
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+    from etjob import torchrun
+except ImportError:  # pragma: no cover
+    dr = None
+
+
+@unittest.skipIf(dr is None, "needs torch (/usr/bin/python3 with python3-torch)")
+class CompleteWhenExpectedTest(unittest.TestCase):
+    """A round the members expect N+1 nodes in completes as soon as N+1 have
+    joined, even when the last to join was a joiner whose own max_nodes is the
+    job's maximum (it used to wait out last_call_timeout)."""
+
+    def setUp(self):
+        self.join = torchrun._complete_when_expected(dr._RendezvousJoinOp.__call__)
+        self.settings = dr.RendezvousSettings(
+            run_id="r", min_nodes=1, max_nodes=6, timeout=dr.RendezvousTimeout(last_call=timedelta(seconds=3)),
+            keep_alive_interval=timedelta(seconds=5), keep_alive_max_attempt=3)
+        self.nodes = [dr._NodeDesc("n%d" % i, 1, 0) for i in range(4)]
+
+    def act(self, node, participants, max_nodes, complete=False):
+        state = dr._RendezvousState()
+        state.round = 2
+        state.complete = complete
+        for n in participants:
+            state.participants[n] = 0
+            state.last_heartbeats[n] = datetime.utcnow()
+        state.deadline = datetime.utcnow() + timedelta(seconds=3)  # the last call, as torch set it
+        settings = dataclasses.replace(self.settings, max_nodes=max_nodes)
+        return self.join(dr._RendezvousJoinOp(), dr._RendezvousContext(node, state, settings), time.monotonic() + 60)
+
+    def test_member_completes_once_the_expected_nodes_joined(self):
+        # members n0..n2 expect 4 nodes; the joiner n3 added itself last.
+        self.assertEqual(self.act(self.nodes[0], self.nodes, max_nodes=4), dr._Action.MARK_RENDEZVOUS_COMPLETE)
+
+    def test_member_waits_while_some_are_missing(self):
+        self.assertNotEqual(self.act(self.nodes[0], self.nodes[:3], max_nodes=4), dr._Action.MARK_RENDEZVOUS_COMPLETE)
+
+    def test_torch_rules_otherwise(self):
+        # the joiner's own settings (max 6) do not complete a round of 4;
+        self.assertNotEqual(self.act(self.nodes[3], self.nodes, max_nodes=6), dr._Action.MARK_RENDEZVOUS_COMPLETE)
+        # a complete round is left alone.
+        self.assertEqual(self.act(self.nodes[0], self.nodes, max_nodes=4, complete=True), dr._Action.FINISH)
+
+
+if __name__ == "__main__":
+    unittest.main()
