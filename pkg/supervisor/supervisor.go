@@ -12,7 +12,7 @@
 //		train(step)
 //	}
 //
-// Start polls the agent ($ETJOB_AGENT_ADDR, node-local) every ~200 ms in the
+// Start polls the agent ($ETJOB_AGENT_ADDR, node-local) every ~100 ms in the
 // background, proving who the pod is with its projected service-account token;
 // CheckAlive reads that cache and costs nothing. A SIGTERM (the pod is being
 // deleted: the last resort) also makes CheckAlive false instead of killing the
@@ -96,7 +96,7 @@ type Options struct {
 	Namespace, Pod string
 	// TokenPath is the projected service-account token (TokenPath).
 	TokenPath string
-	// Interval between polls (200 ms).
+	// Interval between polls (100 ms).
 	Interval time.Duration
 	// NoSIGTERM leaves SIGTERM alone (by default it turns into a stop).
 	NoSIGTERM bool
@@ -137,7 +137,7 @@ func New(o Options) *Supervisor {
 		o.TokenPath = TokenPath
 	}
 	if o.Interval <= 0 {
-		o.Interval = 200 * time.Millisecond
+		o.Interval = 100 * time.Millisecond
 	}
 	if o.Log == nil {
 		o.Log = func(msg string) { fmt.Fprintln(os.Stderr, "etjob.supervisor: "+msg) }
