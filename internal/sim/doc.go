@@ -19,8 +19,10 @@
 // a notice shorter than the stop and the checkpoint, or a pod deleted too
 // early) is a hard loss: the work since the last completed checkpoint is
 // rolled back and the survivors restart after the hard-loss pause. Beside it
-// run a checkpoint-restart baseline and an all-on-demand job under the same
-// samples-per-worker model, so the ratios between them are honest.
+// run the checkpoint-restart baselines (a classic fixed-size job at its best
+// size in hindsight, and two elastic ones that restart at the size
+// available) and an all-on-demand job under the same samples-per-worker
+// model, so the ratios between them are honest.
 //
 // Everything is deterministic and reads no clock: the same trace and
 // parameters give the same results.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -42,8 +43,13 @@ type Row struct {
 	// sample as fractions of the on-demand job's.
 	GoodputVsOnDemand float64 `json:"goodputVsOnDemand"`
 	CostVsOnDemand    float64 `json:"costPerSampleVsOnDemand"`
-	// GoodputVsRestart: goodput over the better checkpoint-restart baseline's.
+	// GoodputVsRestart: goodput over the better elastic checkpoint-restart
+	// baseline's (checkpoint-restart or +grow: restarts at the size
+	// available).
 	GoodputVsRestart float64 `json:"goodputVsCheckpointRestart"`
+	// GoodputVsFixed: goodput over the fixed-size checkpoint-restart
+	// baseline's at its best size in hindsight (issue #6's baseline).
+	GoodputVsFixed float64 `json:"goodputVsFixedSizeRestart"`
 }
 
 // Scenario is the strategies side by side under one price and notice.
@@ -69,7 +75,19 @@ type Comparison struct {
 	Params      ParamsView `json:"params"`
 	Scenarios   []Scenario `json:"scenarios"`
 	Sensitivity []Row      `json:"resumePauseSensitivity"`
-	Goals       []Goal     `json:"goals"`
+	// FixedSizeSweep is the fixed-size baseline's goodput at every size from
+	// minReplicas to replicas; FixedSize the best of them, the one its rows
+	// show.
+	FixedSizeSweep []SizePoint `json:"fixedSizeSweep"`
+	FixedSize      int         `json:"fixedSize"`
+	// FixedSizeIntervals is the fixed-size baseline's best size and goodput
+	// under other rules for its checkpoint interval (FixedIntervalVariants).
+	FixedSizeIntervals []FixedVariant `json:"fixedSizeIntervalSensitivity"`
+	// CapacityGoodput is the most goodput any strategy of at most N workers
+	// can reach on the trace: rate x the integral of min(N, nodes alive) over
+	// the span, per second, with no pause and no loss.
+	CapacityGoodput float64 `json:"capacityGoodput"`
+	Goals           []Goal  `json:"goals"`
 }
 
 // ParamsView is Params in seconds, for reports.
@@ -104,7 +122,8 @@ const (
 	GoalVsRestart      = 2.0
 )
 
-// Compare runs etjob, the checkpoint-restart baselines and on-demand on the
+// Compare runs etjob, the checkpoint-restart baselines (the fixed-size one at
+// its best size in hindsight, and the two elastic ones) and on-demand on the
 // trace: at Params' prices and notice, and at CheapFraction of the on-demand
 // price with CheapProvider's notice; then etjob at each of Pauses.
 func Compare(tr *Trace, o Options) (*Comparison, error) {
@@ -128,6 +147,17 @@ func Compare(tr *Trace, o Options) (*Comparison, error) {
 	if err != nil {
 		return nil, err
 	}
+	fixed, sweep, err := BestRestartFixed(tr, p)
+	if err != nil {
+		return nil, err
+	}
+	c.FixedSizeSweep, c.FixedSize = sweep, fixed.FixedSize
+	if c.FixedSizeIntervals, err = FixedIntervalVariants(tr, p, fixed); err != nil {
+		return nil, err
+	}
+	if span := tr.Span(); span > 0 {
+		c.CapacityGoodput = p.Rate * tr.capacitySeconds(int(p.Replicas)) / span.Seconds()
+	}
 	od, err := RunOnDemand(tr, p)
 	if err != nil {
 		return nil, err
@@ -144,6 +174,9 @@ func Compare(tr *Trace, o Options) (*Comparison, error) {
 		if best > 0 {
 			out.GoodputVsRestart = r.Goodput / best
 		}
+		if fixed.Goodput > 0 {
+			out.GoodputVsFixed = r.Goodput / fixed.Goodput
+		}
 		return out
 	}
 
@@ -154,7 +187,7 @@ func Compare(tr *Trace, o Options) (*Comparison, error) {
 	c.Scenarios = append(c.Scenarios, Scenario{
 		Name:      fmt.Sprintf("spot $%.2f/h vs on-demand $%.2f/h, %s notice", p.SpotPrice, p.OnDemandPrice, p.Provider),
 		SpotPrice: p.SpotPrice, OnDemandPrice: p.OnDemandPrice,
-		Rows: []Row{row(el, od), row(restart, od), row(grow, od), row(od, od)},
+		Rows: []Row{row(el, od), row(fixed, od), row(restart, od), row(grow, od), row(od, od)},
 	})
 
 	cheap := p
@@ -168,7 +201,7 @@ func Compare(tr *Trace, o Options) (*Comparison, error) {
 	c.Scenarios = append(c.Scenarios, Scenario{
 		Name:      fmt.Sprintf("spot at %.0f%% of on-demand ($%.3f/h), %s notice", o.CheapFraction*100, sp, o.CheapProvider),
 		SpotPrice: sp, OnDemandPrice: p.OnDemandPrice,
-		Rows: []Row{row(elCheap, od), row(restart.AtPrice(sp), od), row(grow.AtPrice(sp), od), row(od, od)},
+		Rows: []Row{row(elCheap, od), row(fixed.AtPrice(sp), od), row(restart.AtPrice(sp), od), row(grow.AtPrice(sp), od), row(od, od)},
 	})
 
 	for _, pause := range o.Pauses {
@@ -187,7 +220,11 @@ func Compare(tr *Trace, o Options) (*Comparison, error) {
 			Target: fmt.Sprintf("<= %.2f", GoalCostRatio), Met: first.CostVsOnDemand <= GoalCostRatio},
 		{Name: "etjob cost per committed sample vs on-demand, " + c.Scenarios[1].Name, Value: second.CostVsOnDemand,
 			Target: fmt.Sprintf("<= %.2f", GoalCheapCostRatio), Met: second.CostVsOnDemand <= GoalCheapCostRatio},
-		{Name: "etjob goodput vs the better checkpoint-restart baseline, " + p.Provider.String() + " notice", Value: first.GoodputVsRestart,
+		{Name: fmt.Sprintf("etjob goodput vs checkpoint-restart (fixed size, issue #6's baseline; S = %d, the best of %d..%d in hindsight), %s notice",
+			c.FixedSize, p.MinReplicas, p.Replicas, p.Provider), Value: first.GoodputVsFixed,
+			Target: fmt.Sprintf(">= %.1f", GoalVsRestart), Met: first.GoodputVsFixed >= GoalVsRestart},
+		{Name: "etjob goodput vs the better elastic checkpoint-restart baseline (restarts at the size available: stronger than issue #6's), " +
+			p.Provider.String() + " notice", Value: first.GoodputVsRestart,
 			Target: fmt.Sprintf(">= %.1f", GoalVsRestart), Met: first.GoodputVsRestart >= GoalVsRestart},
 	}
 	return c, nil
@@ -220,7 +257,7 @@ func WriteTable(w io.Writer, c *Comparison) error {
 		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, r := range s.Rows {
 			fmt.Fprintf(&b, "| %s | %s | %.0f | %.2f | %.3f | **%.3f** | %s | %d (%d) | %.0f worker-s | %s | %d (%d) | %s |\n",
-				r.Strategy, r.Notice, r.Goodput, r.GoodputVsOnDemand, r.CostPerMillion, r.CostVsOnDemand,
+				strategyName(r.Result), r.Notice, r.Goodput, r.GoodputVsOnDemand, r.CostPerMillion, r.CostVsOnDemand,
 				seconds(r.BelowMinSeconds), r.Losses, r.HardLosses, r.LostPerLoss/p.RatePerWorker, seconds(r.PauseSeconds),
 				r.Restarts, r.JoinRestarts, seconds(r.CheckpointSeconds))
 		}
@@ -228,13 +265,48 @@ func WriteTable(w io.Writer, c *Comparison) error {
 	}
 	if len(c.Sensitivity) > 0 {
 		b.WriteString("etjob's sensitivity to the resume pause (first scenario):\n\n")
-		b.WriteString("| resume pause | goodput (samples/s) | × on-demand | $ per M samples | × on-demand | × checkpoint-restart goodput |\n")
-		b.WriteString("|---|---|---|---|---|---|\n")
+		b.WriteString("| resume pause | goodput (samples/s) | × on-demand | $ per M samples | × on-demand | × fixed-size checkpoint-restart goodput | × better elastic checkpoint-restart goodput |\n")
+		b.WriteString("|---|---|---|---|---|---|---|\n")
 		for _, r := range c.Sensitivity {
-			fmt.Fprintf(&b, "| %gs | %.0f | %.2f | %.3f | %.3f | %.2f |\n", r.ResumePauseSeconds, r.Goodput, r.GoodputVsOnDemand,
-				r.CostPerMillion, r.CostVsOnDemand, r.GoodputVsRestart)
+			fmt.Fprintf(&b, "| %gs | %.0f | %.2f | %.3f | %.3f | %.2f | %.2f |\n", r.ResumePauseSeconds, r.Goodput, r.GoodputVsOnDemand,
+				r.CostPerMillion, r.CostVsOnDemand, r.GoodputVsFixed, r.GoodputVsRestart)
 		}
 		b.WriteString("\n")
+	}
+	if len(c.FixedSizeSweep) > 0 {
+		b.WriteString("Checkpoint-restart (fixed size): goodput (samples/s) by size S; the rows above use the best, S = " +
+			strconv.Itoa(c.FixedSize) + ", chosen in hindsight:\n\n")
+		var pts []string
+		for _, s := range c.FixedSizeSweep {
+			pts = append(pts, fmt.Sprintf("%d: %.0f", s.Size, s.Goodput))
+		}
+		b.WriteString(strings.Join(pts, ", ") + "\n\n")
+	}
+	if len(c.FixedSizeIntervals) > 0 && len(c.Scenarios) > 0 && len(c.Scenarios[0].Rows) > 0 {
+		el := c.Scenarios[0].Rows[0]
+		b.WriteString("The fixed-size baseline under other rules for its checkpoint interval (each at its best S; the trace's losses " +
+			"are not a Poisson process, so where the checkpoints fall against them moves its goodput):\n\n")
+		b.WriteString("| checkpoint interval | S | checkpoint every | goodput (samples/s) | etjob × it |\n")
+		b.WriteString("|---|---|---|---|---|\n")
+		for _, v := range c.FixedSizeIntervals {
+			fmt.Fprintf(&b, "| %s | %d | %s | %.0f | %.2f |\n", v.Rule, v.Size, seconds(v.IntervalSeconds), v.Goodput, ratio(el.Goodput, v.Goodput))
+		}
+		b.WriteString("\n")
+	}
+	if c.CapacityGoodput > 0 && len(c.Scenarios) > 0 && len(c.Scenarios[0].Rows) > 0 {
+		rows := c.Scenarios[0].Rows
+		var fixed, elastic float64
+		for _, r := range rows {
+			switch r.Strategy {
+			case StrategyRestartFixed:
+				fixed = r.Goodput
+			case StrategyRestart, StrategyRestartGrow:
+				elastic = max(elastic, r.Goodput)
+			}
+		}
+		fmt.Fprintf(&b, "Upper bound: the trace's capacity (the integral of min(%d, nodes alive), no pause, no loss) is %.0f samples/s; "+
+			"etjob reaches %.0f%% of it. No strategy can exceed %.2f× the fixed-size baseline or %.2f× the better elastic one on this trace.\n\n",
+			p.Replicas, c.CapacityGoodput, 100*rows[0].Goodput/c.CapacityGoodput, ratio(c.CapacityGoodput, fixed), ratio(c.CapacityGoodput, elastic))
 	}
 	b.WriteString("Goals:\n\n")
 	for _, g := range c.Goals {
@@ -258,6 +330,23 @@ func WriteTable(w io.Writer, c *Comparison) error {
 	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// strategyName is a row's strategy as the table shows it: the fixed-size
+// baseline with its size.
+func strategyName(r Result) string {
+	if r.Strategy == StrategyRestartFixed {
+		return fmt.Sprintf("checkpoint-restart (fixed size, S = %d)", r.FixedSize)
+	}
+	return r.Strategy
+}
+
+// ratio is a / b, or 0 where b is not positive.
+func ratio(a, b float64) float64 {
+	if !(b > 0) {
+		return 0
+	}
+	return a / b
 }
 
 func seconds(s float64) string {

@@ -7,13 +7,19 @@ const (
 	StrategyElastic     = "etjob"
 	StrategyRestart     = "checkpoint-restart"
 	StrategyRestartGrow = "checkpoint-restart+grow"
-	StrategyOnDemand    = "on-demand"
+	// StrategyRestartFixed is the non-elastic checkpoint-restart job of a
+	// fixed size (RunRestartFixed).
+	StrategyRestartFixed = "checkpoint-restart (fixed size)"
+	StrategyOnDemand     = "on-demand"
 )
 
 // Result is what one strategy achieved on one trace.
 type Result struct {
 	Strategy string `json:"strategy"`
-	Trace    string `json:"trace"`
+	// FixedSize is the size S of the fixed-size checkpoint-restart job (0
+	// for the other strategies).
+	FixedSize int    `json:"fixedSize,omitempty"`
+	Trace     string `json:"trace"`
 	// Notice is the provider's notice as replayed ("aws 120s").
 	Notice string `json:"notice"`
 	// ResumePauseSeconds is the planned-change restart pause in effect.

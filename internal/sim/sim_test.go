@@ -267,6 +267,137 @@ func TestRestartHandTraces(t *testing.T) {
 	}
 }
 
+// TestRestartFixedHandTraces replays tiny traces through the fixed-size
+// checkpoint-restart job; each answer is worked out by hand in its comment
+// (handParams: 1 sample/s per worker, checkpoint 2 s, hard-loss pause 5 s).
+func TestRestartFixedHandTraces(t *testing.T) {
+	cases := map[string]struct {
+		lines    []string
+		replicas int32
+		size     int
+		interval time.Duration
+
+		wantSamples, wantLost, wantWait float64
+		wantHard, wantRestarts          int
+		wantInterval                    time.Duration
+	}{
+		// S = 2: one node at 0 s, so it waits; the second at 100 s starts
+		// it (restart until 105 s). The loss of n2 at 500 s rolls back all
+		// 2 x 395 s (no checkpoint in 1 h) and, with one node left, it
+		// waits again until n3 comes at 600 s: restart until 605 s, then
+		// 2 x 395 s to the end.
+		"waits for S nodes": {
+			lines:    []string{"0,add,n1", "100000,add,n2", "500000,remove,n2", "600000,add,n3", "1000000,add,end"},
+			replicas: 3, size: 2, interval: time.Hour,
+			wantSamples: 2 * 395, wantLost: 2 * 395, wantWait: 100 + 100, wantHard: 1, wantRestarts: 2,
+		},
+		// S = 2 of three nodes: it runs on n1 and n2 (the first to come)
+		// from 5 s, checkpointing every 100 s of training (2 s each, done at
+		// 107, 209, 311, 413 s). n1 goes at 500 s: 2 x 87 s are lost and it
+		// restarts at once on n2 and the spare n3 (until 505 s), then
+		// checkpoints at 607, 709, 811, 913 s and trains 87 s more.
+		"a spare node replaces the lost one": {
+			lines:    []string{"0,add,n1", "0,add,n2", "0,add,n3", "500000,remove,n1", "1000000,add,end"},
+			replicas: 3, size: 2, interval: 100 * time.Second,
+			wantSamples: 4*200 + 4*200 + 2*87, wantLost: 2 * 87, wantHard: 1, wantRestarts: 2,
+		},
+		// The node outside the job goes; the job never notices.
+		"a loss outside the job": {
+			lines:    []string{"0,add,n1", "0,add,n2", "0,add,n3", "500000,remove,n3", "1000000,add,end"},
+			replicas: 3, size: 2, interval: time.Hour,
+			wantSamples: 2 * 995, wantRestarts: 1,
+		},
+		// It never grows: S = 1 stays on n1 when n2 comes.
+		"no growth": {
+			lines:    []string{"0,add,n1", "100000,add,n2", "1000000,add,end"},
+			replicas: 2, size: 1, interval: time.Hour,
+			wantSamples: 995, wantRestarts: 1,
+		},
+		// Young/Daly of its own losses: the trace removes nodes at 4
+		// distinct times in 1600 s (MTBF 400 s: sqrt(2 x 2 s x 400 s) = 40 s,
+		// the elastic baselines' interval), but only the loss of n2 at 1000 s
+		// hits the job on n1 and n2, which holds its nodes all 1600 s: MTBF
+		// 1600 s, so sqrt(2 x 2 s x 1600 s) = 80 s, and a replay at 80 s
+		// still sees that one loss. Checkpoints end at 87 + 82k s; the last
+		// before the loss at 989 s (12 of them, 2 x 80 s each); 2 x 11 s are
+		// lost; it restarts on n1 and the spare n5 until 1005 s, checkpoints
+		// 7 times (the last done at 1579 s) and trains 21 s more.
+		"young/daly of its own losses": {
+			lines: []string{"0,add,n1", "0,add,n2", "0,add,n3", "0,add,n4", "100000,remove,n3", "200000,remove,n4",
+				"300000,add,n5", "300000,add,n6", "400000,remove,n6", "1000000,remove,n2", "1600000,add,end"},
+			replicas: 4, size: 2,
+			wantSamples: 12*160 + 7*160 + 2*21, wantLost: 2 * 11, wantHard: 1, wantRestarts: 2, wantInterval: 80 * time.Second,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := handParams()
+			p.Replicas, p.MinReplicas = tc.replicas, 1
+			p.CheckpointInterval = tc.interval
+			tr := trace(t, tc.lines...)
+			r, err := RunRestartFixed(tr, p, tc.size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !near(r.Samples, tc.wantSamples) || !near(r.LostSamples, tc.wantLost) || !near(r.BelowMinSeconds, tc.wantWait) {
+				t.Errorf("samples %v lost %v waited %v, want %v %v %v", r.Samples, r.LostSamples, r.BelowMinSeconds,
+					tc.wantSamples, tc.wantLost, tc.wantWait)
+			}
+			if r.HardLosses != tc.wantHard || r.NoticedLosses != 0 || r.Restarts != tc.wantRestarts || r.Joins != 0 {
+				t.Errorf("hard %d noticed %d restarts %d joins %d, want %d 0 %d 0", r.HardLosses, r.NoticedLosses, r.Restarts, r.Joins,
+					tc.wantHard, tc.wantRestarts)
+			}
+			if tc.wantInterval > 0 && !near(r.CheckpointSeconds, tc.wantInterval.Seconds()) {
+				t.Errorf("checkpoint every %vs, want %v", r.CheckpointSeconds, tc.wantInterval)
+			}
+			// Spot cost: every trace node-hour, as for the other strategies.
+			if r.Strategy != StrategyRestartFixed || r.FixedSize != tc.size || r.NodeSeconds != tr.Stats().NodeSeconds ||
+				!near(r.Cost, tr.Stats().NodeSeconds/3600*p.SpotPrice) {
+				t.Errorf("strategy %q size %d node-s %v cost %v", r.Strategy, r.FixedSize, r.NodeSeconds, r.Cost)
+			}
+		})
+	}
+}
+
+// TestBestRestartFixed: on nodes n1, n2 all along and n3 from 100 s to
+// 500 s, S = 1 trains 995 s on one node, S = 2 995 s on two, and S = 3
+// starts at 100 s and loses everything at 500 s (no checkpoint in 1 h), then
+// waits; the best size is 2.
+func TestBestRestartFixed(t *testing.T) {
+	p := handParams()
+	p.Replicas, p.MinReplicas = 3, 1
+	tr := trace(t, "0,add,n1", "0,add,n2", "100000,add,n3", "500000,remove,n3", "1000000,add,end")
+	best, sweep, err := BestRestartFixed(tr, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []SizePoint{{1, 0.995}, {2, 1.99}, {3, 0}}
+	if len(sweep) != len(want) {
+		t.Fatalf("sweep %+v, want %+v", sweep, want)
+	}
+	for i := range want {
+		if sweep[i].Size != want[i].Size || !near(sweep[i].Goodput, want[i].Goodput) {
+			t.Errorf("sweep %+v, want %+v", sweep, want)
+		}
+	}
+	if best.FixedSize != 2 || !near(best.Samples, 2*995) {
+		t.Errorf("best size %d samples %v, want 2 and %v", best.FixedSize, best.Samples, 2*995)
+	}
+	for _, size := range []int{0, 4} {
+		if _, err := RunRestartFixed(tr, p, size); err == nil || !strings.Contains(err.Error(), "fixed size") {
+			t.Errorf("size %d: err = %v", size, err)
+		}
+	}
+	// With the interval chosen in hindsight too it can only do better.
+	vs, err := FixedIntervalVariants(tr, p, best)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vs) != 3 || vs[0].Rule != RuleOwnLosses || vs[0].Size != 2 || vs[2].Goodput < vs[0].Goodput-1e-9 {
+		t.Errorf("variants %+v", vs)
+	}
+}
+
 func TestOnDemand(t *testing.T) {
 	p := handParams()
 	r, err := RunOnDemand(trace(t, "0,add,n1", "1000000,add,end"), p)
@@ -348,6 +479,19 @@ func TestSharedTraces(t *testing.T) {
 						t.Errorf("baseline (grow %v) committed %v, capacity %v", grow, b.Samples, capacity)
 					}
 				}
+				fixed, sweep, err := BestRestartFixed(tr, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fixed.Samples > capacity || fixed.Samples <= 0 || len(sweep) != int(p.Replicas-p.MinReplicas+1) {
+					t.Errorf("fixed-size baseline (S = %d) committed %v, capacity %v; sweep %v", fixed.FixedSize, fixed.Samples, capacity, sweep)
+				}
+				for _, s := range sweep {
+					// S nodes at most, and only while S are alive.
+					if bound := p.Rate * float64(s.Size) * tr.timeWithAtLeast(s.Size) / tr.Span().Seconds(); s.Goodput > bound+1e-9 || s.Goodput > fixed.Goodput {
+						t.Errorf("S = %d: goodput %v, bound %v, best %v", s.Size, s.Goodput, bound, fixed.Goodput)
+					}
+				}
 			})
 		}
 	}
@@ -361,22 +505,47 @@ func TestCompare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Scenarios) != 2 || len(c.Scenarios[0].Rows) != 4 || len(c.Sensitivity) != 3 || len(c.Goals) != 3 {
+	if len(c.Scenarios) != 2 || len(c.Scenarios[0].Rows) != 5 || len(c.Sensitivity) != 3 || len(c.Goals) != 4 {
 		t.Fatalf("comparison shape: %+v", c)
 	}
-	od := c.Scenarios[0].Rows[3]
+	od := c.Scenarios[0].Rows[4]
 	if od.Strategy != StrategyOnDemand || od.CostVsOnDemand != 1 || od.GoodputVsOnDemand != 1 {
 		t.Errorf("on-demand row: %+v", od)
 	}
 	cheap := c.Scenarios[1]
-	if !near(cheap.SpotPrice, 0.306) || !near(cheap.Rows[1].PricePerHour, 0.306) || cheap.Rows[0].Notice != "alibaba 300s" {
+	if !near(cheap.SpotPrice, 0.306) || !near(cheap.Rows[1].PricePerHour, 0.306) || !near(cheap.Rows[2].PricePerHour, 0.306) ||
+		cheap.Rows[0].Notice != "alibaba 300s" {
 		t.Errorf("cheap scenario: %+v", cheap)
+	}
+	// Two workers (min 1) on n1 and n2, then n1 alone 500-600 s, then n1
+	// and n3: S = 1 trains 995 s on one; S = 2 from 5 s loses 2 x 495 s at
+	// 500 s (no checkpoint in 1 h), waits to 600 s, restarts until 605 s and
+	// trains 395 s on two, 790 in all; so S = 1, 995 samples.
+	fixed := c.Scenarios[0].Rows[1]
+	if c.FixedSize != 1 || fixed.Strategy != StrategyRestartFixed || fixed.FixedSize != 1 || !near(fixed.Samples, 995) ||
+		len(c.FixedSizeSweep) != 2 || !near(c.FixedSizeSweep[1].Goodput, 0.79) {
+		t.Errorf("fixed-size baseline: size %d row %+v sweep %+v", c.FixedSize, fixed, c.FixedSizeSweep)
+	}
+	el := c.Scenarios[0].Rows[0]
+	if !near(el.GoodputVsFixed, el.Goodput/fixed.Goodput) || !near(el.GoodputVsRestart, el.Goodput/max(c.Scenarios[0].Rows[2].Goodput, c.Scenarios[0].Rows[3].Goodput)) {
+		t.Errorf("etjob ratios: %+v", el)
+	}
+	if g := c.Goals[2]; !strings.Contains(g.Name, "fixed size") || !strings.Contains(g.Name, "S = 1") || g.Value != el.GoodputVsFixed {
+		t.Errorf("fixed-size goal: %+v", g)
+	}
+	if g := c.Goals[3]; !strings.Contains(g.Name, "elastic") || g.Value != el.GoodputVsRestart {
+		t.Errorf("elastic goal: %+v", g)
+	}
+	// Capacity: 2 nodes for 500 s, 1 for 100 s, 2 for 400 s = 1900 worker-s over 1000 s.
+	if !near(c.CapacityGoodput, 1.9) {
+		t.Errorf("capacity goodput %v, want 1.9", c.CapacityGoodput)
 	}
 	var b strings.Builder
 	if err := WriteTable(&b, c); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"### hand.csv", "| etjob | aws 100s |", "| checkpoint-restart | ignored |", "Goals:"} {
+	for _, want := range []string{"### hand.csv", "| etjob | aws 100s |", "| checkpoint-restart | ignored |", "| checkpoint-restart (fixed size, S = 1) | ignored |",
+		"the rows above use the best, S = 1", "1: 1, 2: 1", "Upper bound:", "| " + RuleHindsight + " |", "Goals:"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}

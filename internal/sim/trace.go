@@ -122,3 +122,23 @@ func (t *Trace) capacitySeconds(n int) float64 {
 	}
 	return total
 }
+
+// timeWithAtLeast is the time in [0, Span] during which at least n nodes are
+// alive: the most a job of exactly n workers can train.
+func (t *Trace) timeWithAtLeast(n int) float64 {
+	alive := 0
+	var last time.Duration
+	total := 0.0
+	for _, e := range t.Events {
+		if alive >= n {
+			total += (e.At - last).Seconds()
+		}
+		last = e.At
+		if e.Add {
+			alive++
+		} else {
+			alive--
+		}
+	}
+	return total
+}
