@@ -7,6 +7,10 @@ work (a CNN, augmentation, several epochs) and survives membership changes:
 * etjob.torch.ElasticSampler: the global batch order is a pure function of
   (seed, epoch), each rank takes its slice of the global batch, and the committed
   ledger in every checkpoint proves each sample counts once per epoch;
+* the step's gradient does not depend on the world size: the global batch is
+  augmented from a generator of the step alone and each rank's loss is weighted
+  by its share, so a run that was resized computes what an undisturbed run does
+  (up to float rounding), and the learning rate decays with the step alone;
 * etjob.supervisor: every step, one tiny all-reduce (etjob.torch.agree) decides
   on all ranks at once whether to stop (a reclamation notice, a scale-in, a
   SIGTERM) or to checkpoint (an early warning); on a stop rank 0 checkpoints the
@@ -23,6 +27,7 @@ on these lines.
 """
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -108,6 +113,12 @@ def main(argv=None):
     sampler = etorch.ElasticSampler(len(ytr), args.global_batch, seed=args.seed)
     total = sampler.steps_per_epoch * args.epochs
 
+    def lr_at(step):
+        # Cosine decay to 0 over the run, a function of the step alone: the
+        # final model settles instead of jittering at a constant rate, so the
+        # final accuracy of two runs (disturbed or not) can be compared.
+        return args.lr * 0.5 * (1 + math.cos(math.pi * step / total))
+
     model = Net(args.width)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     step = 0
@@ -142,18 +153,25 @@ def main(argv=None):
             sup.exit_preempted()
         if early and step % args.checkpoint_every != 0:
             checkpoint()
-        gen = torch.Generator().manual_seed(step * 7919 + rank)
-        batch = sampler.batch(rank, world)
-        x, y = augment(xtr[batch], gen), ytr[batch]
+        # The whole global batch is augmented alike on every rank, from a
+        # generator of the step alone, and each rank takes its share: a
+        # sample's augmentation, like its place in the order, does not depend
+        # on how many ranks there are, so a resized run computes what an
+        # undisturbed one does (up to float rounding).
+        gen = torch.Generator().manual_seed(args.seed * 1000003 + step)
+        whole = sampler.global_batch_indices()
+        x, y = etorch.shard(augment(xtr[whole], gen), rank, world), etorch.shard(ytr[whole], rank, world)
         loss_sum = F.cross_entropy(ddp(x), y, reduction="sum")
         opt.zero_grad()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
         # Each rank's loss is weighted by its share of the global batch, so the
         # all-reduced gradient is the global batch's mean whatever the split.
         (loss_sum * world / args.global_batch).backward()
         opt.step()
         step += 1
         sampler.commit()
-        log("step=%d epoch=%d rank=%d world=%d loss=%.4f" % (step, sampler.epoch, rank, world, loss_sum.item() / max(len(batch), 1)))
+        log("step=%d epoch=%d rank=%d world=%d loss=%.4f" % (step, sampler.epoch, rank, world, loss_sum.item() / max(len(y), 1)))
         if step % args.checkpoint_every == 0 or step == total:
             checkpoint()
     if rank == 0:

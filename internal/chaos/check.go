@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -101,7 +102,7 @@ func (r *runner) check(runErr error) {
 		add("failures == 0 (preemptions are no failures)", false, "the job's final status was not read")
 	}
 	if res.BaselineAccuracy > 0 {
-		add("accuracy within 1 point of the undisturbed run", acc >= res.BaselineAccuracy-0.01, "%.4f vs %.4f undisturbed (%d processes, same epochs)", acc, res.BaselineAccuracy, desiredWorkers)
+		add("accuracy within 1 point of the undisturbed run", math.Abs(acc-res.BaselineAccuracy) <= 0.01, "%.4f vs %.4f undisturbed (%d processes, same epochs)", acc, res.BaselineAccuracy, desiredWorkers)
 	} else if r.Baseline {
 		add("accuracy within 1 point of the undisturbed run", false, "no undisturbed accuracy")
 	}

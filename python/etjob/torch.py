@@ -63,6 +63,12 @@ def load_checkpoint(directory):
     return torch.load(os.path.join(directory, latest["file"]))
 
 
+def shard(t, rank, world):
+    """shard returns rank's share of a global batch (rows rank, rank+world, ...):
+    what ElasticSampler.batch gives that rank, for any tensor of the batch."""
+    return t[rank::world]
+
+
 class ElasticSampler:
     """ElasticSampler hands each rank its share of one global batch per step.
 
@@ -84,10 +90,15 @@ class ElasticSampler:
         g = torch.Generator().manual_seed(self.seed * 1000003 + epoch)
         return torch.randperm(self.size, generator=g)
 
+    def global_batch_indices(self):
+        """global_batch_indices returns the indices of the next global batch, the
+        same on every rank and for every world size."""
+        start = self.consumed
+        return self.order(self.epoch)[start:start + self.global_batch]
+
     def batch(self, rank, world):
         """batch returns this rank's indices of the next global batch."""
-        start = self.consumed
-        return self.order(self.epoch)[start:start + self.global_batch][rank::world]
+        return shard(self.global_batch_indices(), rank, world)
 
     def commit(self):
         """commit records that the step over the current global batch is done."""

@@ -116,5 +116,32 @@ class AgreedStopTest(unittest.TestCase):
             agent.close()
 
 
+@unittest.skipIf(etorch is None, "needs torch")
+class WorldInvariantTest(unittest.TestCase):
+    """Real torchrun: the example's training computes the same model whatever
+    the world size, so a run that was resized ends where an undisturbed one
+    does (up to float rounding), and accuracy can be compared between them."""
+
+    def train(self, procs, ckpt, epochs=1):
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), ETJOB_CHECKPOINT_DIR=ckpt, WIDTH="8",
+                   ETJOB_AGENT_ADDR="")
+        out = subprocess.run(
+            [sys.executable, "-m", "etjob.torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=%d" % procs,
+             os.path.join(REPO, "examples/digits/train.py"), "--epochs", str(epochs), "--checkpoint-every", "1000"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stdout[-2000:])
+        return etorch.load_checkpoint(ckpt)
+
+    def test_same_model_for_one_two_and_three_ranks(self):
+        one = self.train(1, tempfile.mkdtemp())
+        for procs in (2, 3):
+            other = self.train(procs, tempfile.mkdtemp())
+            self.assertEqual(other["step"], one["step"])
+            for name, p in one["model"].items():
+                q = other["model"][name]
+                self.assertTrue(torch.allclose(p, q, rtol=1e-4, atol=1e-5),
+                                "%s differs between 1 and %d ranks by %g" % (name, procs, (p - q).abs().max().item()))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -5,6 +5,7 @@
 package e2e
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,8 +60,14 @@ func TestSpotStory(t *testing.T) {
 	if noticed < 2 {
 		t.Errorf("%d restarts followed an agreed stop, want at least 2 (one per noticed reclamation round): %+v", noticed, res.Resumes)
 	}
-	if res.BaselineAccuracy > 0 && res.Accuracy < res.BaselineAccuracy-0.03 {
-		t.Errorf("accuracy %.4f is more than 3 points below the undisturbed run's %.4f", res.Accuracy, res.BaselineAccuracy)
+	// The training computes the same steps whatever the world size (the
+	// global batch, its augmentation and the learning rate depend on the step
+	// alone), so a disturbed run matches the undisturbed one up to float
+	// rounding (issue #4: ±1 point).
+	if res.BaselineAccuracy == 0 {
+		t.Error("no undisturbed accuracy to compare with")
+	} else if math.Abs(res.Accuracy-res.BaselineAccuracy) > 0.01 {
+		t.Errorf("accuracy %.4f is not within 1 point of the undisturbed run's %.4f", res.Accuracy, res.BaselineAccuracy)
 	}
 	if res.Job == nil || res.Job.Status.Failures != 0 {
 		t.Errorf("preemptions must not count as failures: %+v", res.Job.Status)
