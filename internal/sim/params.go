@@ -72,23 +72,23 @@ type Params struct {
 	Rate float64
 	// Provider says when notices arrive.
 	Provider Provider
-	// NoticeStop is notice -> all ranks stopped at the agreed step (0.88 s
-	// measured); training goes on until then.
+	// NoticeStop is notice -> all ranks stopped at the agreed step (0.41 s
+	// measured at p50); training goes on until then.
 	NoticeStop time.Duration
 	// CheckpointTime is the time to write one checkpoint (training is stopped
 	// meanwhile). A notice shorter than NoticeStop+CheckpointTime is a hard loss.
 	CheckpointTime time.Duration
 	// ResumePause is a planned membership change's restart: from the
-	// checkpoint written to the first step with the new membership (1.95 s
-	// measured with etjob.torchrun's forkserver and expected-size rounds,
-	// whose own checkpoint was ~0 s; 6.9 s before them).
+	// checkpoint written to the first step with the new membership (1.48 s
+	// measured at p50 with etjob.torchrun's forkserver and expected-size
+	// rounds, whose own checkpoint was ~0 s; 6.9 s before them).
 	ResumePause time.Duration
 	// HardPause is a hard loss: the node gone -> the survivors train again from
 	// the last periodic checkpoint (19.7 s measured, torch's heartbeat expiry
 	// included). The checkpoint-restart baseline restarts with it too.
 	HardPause time.Duration
 	// StartDelay is a worker's pod bound to a new node -> ready (the rest of
-	// the measured 6.1 s node-added -> trains is NoticeStop + ResumePause).
+	// the measured 4.77 s node-added -> trains is NoticeStop + ResumePause).
 	StartDelay time.Duration
 	// LeaveGrace is spec.spot.leaveGracePeriodSeconds of the simulated job.
 	LeaveGrace time.Duration
@@ -115,7 +115,7 @@ type Params struct {
 // and grows but never waits, while g4dn (1-24 nodes) makes it wait.
 //
 // CheckpointTime 10 s: the local benchmark's CNN checkpoints in well under a
-// second (the whole notice -> stop path is 0.88 s); 10 s is a BERT-large-sized
+// second (the whole notice -> stop path is 0.41 s at p50); 10 s is a BERT-large-sized
 // state with Adam (~4 GB) to shared storage at ~0.4 GB/s, the size of model
 // that data-parallel training on single-V100 p3.2xlarge nodes runs.
 func DefaultParams() Params {
@@ -124,11 +124,11 @@ func DefaultParams() Params {
 		MinReplicas:           8,
 		Rate:                  100,
 		Provider:              Providers["aws"],
-		NoticeStop:            990 * time.Millisecond,
+		NoticeStop:            410 * time.Millisecond,
 		CheckpointTime:        10 * time.Second,
-		ResumePause:           1950 * time.Millisecond,
+		ResumePause:           1480 * time.Millisecond,
 		HardPause:             19700 * time.Millisecond,
-		StartDelay:            3180 * time.Millisecond,
+		StartDelay:            2880 * time.Millisecond,
 		LeaveGrace:            30 * time.Second,
 		MaxCheckpointInterval: time.Hour,
 		SpotPrice:             0.91,
