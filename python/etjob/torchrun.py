@@ -105,6 +105,8 @@ def _patch_rendezvous(poll):
     delay = dr._delay
 
     def _delay(seconds):
+        if _joining and _told_to_leave():
+            raise _LeaveRendezvous()
         if isinstance(seconds, tuple):
             seconds = random.uniform(*seconds)
         delay(seconds=min(seconds, poll))
@@ -123,16 +125,55 @@ def _patch_rendezvous(poll):
             narrowed = dataclasses.replace(settings, max_nodes=expected)
             self._settings = self._op_executor._settings = narrowed
             print("etjob.torchrun: expecting %d nodes in the next round" % expected, file=sys.stderr, flush=True)
+        global _joining
         try:
             with _store_lock:
-                got = original(self)
+                _joining = True
+                try:
+                    got = original(self)
+                finally:
+                    _joining = False
             _rounds[id(self)] = set(self._state_holder.state.participants)
             return got
+        except _LeaveRendezvous:
+            _leave_rendezvous(self, "told to leave while waiting in the rendezvous")
         finally:
             self._settings = self._op_executor._settings = settings
 
     dr.DynamicRendezvousHandler.next_rendezvous = next_rendezvous
     dr._RendezvousJoinOp.__call__ = _complete_when_expected(dr._RendezvousJoinOp.__call__)
+
+
+_sup = None  # this pod's Supervisor, when a node agent serves it (main)
+_joining = False  # the agent's main thread waits in a rendezvous round
+
+
+class _LeaveRendezvous(Exception):
+    """Raised between the polls of a round when this pod was told to leave."""
+
+
+def _told_to_leave():
+    return _sup is not None and not _sup.check_alive()
+
+
+def _leave_rendezvous(handler, why):
+    """_leave_rendezvous takes this node out of the rendezvous (participants
+    or wait list) and exits the pod with the reserved code. A pod told to
+    leave while it waits in a round must not stay in it: the round could
+    complete with it, and when the pod then goes, the others wait for its
+    rank's data until their store times out and fail (exit 1, a job failure)
+    instead of meeting again (seen in the spot story, session 3)."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    print("etjob.torchrun: this pod leaves (%s, %s): leaving the rendezvous and exiting %d"
+          % (_sup.reason(), why, sup_module.EXIT_CODE_PREEMPTED), file=sys.stderr, flush=True)
+    try:
+        handler._stop_heartbeats()
+        with _store_lock, handler._heartbeat_lock:
+            handler._op_executor.run(dr._RendezvousExitOp(), time.monotonic() + 10)
+    except Exception as e:  # the store may be gone too; heartbeats expire anyway
+        print("etjob.torchrun: leaving the rendezvous failed: %s" % e, file=sys.stderr, flush=True)
+    _sup.exit_preempted()
 
 
 def _complete_when_expected(join):
@@ -146,6 +187,8 @@ def _complete_when_expected(join):
 
     def call(self, ctx, deadline):
         state = ctx.state
+        if _told_to_leave():  # never close a round on a pod that goes
+            return join(self, ctx, deadline)
         if (not state.closed and not state.complete and ctx.node in state.participants
                 and len(state.participants) >= ctx.settings.max_nodes and time.monotonic() <= deadline):
             return dr._Action.MARK_RENDEZVOUS_COMPLETE
@@ -305,27 +348,17 @@ def run_worker(kind, target, *args):
 
 def _patch_leaving(sup):
     from torch.distributed.elastic.agent.server import api
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
 
     original = api.SimpleElasticAgent._restart_workers
 
     def _restart_workers(self, worker_group):
         sup.poll_once()  # the workers may have heard it a poll earlier
         if not sup.check_alive():
-            print("etjob.torchrun: this pod leaves (%s): leaving the rendezvous and exiting %d"
-                  % (sup.reason(), sup_module.EXIT_CODE_PREEMPTED), file=sys.stderr, flush=True)
             try:
                 self._stop_workers(worker_group)
             except Exception:
                 pass
-            handler = worker_group.spec.rdzv_handler
-            try:
-                handler._stop_heartbeats()
-                with _store_lock, handler._heartbeat_lock:
-                    handler._op_executor.run(dr._RendezvousExitOp(), time.monotonic() + 10)
-            except Exception as e:  # the store may be gone too; heartbeats expire anyway
-                print("etjob.torchrun: leaving the rendezvous failed: %s" % e, file=sys.stderr, flush=True)
-            sup.exit_preempted()
+            _leave_rendezvous(worker_group.spec.rdzv_handler, "its workers stopped")
         return original(self, worker_group)
 
     api.SimpleElasticAgent._restart_workers = _restart_workers
@@ -343,7 +376,8 @@ def main(argv=None):
         _patch_worker_start(PRELOAD + extra)
     if os.environ.get("ETJOB_AGENT_ADDR"):
         # torch's agent keeps its own SIGTERM handling (it stops the workers).
-        sup = sup_module.Supervisor(install_sigterm=False).start()
+        global _sup
+        sup = _sup = sup_module.Supervisor(install_sigterm=False).start()
         _patch_leaving(sup)
         _leave_early(sup)
     from torch.distributed import run

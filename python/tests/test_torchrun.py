@@ -47,6 +47,47 @@ class CompleteWhenExpectedTest(unittest.TestCase):
         # a complete round is left alone.
         self.assertEqual(self.act(self.nodes[0], self.nodes, max_nodes=4, complete=True), dr._Action.FINISH)
 
+    def test_a_pod_told_to_leave_never_completes_a_round(self):
+        torchrun._sup = _Told()
+        try:
+            self.assertNotEqual(self.act(self.nodes[0], self.nodes, max_nodes=4), dr._Action.MARK_RENDEZVOUS_COMPLETE)
+        finally:
+            torchrun._sup = None
+
+
+class _Told:
+    """A Supervisor whose pod was told to leave."""
+
+    def check_alive(self):
+        return False
+
+    def reason(self):
+        return "ReclaimNotice(test)"
+
+
+@unittest.skipIf(dr is None, "needs torch")
+class LeaveWhileWaitingTest(unittest.TestCase):
+    """A pod told to leave while its agent waits in a rendezvous round stops
+    waiting at the next poll (the wrapper then leaves the round and exits 75);
+    outside a round (its own exit, say) the polls go on."""
+
+    def setUp(self):
+        torchrun._patch_rendezvous(0.01)
+        torchrun._sup = _Told()
+
+    def tearDown(self):
+        torchrun._sup = None
+        torchrun._joining = False
+
+    def test_poll_in_a_round_raises(self):
+        torchrun._joining = True
+        with self.assertRaises(torchrun._LeaveRendezvous):
+            dr._delay(seconds=1)
+
+    def test_poll_outside_a_round_waits(self):
+        torchrun._joining = False
+        dr._delay(seconds=1)  # capped at the poll interval; no raise
+
 
 if __name__ == "__main__":
     unittest.main()
