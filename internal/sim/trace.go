@@ -108,31 +108,27 @@ func (t *Trace) Stats() TraceStats {
 // capacitySeconds is the integral of min(n, nodes alive) over [0, Span]: the
 // most worker-seconds any strategy with at most n workers can train.
 func (t *Trace) capacitySeconds(n int) float64 {
-	alive := 0
-	var last time.Duration
-	total := 0.0
-	for _, e := range t.Events {
-		total += float64(min(alive, n)) * (e.At - last).Seconds()
-		last = e.At
-		if e.Add {
-			alive++
-		} else {
-			alive--
-		}
-	}
-	return total
+	return t.integrate(func(alive int) float64 { return float64(min(alive, n)) })
 }
 
 // timeWithAtLeast is the time in [0, Span] during which at least n nodes are
 // alive: the most a job of exactly n workers can train.
 func (t *Trace) timeWithAtLeast(n int) float64 {
+	return t.integrate(func(alive int) float64 {
+		if alive >= n {
+			return 1
+		}
+		return 0
+	})
+}
+
+// integrate is the integral over [0, Span] of f(nodes alive), in seconds.
+func (t *Trace) integrate(f func(alive int) float64) float64 {
 	alive := 0
 	var last time.Duration
 	total := 0.0
 	for _, e := range t.Events {
-		if alive >= n {
-			total += (e.At - last).Seconds()
-		}
+		total += f(alive) * (e.At - last).Seconds()
 		last = e.At
 		if e.Add {
 			alive++
