@@ -72,12 +72,14 @@ class LeaveWhileWaitingTest(unittest.TestCase):
     outside a round (its own exit, say) the polls go on."""
 
     def setUp(self):
+        self.saved = (dr._delay, dr.DynamicRendezvousHandler.next_rendezvous, dr._RendezvousJoinOp.__call__)
         torchrun._patch_rendezvous(0.01)
         torchrun._sup = _Told()
 
     def tearDown(self):
         torchrun._sup = None
         torchrun._joining = False
+        dr._delay, dr.DynamicRendezvousHandler.next_rendezvous, dr._RendezvousJoinOp.__call__ = self.saved
 
     def test_poll_in_a_round_raises(self):
         torchrun._joining = True
