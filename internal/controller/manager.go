@@ -29,7 +29,7 @@ func Scheme() *runtime.Scheme {
 
 // ManagerOptions are the manager options: caches of pods and owned objects are
 // limited to etjob's own (labelled) objects, so the controller's memory does
-// not grow with unrelated workloads.
+// not grow with unrelated workloads, and cached objects carry no managedFields.
 func ManagerOptions(metricsAddr, probeAddr string, leaderElect bool, leaderElectNS string) ctrl.Options {
 	ours, _ := labels.NewRequirement(etjobv1.LabelJobName, selection.Exists, nil)
 	sel := labels.NewSelector().Add(*ours)
@@ -40,16 +40,21 @@ func ManagerOptions(metricsAddr, probeAddr string, leaderElect bool, leaderElect
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "etjob-controller.etjob.dev",
 		LeaderElectionNamespace: leaderElectNS,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:            {Label: sel},
-			&corev1.ConfigMap{}:      {Label: sel},
-			&corev1.Service{}:        {Label: sel},
-			&corev1.ServiceAccount{}: {Label: sel},
-			&rbacv1.Role{}:           {Label: sel},
-			&rbacv1.RoleBinding{}:    {Label: sel},
-			// Pod-level reclamation notices (ECI, ACS) arrive as Events on pods.
-			&corev1.Event{}: {Field: fields.OneTermEqualSelector("involvedObject.kind", "Pod")},
-		}},
+		Cache: cache.Options{
+			// Nothing here reads managedFields (one entry per writer of an
+			// object, a large part of a cached pod); an update without them keeps
+			// the server's.
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Pod{}:            {Label: sel},
+				&corev1.ConfigMap{}:      {Label: sel},
+				&corev1.Service{}:        {Label: sel},
+				&corev1.ServiceAccount{}: {Label: sel},
+				&rbacv1.Role{}:           {Label: sel},
+				&rbacv1.RoleBinding{}:    {Label: sel},
+				// Pod-level reclamation notices (ECI, ACS) arrive as Events on pods.
+				&corev1.Event{}: {Field: fields.OneTermEqualSelector("involvedObject.kind", "Pod")},
+			}},
 	}
 }
 
