@@ -1,7 +1,18 @@
 import dataclasses
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import tempfile
 import time
 import unittest
 from datetime import datetime, timedelta
+
+from agentstub import AgentStub
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
 
 try:
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
@@ -89,6 +100,70 @@ class LeaveWhileWaitingTest(unittest.TestCase):
     def test_poll_outside_a_round_waits(self):
         torchrun._joining = False
         dr._delay(seconds=1)  # capped at the poll interval; no raise
+
+
+@unittest.skipIf(dr is None, "needs torch")
+class LeaveWhileWaitingAgentTest(unittest.TestCase):
+    """Real torchrun agent, real rendezvous store: an agent waiting in a round
+    (min 2 nodes, only it came) is told to leave; it takes itself out of the
+    round and exits 75, so no later round can complete with a node that is
+    gone (the failure `make demo` found in session 3)."""
+
+    def setUp(self):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+        self.store = subprocess.Popen([sys.executable, "-m", "etjob.rdzv", "--host", "127.0.0.1", "--port", str(self.port)],
+                                      env=self.env, stdout=subprocess.PIPE, text=True)
+        self.assertIn("listening", self.store.stdout.readline())
+        self.agent = AgentStub()
+
+    def tearDown(self):
+        self.agent.close()
+        self.store.terminate()
+        self.store.wait(timeout=30)
+        self.store.stdout.close()
+
+    def state(self):
+        from torch.distributed import TCPStore
+        from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+
+        store = TCPStore("127.0.0.1", self.port, is_master=False, timeout=timedelta(seconds=10))
+        got = C10dRendezvousBackend(store, "leave-test").get_state()
+        return pickle.loads(got[0]) if got else None
+
+    def test_told_to_leave_while_waiting(self):
+        script = os.path.join(tempfile.mkdtemp(), "noop.py")
+        with open(script, "w") as f:
+            f.write("print('trained')\n")
+        env = dict(self.env, ETJOB_AGENT_ADDR=self.agent.addr, ETJOB_NAMESPACE="ns", ETJOB_POD_NAME="w-0")
+        p = subprocess.Popen(
+            [sys.executable, "-m", "etjob.torchrun", "--nnodes=2:3", "--nproc_per_node=1", "--rdzv_backend=c10d",
+             "--rdzv_endpoint=127.0.0.1:%d" % self.port, "--rdzv_id=leave-test",
+             "--rdzv_conf=is_host=false,join_timeout=600,last_call_timeout=3", script],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.time() + 120
+            while True:
+                st = self.state()
+                if st is not None and len(st.participants) == 1:
+                    break
+                self.assertLess(time.time(), deadline, "the agent never joined the round")
+                self.assertIsNone(p.poll(), p.stdout.read() if p.poll() is not None else "")
+                time.sleep(0.2)
+            self.agent.answer = {"action": "leave", "reason": "ReclaimNotice(test)", "deadline": "", "source": "aws"}
+            code = p.wait(timeout=60)
+            out = p.stdout.read()
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            p.stdout.close()
+        self.assertEqual(code, 75, out[-2000:])
+        self.assertIn("told to leave while waiting in the rendezvous", out)
+        st = self.state()
+        self.assertEqual((len(st.participants), len(st.wait_list)), (0, 0), "the agent left the round")
 
 
 if __name__ == "__main__":
