@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/etjob/etjob/internal/core"
 )
 
@@ -42,14 +40,14 @@ func NewDecisionRecorder(path string) (*DecisionRecorder, error) {
 	return &DecisionRecorder{f: f}, nil
 }
 
-// Record appends one decision. Managed fields are left out: Decide never
-// reads them and they are most of a pod's bytes. A record that cannot be
-// written is dropped: recording must never stop the controller.
+// Record appends one decision. The snapshot carries no managed fields (the
+// cache strips them, ManagerOptions). A record that cannot be written is
+// dropped: recording must never stop the controller.
 func (d *DecisionRecorder) Record(snap core.Snapshot, now time.Time, plan core.Plan, applyErr error) {
 	if d == nil {
 		return
 	}
-	rec := DecisionRecord{Snapshot: trimmed(snap), Now: now, Plan: plan}
+	rec := DecisionRecord{Snapshot: snap, Now: now, Plan: plan}
 	if applyErr != nil {
 		rec.ApplyError = applyErr.Error()
 	}
@@ -60,21 +58,4 @@ func (d *DecisionRecorder) Record(snap core.Snapshot, now time.Time, plan core.P
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	_, _ = d.f.Write(append(b, '\n'))
-}
-
-// trimmed returns a copy of snap without managed fields.
-func trimmed(snap core.Snapshot) core.Snapshot {
-	out := core.Snapshot{Job: snap.Job.DeepCopy(), PodNotices: snap.PodNotices, Nodes: map[string]*corev1.Node{}}
-	out.Job.ManagedFields = nil
-	for _, p := range snap.Pods {
-		c := p.DeepCopy()
-		c.ManagedFields = nil
-		out.Pods = append(out.Pods, c)
-	}
-	for name, n := range snap.Nodes {
-		c := n.DeepCopy()
-		c.ManagedFields = nil
-		out.Nodes[name] = c
-	}
-	return out
 }

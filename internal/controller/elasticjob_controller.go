@@ -75,8 +75,9 @@ func (r *ElasticJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	now := r.Clock.Now()
 	plan := core.Decide(snap, now)
+	decided := plan // apply trims plan.Status when a create is refused; the record keeps what Decide planned
 	applyErr := r.apply(ctx, job, &plan)
-	r.Decisions.Record(snap, now, plan, applyErr)
+	r.Decisions.Record(snap, now, decided, applyErr)
 	if err := r.writeStatus(ctx, job, plan.Status, applyErr); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -198,7 +199,8 @@ func forgetUncreated(plan *core.Plan, refused *corev1.Pod) {
 	}
 	st := &plan.Status
 	st.NextWorkerIndex = int32(idx)
-	st.Workers = slices.DeleteFunc(st.Workers, func(w etjobv1.WorkerStatus) bool {
+	// A new slice: the decided plan (the decision record) shares the old one.
+	st.Workers = slices.DeleteFunc(slices.Clone(st.Workers), func(w etjobv1.WorkerStatus) bool {
 		if w.Index >= int32(idx) && slices.Contains(plan.CreateWorkers, w.Index) {
 			st.Replicas--
 			return true
