@@ -101,8 +101,11 @@ func (r *runner) check(runErr error) {
 	} else {
 		add("failures == 0 (preemptions are no failures)", false, "the job's final status was not read")
 	}
-	if res.BaselineAccuracy > 0 {
-		add("accuracy within 1 point of the undisturbed run", math.Abs(acc-res.BaselineAccuracy) <= 0.01, "%.4f vs %.4f undisturbed (%d processes, same epochs)", acc, res.BaselineAccuracy, desiredWorkers)
+	r.mu.Lock() // the undisturbed run's goroutine may still be writing it when the run failed early
+	baseline := res.BaselineAccuracy
+	r.mu.Unlock()
+	if baseline > 0 {
+		add("accuracy within 1 point of the undisturbed run", math.Abs(acc-baseline) <= 0.01, "%.4f vs %.4f undisturbed (%d processes, same epochs)", acc, baseline, desiredWorkers)
 	} else if r.Baseline {
 		add("accuracy within 1 point of the undisturbed run", false, "no undisturbed accuracy")
 	}

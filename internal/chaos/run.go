@@ -43,7 +43,7 @@ const (
 
 // Options configure a chaos run.
 type Options struct {
-	// Cluster is up (Spot spot + 2 on-demand nodes) and records decisions.
+	// Cluster is up (6 spot + 2 on-demand nodes) and records decisions.
 	Cluster  *localcluster.Cluster
 	RepoRoot string
 	// Seed draws the schedule and the victims.
@@ -242,7 +242,7 @@ func (r *runner) run(ctx context.Context) error {
 		if err != nil {
 			return false, nil
 		}
-		if err := failed(j); err != nil {
+		if err := demo.Failed(j); err != nil {
 			return false, err
 		}
 		return meta.IsStatusConditionTrue(j.Status.Conditions, etjobv1.ConditionComplete), nil
@@ -555,7 +555,7 @@ func (r *runner) settle(ctx context.Context, after time.Time, timeout time.Durat
 		if err != nil {
 			return false, nil
 		}
-		if err := failed(j); err != nil {
+		if err := demo.Failed(j); err != nil {
 			return false, err
 		}
 		lines, _ := demo.ReadLogs(r.Cluster.Dir, namespace, job)
@@ -731,13 +731,6 @@ func (r *runner) maxStep() int {
 
 func (r *runner) waitFor(ctx context.Context, what string, timeout time.Duration, f func() (bool, error)) error {
 	return demo.WaitFor(ctx, what, timeout, 200*time.Millisecond, f)
-}
-
-func failed(j *etjobv1.ElasticJob) error {
-	if c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
-		return fmt.Errorf("the job failed: %s: %s", c.Reason, c.Message)
-	}
-	return nil
 }
 
 func nodeReady(n *corev1.Node) bool {

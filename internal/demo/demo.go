@@ -440,8 +440,8 @@ func (s *story) waitMembers(ctx context.Context, n int, timeout time.Duration) e
 		if err != nil {
 			return false, err
 		}
-		if meta.IsStatusConditionTrue(j.Status.Conditions, etjobv1.ConditionFailed) {
-			return false, fmt.Errorf("the job failed: %s", meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed).Message)
+		if err := Failed(j); err != nil {
+			return false, err
 		}
 		return int(j.Status.Members) >= n, nil
 	})
@@ -453,12 +453,21 @@ func (s *story) waitCondition(ctx context.Context, cond, reason string, timeout 
 		if err != nil {
 			return false, err
 		}
-		if cond != etjobv1.ConditionFailed && meta.IsStatusConditionTrue(j.Status.Conditions, etjobv1.ConditionFailed) {
-			return false, fmt.Errorf("the job failed: %s", meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed).Message)
+		if err := Failed(j); cond != etjobv1.ConditionFailed && err != nil {
+			return false, err
 		}
 		c := meta.FindStatusCondition(j.Status.Conditions, cond)
 		return c != nil && c.Status == metav1.ConditionTrue && (reason == "" || c.Reason == reason), nil
 	})
+}
+
+// Failed returns the job's Failed condition as an error, nil while it has
+// not failed.
+func Failed(j *etjobv1.ElasticJob) error {
+	if c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
+		return fmt.Errorf("the job failed: %s: %s", c.Reason, c.Message)
+	}
+	return nil
 }
 
 func (s *story) maxStep() int {
@@ -469,8 +478,10 @@ func (s *story) maxStep() int {
 func (s *story) waitSteps(ctx context.Context, step int, timeout time.Duration) error {
 	return s.waitFor(ctx, fmt.Sprintf("training step %d", step), timeout, func() (bool, error) {
 		j, err := s.job(ctx)
-		if err == nil && meta.IsStatusConditionTrue(j.Status.Conditions, etjobv1.ConditionFailed) {
-			return false, fmt.Errorf("the job failed: %s", meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed).Message)
+		if err == nil {
+			if err := Failed(j); err != nil {
+				return false, err
+			}
 		}
 		return s.maxStep() >= step, nil
 	})
