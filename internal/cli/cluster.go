@@ -128,7 +128,7 @@ cloud nodes (karpenter.sh/capacity-type, node.kubernetes.io/instance-type) with 
 		},
 	}
 	addNode.Flags().BoolVar(&addSpot, "spot", false, "add a spot GPU node (default: an on-demand GPU node)")
-	addNode.Flags().StringVar(&addName, "name", "", "node name (default: spot-N or on-demand-N)")
+	addNode.Flags().StringVar(&addName, "name", "", "node name (default: spot-N or gpu-on-demand-N)")
 
 	var notice time.Duration
 	var provider string

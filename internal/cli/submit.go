@@ -583,8 +583,13 @@ func BuildElasticJob(o SubmitOptions) (*etjobv1.ElasticJob, error) {
 	}, nil
 }
 
+// crdMax is the CRD's maximum of replica counts and backoffLimit
+// (+kubebuilder:validation:Maximum=100000); it also keeps int32(n) from
+// wrapping.
+const crdMax = 100000
+
 func checkCounts(o SubmitOptions) error {
-	const limit = 100000 // the CRD's maximum
+	const limit = crdMax
 	for _, c := range []struct {
 		flag string
 		v    int
@@ -642,8 +647,8 @@ func backoffLimit(o SubmitOptions) (int32, error) {
 		}
 		v = *o.Retry
 	}
-	if v < 0 || v > 100000 {
-		return 0, fmt.Errorf("--job-backoff-limit %d: must be between 0 and 100000", v)
+	if v < 0 || v > crdMax {
+		return 0, fmt.Errorf("--job-backoff-limit %d: must be between 0 and %d", v, crdMax)
 	}
 	return int32(v), nil
 }
