@@ -11,7 +11,7 @@ A drop-in for Alibaba's closed kubeai Job-Supervisor::
         ...
 
 init() starts a background thread that asks this pod's node agent
-($ETJOB_AGENT_ADDR, node-local) every ~200 ms what this pod must do, proving
+($ETJOB_AGENT_ADDR, node-local) every ~100 ms what this pod must do, proving
 who it is with its projected service-account token. check_alive() reads that
 cache and costs nothing. A SIGTERM (the last resort: the pod is being deleted)
 also makes check_alive() return False instead of killing the process, so the

@@ -1,7 +1,7 @@
 """torchrun for etjob workers: `python3 -m etjob.torchrun ARGS...`.
 
 It runs torch.distributed.run unchanged (every torchrun flag and PET_* variable
-works as documented) with two additions:
+works as documented) with these additions (docs/worker-library.md):
 
 * Debian's torch 1.13 on Python 3.11 crashes at launch (FACTS.md: IntFlag
   iteration changed, so `Std.from_str("0")` returns None); Std.from_str is fixed.
@@ -16,12 +16,19 @@ works as documented) with two additions:
   itself (survivors need not wait out the 15 s heartbeat expiry, FACTS.md) and
   exits 75, which the controller counts as a preemption. On a surviving pod the
   agent restarts its workers, which resume from the agreed step's checkpoint.
+* Fast resizes: workers fork from a forkserver that imported torch once
+  (plus $ETJOB_PRELOAD; ETJOB_WORKER_START=exec restores torch's start); the
+  store is polled every $ETJOB_RDZV_POLL_SECONDS (0.2); a round closes the
+  moment the expected nodes joined (_patch_rendezvous).
+* A pod told to leave never closes a round, and leaves one it waits in.
 """
 
 import os
 import sys
 import threading
 import time
+
+from etjob import supervisor as sup_module
 
 
 def _patch_std():
@@ -63,12 +70,7 @@ def _patch_shutdown():
     def leave_or_close(self):
         if state["succeeded"]:
             return shutdown(self)
-        self._stop_heartbeats()
-        try:
-            with _store_lock:
-                self._op_executor.run(dr._RendezvousExitOp(), time.monotonic() + 10)
-        except Exception as e:  # the store may be gone; heartbeats expire anyway
-            print("etjob.torchrun: leaving the rendezvous failed: %s" % e, file=sys.stderr, flush=True)
+        _exit_round(self)
         return True
 
     dr.DynamicRendezvousHandler.shutdown = leave_or_close
@@ -79,8 +81,28 @@ _handlers = []  # the rendezvous handlers of this agent (one in practice)
 # torch's rendezvous rounds: a store client is one socket, and two threads
 # talking over it at once can each read the other's answer and wait forever.
 # torch's keep-alive and num_nodes_waiting() hold the handler's
-# _heartbeat_lock, which the wrapper takes too, after _store_lock.
+# _heartbeat_lock, which the wrapper takes too, after _store_lock, wherever
+# the heartbeat thread may still run (_exit_round stops it first).
 _store_lock = threading.Lock()
+
+
+def _exit_round(handler):
+    """_exit_round takes this node out of the rendezvous: out of the
+    participants (torch's exit op) and out of the wait list (torch's exit op
+    leaves a waiting node there until its heartbeat expires, and meanwhile the
+    others see a node waiting and restart for it)."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    def leave_wait_list(ctx, deadline):
+        return dr._Action.REMOVE_FROM_WAIT_LIST if ctx.node in ctx.state.wait_list else dr._Action.FINISH
+
+    handler._stop_heartbeats()
+    try:
+        with _store_lock, handler._heartbeat_lock:
+            handler._op_executor.run(dr._RendezvousExitOp(), time.monotonic() + 10)
+            handler._op_executor.run(leave_wait_list, time.monotonic() + 10)
+    except Exception as e:  # the store may be gone; heartbeats expire anyway
+        print("etjob.torchrun: leaving the rendezvous failed: %s" % e, file=sys.stderr, flush=True)
 
 
 def _patch_rendezvous(poll):
@@ -120,6 +142,8 @@ def _patch_rendezvous(poll):
         holder = self._state_holder
         holder._cache_duration = min(getattr(holder, "_cache_duration", 1), poll / 2)
         settings = self._settings
+        if not _told_to_leave():
+            _unmark_left(self)  # a withdrawn notice: this node stays after all
         expected = _expected_nodes(self)
         if expected:
             narrowed = dataclasses.replace(settings, max_nodes=expected)
@@ -163,16 +187,9 @@ def _leave_rendezvous(handler, why):
     complete with it, and when the pod then goes, the others wait for its
     rank's data until their store times out and fail (exit 1, a job failure)
     instead of meeting again (seen in the spot story, session 3)."""
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
-
     print("etjob.torchrun: this pod leaves (%s, %s): leaving the rendezvous and exiting %d"
           % (_sup.reason(), why, sup_module.EXIT_CODE_PREEMPTED), file=sys.stderr, flush=True)
-    try:
-        handler._stop_heartbeats()
-        with _store_lock, handler._heartbeat_lock:
-            handler._op_executor.run(dr._RendezvousExitOp(), time.monotonic() + 10)
-    except Exception as e:  # the store may be gone too; heartbeats expire anyway
-        print("etjob.torchrun: leaving the rendezvous failed: %s" % e, file=sys.stderr, flush=True)
+    _exit_round(handler)
     _sup.exit_preempted()
 
 
@@ -187,9 +204,8 @@ def _complete_when_expected(join):
 
     def call(self, ctx, deadline):
         state = ctx.state
-        if _told_to_leave():  # never close a round on a pod that goes
-            return join(self, ctx, deadline)
-        if (not state.closed and not state.complete and ctx.node in state.participants
+        # A pod that goes never closes a round.
+        if (not _told_to_leave() and not state.closed and not state.complete and ctx.node in state.participants
                 and len(state.participants) >= ctx.settings.max_nodes and time.monotonic() <= deadline):
             return dr._Action.MARK_RENDEZVOUS_COMPLETE
         return join(self, ctx, deadline)
@@ -204,6 +220,21 @@ def _left_key(handler, node):
     # A counter per node: torch 1.13's Store has no non-blocking existence
     # check, but add(key, 0) reads a counter without waiting.
     return "%s.etjob.left.%s_%s_%s" % (handler._state_holder._backend._key, node.fqdn, node.pid, node.local_id)
+
+
+def _unmark_left(handler):
+    """_unmark_left clears this node's leaving mark (_leave_early), if any:
+    the survivors would otherwise count it out of every later round."""
+    try:
+        with _store_lock, handler._heartbeat_lock:
+            store = handler._state_holder._backend._store
+            key = _left_key(handler, handler._this_node)
+            marked = store.add(key, 0)
+            if marked:
+                store.add(key, -marked)
+                print("etjob.torchrun: no longer leaving: mark cleared", file=sys.stderr, flush=True)
+    except Exception as e:  # the survivors fall back to torch's last call
+        print("etjob.torchrun: clearing the leaving mark failed: %r" % (e,), file=sys.stderr, flush=True)
 
 
 def _expected_nodes(handler):
@@ -235,8 +266,14 @@ def _leave_early(sup):
     then expect the right number of nodes when they re-rendezvous."""
 
     def run():
-        while sup.check_alive() or not _handlers:
-            time.sleep(0.05)
+        while True:
+            while sup.check_alive() or not _handlers:
+                time.sleep(0.05)
+            mark()
+            while not sup.check_alive():  # a withdrawn notice: mark again at the next one
+                time.sleep(0.05)
+
+    def mark():
         for h in list(_handlers):
             try:
                 with _store_lock, h._heartbeat_lock:
@@ -365,11 +402,8 @@ def _patch_leaving(sup):
 
 
 def main(argv=None):
-    global sup_module
     _patch_std()
     _patch_shutdown()
-    from etjob import supervisor as sup_module
-
     _patch_rendezvous(float(os.environ.get("ETJOB_RDZV_POLL_SECONDS", "0.2")))
     if os.environ.get("ETJOB_WORKER_START", "forkserver") == "forkserver":
         extra = [m.strip() for m in os.environ.get("ETJOB_PRELOAD", "").split(",") if m.strip()]

@@ -84,6 +84,8 @@ class LeaveWhileWaitingTest(unittest.TestCase):
 
     def setUp(self):
         self.saved = (dr._delay, dr.DynamicRendezvousHandler.next_rendezvous, dr._RendezvousJoinOp.__call__)
+        self.slept = []
+        dr._delay = lambda seconds: self.slept.append(seconds)  # torch's, as the patch wraps it
         torchrun._patch_rendezvous(0.01)
         torchrun._sup = _Told()
 
@@ -96,10 +98,12 @@ class LeaveWhileWaitingTest(unittest.TestCase):
         torchrun._joining = True
         with self.assertRaises(torchrun._LeaveRendezvous):
             dr._delay(seconds=1)
+        self.assertEqual(self.slept, [], "no wait once told to leave")
 
     def test_poll_outside_a_round_waits(self):
         torchrun._joining = False
-        dr._delay(seconds=1)  # capped at the poll interval; no raise
+        dr._delay(seconds=1)
+        self.assertEqual(self.slept, [0.01], "one poll, capped at the poll interval")
 
 
 @unittest.skipIf(dr is None, "needs torch")
