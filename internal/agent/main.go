@@ -41,7 +41,7 @@ func run(ctx context.Context, args []string) error {
 		nodeName     = fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 		provider     = fs.String("provider", "auto", "cloud notice source: alibaba, aws, gcp, azure, none or auto (probe each metadata service)")
 		metadataURL  = fs.String("metadata-url", "", "override the metadata service base URL (an emulator), e.g. http://127.0.0.1:8080")
-		pollInterval = fs.Duration("poll-interval", time.Second, "time between metadata reads")
+		pollInterval = fs.Duration("poll-interval", time.Second, "time between metadata reads (a changed reading is read again 100 ms later to confirm it)")
 		confirm      = fs.Int("confirm", 2, "identical metadata readings needed before a change is believed")
 		listen       = fs.String("listen", "", "signal endpoint address (default the node's InternalIP, port 9477)")
 		window       = fs.Duration("k8s-notice-window", DefaultKubernetesNoticeWindow, "deadline given to a Kubernetes-side notice (a taint such as ToBeDeletedByClusterAutoscaler)")

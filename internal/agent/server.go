@@ -35,7 +35,7 @@ type Authenticator interface {
 }
 
 // TokenReviewAuthenticator validates tokens with the TokenReview API and
-// caches each answer, so that pods polling every ~200 ms cost one review per
+// caches each answer, so that pods polling every ~100 ms cost one review per
 // token per TTL.
 type TokenReviewAuthenticator struct {
 	client    kubernetes.Interface

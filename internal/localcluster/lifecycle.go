@@ -128,6 +128,9 @@ func (c *Cluster) Reclaim(ctx context.Context, name string, notice time.Duration
 	if err != nil {
 		return err
 	}
+	if _, err := c.node(ctx, name); err != nil { // a mistyped name is an error, not a reclaim of nothing
+		return err
+	}
 	if notice > 0 {
 		deadline := time.Now().Add(notice).UTC()
 		provider, err := c.Announce(ctx, name, deadline)
