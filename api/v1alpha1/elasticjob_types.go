@@ -186,14 +186,19 @@ type SpotSpec struct {
 
 	// preemptionReasons lists extra pod event or condition reasons that mean
 	// "this pod was taken back", beyond the built-in ones (DisruptionTarget,
-	// Evicted, SpotToBeReleased, the etjob notice annotation).
+	// Evicted, SpotToBeReleased, evictions of ACS BestEffort pods, the etjob
+	// notice annotation). The routine Events of every pod start and stop
+	// (Scheduled, Pulling, Pulled, Created, Started, Killing,
+	// SuccessfulAttachVolume) are not watched and cannot be reasons here.
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=set
 	// +optional
 	PreemptionReasons []string `json:"preemptionReasons,omitempty"`
 
 	// leaveGracePeriodSeconds is how long a worker told to leave is given to
-	// checkpoint and exit before its pod is deleted.
+	// checkpoint and exit before its pod is deleted; a worker on a node with
+	// a reclamation notice keeps it until the notice's deadline when that is
+	// later.
 	// +kubebuilder:default=30
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=3600

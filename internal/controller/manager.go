@@ -87,9 +87,9 @@ var routinePodEventReasons = []string{"Scheduled", "Pulling", "Pulled", "Created
 
 // NoticeEventSelector selects the pod Events the controller caches for the
 // pod-level notices: every reason but the routine ones. A field selector
-// cannot list the reasons it wants (no OR), but it can leave out the ones
-// that matter by their number, which keeps unknown or configured notice
-// reasons (spec.spot.preemptionReasons) in.
+// cannot list the reasons it wants (no OR), but it can exclude the routine
+// ones by name, and they are nearly all the Events; unknown or configured
+// notice reasons (spec.spot.preemptionReasons) stay in.
 func NoticeEventSelector() fields.Selector {
 	sel := []fields.Selector{fields.OneTermEqualSelector("involvedObject.kind", "Pod")}
 	for _, r := range routinePodEventReasons {
