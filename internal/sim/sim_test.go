@@ -197,8 +197,6 @@ func TestElasticHandTraces(t *testing.T) {
 	}
 }
 
-// TestLeaveGraceShorterThanCheckpoint: a checkpoint longer than the leave
-// grace period is cut short by the pod's deletion even with a long notice.
 // TestLeaveGraceShorterThanCheckpoint: a noticed worker keeps its node until
 // the deadline, so a checkpoint longer than spot.leaveGracePeriodSeconds still
 // completes within the notice (it used to be cut off at the grace period).
