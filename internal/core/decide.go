@@ -526,7 +526,7 @@ func (d *decision) publish() {
 	d.batchJoiners()
 	hosts := make([]string, 0, len(d.members))
 	for _, w := range d.members {
-		hosts = append(hosts, w.pod.Name+":"+strconv.Itoa(int(slots)))
+		hosts = append(hosts, FormatHost(w.pod.Name, slots))
 	}
 	d.setHosts(hosts)
 }
@@ -538,7 +538,7 @@ func (d *decision) publish() {
 func (d *decision) batchJoiners() {
 	published := map[string]bool{}
 	for _, h := range d.s.Job.Status.Membership.Hosts {
-		published[hostName(h)] = true
+		published[HostName(h)] = true
 	}
 	var staying, joining []*podView
 	for _, w := range d.members {
@@ -613,22 +613,15 @@ func (d *decision) recordMembership() {
 func diff(old, cur []string) (joined, left []string) {
 	for _, h := range cur {
 		if !slices.Contains(old, h) {
-			joined = append(joined, hostName(h))
+			joined = append(joined, HostName(h))
 		}
 	}
 	for _, h := range old {
 		if !slices.Contains(cur, h) {
-			left = append(left, hostName(h))
+			left = append(left, HostName(h))
 		}
 	}
 	return joined, left
-}
-
-func hostName(h string) string {
-	if i := strings.LastIndexByte(h, ':'); i > 0 {
-		return h[:i]
-	}
-	return h
 }
 
 // waitForCapacity applies maxWaitTime while the job is below minReplicas
@@ -795,7 +788,7 @@ func (d *decision) summarize() {
 	st.Selector = etjobv1.LabelJobName + "=" + d.job.Name + "," + etjobv1.LabelRole + "=" + etjobv1.RoleWorker
 	memberSet := map[string]bool{}
 	for _, h := range st.Membership.Hosts {
-		memberSet[hostName(h)] = true
+		memberSet[HostName(h)] = true
 	}
 	st.Workers = st.Workers[:0]
 	st.Replicas, st.ReadyReplicas, st.LeavingReplicas = 0, 0, 0
@@ -867,7 +860,7 @@ func (d *decision) summarize() {
 // says so when writing it takes longer than the notice window of a cloud the
 // members run on (the job would lose work on a reclamation there).
 func (d *decision) lastCheckpoint() {
-	var best *checkpointInfo
+	var best *etjobv1.CheckpointAnnotation
 	for _, v := range d.all() {
 		if c := v.checkpoint; c != nil && (best == nil || c.Step > best.Step || (c.Step == best.Step && c.Time > best.Time)) {
 			best = c

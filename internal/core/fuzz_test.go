@@ -31,8 +31,8 @@ func FuzzParseHost(f *testing.F) {
 		if h, s, ok := ParseHost(again); !ok || h != host || s != slots {
 			t.Fatalf("FormatHost(%q, %d) = %q parses to %q, %d, %t", host, slots, again, h, s, ok)
 		}
-		if got := hostName(entry); got != host {
-			t.Fatalf("hostName(%q) = %q, ParseHost says %q", entry, got, host)
+		if got := HostName(entry); got != host {
+			t.Fatalf("HostName(%q) = %q, ParseHost says %q", entry, got, host)
 		}
 	})
 }

@@ -30,6 +30,15 @@ func ParseHost(entry string) (host string, slots int32, ok bool) {
 	return host, int32(n), true
 }
 
+// HostName is the host of a membership entry (the entry itself when it has
+// no slots).
+func HostName(entry string) string {
+	if i := strings.LastIndexByte(entry, ':'); i > 0 {
+		return entry[:i]
+	}
+	return entry
+}
+
 // FormatHost is the membership entry of host with slots: ParseHost's inverse.
 func FormatHost(host string, slots int32) string {
 	return host + ":" + strconv.Itoa(int(slots))

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -482,10 +481,7 @@ func (w *elastic) apply(plan core.Plan) bool {
 func hostNames(hosts []string) []string {
 	out := make([]string, 0, len(hosts))
 	for _, h := range hosts {
-		if i := strings.LastIndexByte(h, ':'); i > 0 {
-			h = h[:i]
-		}
-		out = append(out, h)
+		out = append(out, core.HostName(h))
 	}
 	return out
 }
@@ -507,9 +503,9 @@ func (w *elastic) reportCheckpoint(pod string, step int64) {
 	if p == nil {
 		return
 	}
-	raw, _ := json.Marshal(map[string]any{
-		"step": step, "path": fmt.Sprintf("/ckpt/step-%d", step),
-		"time": w.at().UTC().Format(time.RFC3339), "seconds": w.p.CheckpointTime.Seconds(),
+	raw, _ := json.Marshal(etjobv1.CheckpointAnnotation{
+		Step: step, Path: fmt.Sprintf("/ckpt/step-%d", step),
+		Time: w.at().UTC().Format(time.RFC3339), Seconds: w.p.CheckpointTime.Seconds(),
 	})
 	if p.Annotations == nil {
 		p.Annotations = map[string]string{}
