@@ -77,9 +77,8 @@ const (
 	// ScaleIn (not a preemption) or the notice that caused it.
 	AnnotationLeaveReason = "etjob.dev/leave-reason"
 	// AnnotationCheckpoint on a worker pod, set by its node agent from the
-	// progress the worker reports, is the pod's last checkpoint as JSON:
-	// {"step": N, "path": "...", "time": "RFC3339", "seconds": S} (seconds: how
-	// long writing it took). The controller publishes the newest in
+	// progress the worker reports, is the pod's last checkpoint as JSON
+	// (CheckpointAnnotation). The controller publishes the newest in
 	// status.lastCheckpoint.
 	AnnotationCheckpoint = "etjob.dev/checkpoint"
 	// AnnotationScaleIn on a worker pod asks that this worker be removed first
@@ -107,3 +106,18 @@ const (
 	// RendezvousPort is the port of the torchrun rendezvous store in the launcher.
 	RendezvousPort = 29400
 )
+
+// CheckpointAnnotation is the value of AnnotationCheckpoint (JSON): the
+// newest checkpoint of a pod, as its node agent publishes it and the
+// controller reads it.
+// +kubebuilder:object:generate=false
+type CheckpointAnnotation struct {
+	// Step is the training step the checkpoint holds.
+	Step int64 `json:"step"`
+	// Path is where it was written, relative to the checkpoint directory.
+	Path string `json:"path"`
+	// Time is when the agent heard of it (RFC 3339).
+	Time string `json:"time"`
+	// Seconds is how long writing it took.
+	Seconds float64 `json:"seconds"`
+}

@@ -172,17 +172,9 @@ type podView struct {
 	// notReadySince: when its node became NotReady (zero if Ready).
 	notReadySince time.Time
 	// checkpoint: the last checkpoint its node agent published (nil if none).
-	checkpoint *checkpointInfo
+	checkpoint *etjobv1.CheckpointAnnotation
 	// provider: the cloud of its node ("" if unknown).
 	provider string
-}
-
-// checkpointInfo is the etjob.dev/checkpoint annotation of a pod.
-type checkpointInfo struct {
-	Step    int64   `json:"step"`
-	Path    string  `json:"path"`
-	Time    string  `json:"time"`
-	Seconds float64 `json:"seconds"`
 }
 
 func (v *podView) leaving() bool { return v.noticed || !v.leaveAt.IsZero() }
@@ -246,7 +238,7 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 	}
 	_, v.scaleIn = pod.Annotations[etjobv1.AnnotationScaleIn]
 	if raw := pod.Annotations[etjobv1.AnnotationCheckpoint]; raw != "" {
-		c := &checkpointInfo{}
+		c := &etjobv1.CheckpointAnnotation{}
 		if json.Unmarshal([]byte(raw), c) == nil && c.Step > 0 {
 			v.checkpoint = c
 		}
