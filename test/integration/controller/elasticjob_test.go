@@ -346,7 +346,7 @@ func TestScaleMembershipAndNotices(t *testing.T) {
 	pods = waitPods(t, ns, "train", "train-launcher", "train-worker-0", "train-worker-1", "train-worker-2", "train-worker-3")
 	startAll(t, pods)
 	waitHosts(t, ns, "train", "train-worker-0:1", "train-worker-1:1", "train-worker-2:1", "train-worker-3:1")
-	time.Sleep(time.Second) // let the last status write land
+	counter.waitQuiet(t, time.Second)
 	counts := counter.stop()
 	t.Logf("controller API requests for a scale-out of 2 pods: %v", counts)
 	writes, lists := 0, 0

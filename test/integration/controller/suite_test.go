@@ -72,6 +72,28 @@ func (c *requestCounter) start() {
 	c.on.Store(true)
 }
 
+// waitQuiet waits until the controller has sent no request for d, so that
+// the last write of an event is counted (a fixed sleep could end before it).
+func (c *requestCounter) waitQuiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	last, since := -1, time.Now()
+	eventually(t, "the controller quiet for "+d.String(), func() error {
+		c.mu.Lock()
+		n := 0
+		for _, v := range c.counts {
+			n += v
+		}
+		c.mu.Unlock()
+		if n != last {
+			last, since = n, time.Now()
+		}
+		if time.Since(since) < d {
+			return fmt.Errorf("%d requests so far", n)
+		}
+		return nil
+	})
+}
+
 func (c *requestCounter) stop() map[string]int {
 	c.on.Store(false)
 	c.mu.Lock()
