@@ -28,7 +28,7 @@ $(CONTROLLER_GEN):
 	GOBIN=$(dir $(CONTROLLER_GEN)) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 
 .PHONY: controlplane
-controlplane: ## Build kube-apiserver, scheduler, controller-manager and etcd into the cache (once).
+controlplane: ## Build kube-apiserver, scheduler, controller-manager, kubectl and etcd into the cache (once).
 	hack/build-controlplane.sh
 
 .PHONY: test

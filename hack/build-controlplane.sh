@@ -52,7 +52,7 @@ if [ $needs_kube -eq 1 ]; then
   ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
   for c in "${COMPONENTS[@]}"; do
     [ -x "$BIN/$c" ] && continue
-    log "building $c $KUBE_VERSION (cold: ~10 min for the first, ~2 min for each next one on 2 cores)"
+    log "building $c $KUBE_VERSION (cold: ~5 min for the first, under 1 min for each next one on 2 cores)"
     start=$(date +%s)
     (cd "$SRC" && go get "k8s.io/kubernetes/cmd/$c@$KUBE_VERSION" >/dev/null 2>&1 || true)
     (cd "$SRC" && go build -trimpath -ldflags "$ldflags" -o "$BIN/$c.tmp" "k8s.io/kubernetes/cmd/$c")

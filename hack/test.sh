@@ -16,7 +16,7 @@ unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
 go vet ./...
 
-step "control plane binaries (built once into the cache; cold ~7-15 min)"
+step "control plane binaries (built once into the cache; cold ~7 min)"
 KUBEBUILDER_ASSETS=$(hack/build-controlplane.sh)
 export KUBEBUILDER_ASSETS
 echo "using $KUBEBUILDER_ASSETS"
@@ -39,5 +39,5 @@ PYTHONPATH="$PWD/python:$PWD/python/tests" /usr/bin/python3 -m unittest discover
 step "integration tests (real kube-apiserver + etcd)"
 go test -count=1 -p 1 -timeout 20m ./test/integration/...
 
-step "end-to-end: the spot story on a local cluster with real torchrun training (~2-3 min)"
+step "end-to-end: the spot story on a local cluster with real torchrun training (~4 min)"
 go test -count=1 -p 1 -timeout 40m ./test/e2e/...
