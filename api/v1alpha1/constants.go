@@ -121,3 +121,23 @@ type CheckpointAnnotation struct {
 	// Seconds is how long writing it took.
 	Seconds float64 `json:"seconds"`
 }
+
+// The types of status.timeline's events (TimelineEvent.Type).
+const (
+	TimelineJoin     = "Join"
+	TimelineLeave    = "Leave"
+	TimelineChange   = "Change"
+	TimelineMove     = "Move"
+	TimelineRelease  = "Release"
+	TimelineRestart  = "Restart"
+	TimelineResume   = "Resume"
+	TimelineScale    = "Scale"
+	TimelineStop     = "Stop"
+	TimelineSuspend  = "Suspend"
+	TimelineComplete = "Complete"
+	TimelineFail     = "Fail"
+	// TimelineNotice is not in status.timeline (the controller records the
+	// leave a notice causes, not the notice); tools that saw the notice (the
+	// demo) add it to their own timelines.
+	TimelineNotice = "Notice"
+)

@@ -275,7 +275,8 @@ type CheckpointStatus struct {
 type TimelineEvent struct {
 	// time is when it happened.
 	Time metav1.Time `json:"time"`
-	// type is Join, Leave, Notice, Suspend, Resume, Restart, Scale, Complete or Fail.
+	// type is Join, Leave, Change, Move, Release, Stop, Suspend, Resume,
+	// Restart, Scale, Complete or Fail.
 	Type string `json:"type"`
 	// generation is the membership generation after the event.
 	Generation int64 `json:"generation"`

@@ -122,7 +122,7 @@ func (d *decision) suspend() {
 	}
 	if c := meta.FindStatusCondition(d.st.Conditions, etjobv1.ConditionSuspended); c == nil ||
 		c.Status != metav1.ConditionTrue || c.Reason != etjobv1.ReasonUserSuspended {
-		d.record("Suspend", "suspended by spec.suspend")
+		d.record(etjobv1.TimelineSuspend, "suspended by spec.suspend")
 		d.event(false, "Suspended", "job suspended: all pods released")
 	}
 	d.setHosts(nil)
@@ -138,7 +138,7 @@ func (d *decision) run() {
 		d.st.StartTime = &metav1.Time{Time: d.now}
 		if c := meta.FindStatusCondition(d.st.Conditions, etjobv1.ConditionSuspended); c != nil &&
 			c.Status == metav1.ConditionTrue && c.Reason == etjobv1.ReasonUserSuspended {
-			d.record("Resume", "spec.suspend set to false")
+			d.record(etjobv1.TimelineResume, "spec.suspend set to false")
 			d.event(false, "Resumed", "job resumed")
 			d.setCondition(etjobv1.ConditionSuspended, false, etjobv1.ReasonNotSuspended, "")
 		}
@@ -186,7 +186,7 @@ func (d *decision) stopBelowMin() {
 	}
 	if stopped > 0 {
 		d.publish()
-		d.record("Stop", fmt.Sprintf("below spec.minReplicas (%d): %d workers told to checkpoint and stop", d.spec.MinReplicas, stopped))
+		d.record(etjobv1.TimelineStop, fmt.Sprintf("below spec.minReplicas (%d): %d workers told to checkpoint and stop", d.spec.MinReplicas, stopped))
 	}
 }
 
@@ -274,7 +274,7 @@ func (d *decision) moveLauncher(l *podView) bool {
 	msg := fmt.Sprintf("the node of launcher %s is being reclaimed (%s)", l.pod.Name, l.noticeReason)
 	if waiting {
 		if told > 0 {
-			d.record("Move", fmt.Sprintf("%s: %d workers told to checkpoint and stop", msg, told))
+			d.record(etjobv1.TimelineMove, fmt.Sprintf("%s: %d workers told to checkpoint and stop", msg, told))
 			d.event(false, etjobv1.ReasonLauncherMoving, msg+": the workers checkpoint and stop, then the job restarts on other capacity")
 		}
 		d.publish()
@@ -328,7 +328,7 @@ func (d *decision) handleWorkers() bool {
 func (d *decision) preempted(w *podView, reason string) {
 	d.delete(w, reason)
 	d.st.Preemptions++
-	d.record("Leave", fmt.Sprintf("%s preempted (%s)", w.pod.Name, reason))
+	d.record(etjobv1.TimelineLeave, fmt.Sprintf("%s preempted (%s)", w.pod.Name, reason))
 	d.event(false, "Preempted", fmt.Sprintf("worker %s preempted (%s); not counted as a failure", w.pod.Name, reason))
 }
 
@@ -351,7 +351,7 @@ func (d *decision) workerFailed(w *podView) bool {
 	switch {
 	case retry:
 		d.delete(w, etjobv1.ReasonWorkerFailed)
-		d.record("Leave", msg)
+		d.record(etjobv1.TimelineLeave, msg)
 		d.event(true, etjobv1.ReasonWorkerFailed, msg+"; replacing it under a new name")
 		return false
 	case d.spec.RestartPolicy == etjobv1.RestartPolicyOnFailure:
@@ -490,7 +490,7 @@ func (d *decision) scale() {
 				d.delete(v, etjobv1.ReasonScaleIn)
 			}
 		}
-		d.record("Scale", fmt.Sprintf("scale in to %d workers", desired))
+		d.record(etjobv1.TimelineScale, fmt.Sprintf("scale in to %d workers", desired))
 		return
 	}
 	if d.restarting {
@@ -601,11 +601,11 @@ func (d *decision) recordMembership() {
 	joined, left := diff(orig.Hosts, m.Hosts)
 	switch {
 	case len(joined) > 0 && len(left) == 0:
-		d.record("Join", "joined: "+strings.Join(joined, ", "))
+		d.record(etjobv1.TimelineJoin, "joined: "+strings.Join(joined, ", "))
 	case len(left) > 0 && len(joined) == 0:
-		d.record("Leave", "left: "+strings.Join(left, ", "))
+		d.record(etjobv1.TimelineLeave, "left: "+strings.Join(left, ", "))
 	default:
-		d.record("Change", fmt.Sprintf("joined: %s; left: %s", strings.Join(joined, ", "), strings.Join(left, ", ")))
+		d.record(etjobv1.TimelineChange, fmt.Sprintf("joined: %s; left: %s", strings.Join(joined, ", "), strings.Join(left, ", ")))
 	}
 	d.event(false, "MembershipChanged", fmt.Sprintf("generation %d: %d members", m.Generation, len(m.Hosts)))
 }
@@ -655,7 +655,7 @@ func (d *decision) waitForCapacity() {
 		msg := fmt.Sprintf("below spec.minReplicas (%d) for spec.maxWaitTime (%ds): released %d idle workers; waiting with pending pods",
 			d.spec.MinReplicas, d.spec.MaxWaitTime, released)
 		d.event(true, etjobv1.ReasonMaxWaitTimeExceeded, msg)
-		d.record("Release", msg)
+		d.record(etjobv1.TimelineRelease, msg)
 	}
 	d.st.BelowMinSince = &metav1.Time{Time: d.now}
 	d.requeueAt(d.now.Add(time.Duration(d.spec.MaxWaitTime) * time.Second))
@@ -676,7 +676,7 @@ func (d *decision) conditions() {
 		suspended := meta.IsStatusConditionTrue(d.st.Conditions, etjobv1.ConditionSuspended)
 		if d.wasRunning || suspended {
 			if !suspended {
-				d.record("Suspend", "below spec.minReplicas: waiting for capacity")
+				d.record(etjobv1.TimelineSuspend, "below spec.minReplicas: waiting for capacity")
 				d.event(true, etjobv1.ReasonWaitingForCapacity, why)
 			}
 			d.setCondition(etjobv1.ConditionSuspended, true, etjobv1.ReasonWaitingForCapacity, why)
@@ -684,7 +684,7 @@ func (d *decision) conditions() {
 	}
 	if n >= lo && meta.IsStatusConditionTrue(d.s.Job.Status.Conditions, etjobv1.ConditionSuspended) &&
 		meta.FindStatusCondition(d.s.Job.Status.Conditions, etjobv1.ConditionSuspended).Reason == etjobv1.ReasonWaitingForCapacity {
-		d.record("Resume", "capacity returned: resuming from the last checkpoint")
+		d.record(etjobv1.TimelineResume, "capacity returned: resuming from the last checkpoint")
 		d.event(false, "Resumed", "capacity returned: resuming from the last checkpoint")
 	}
 	active, leaving := d.counts()
@@ -748,7 +748,7 @@ func (d *decision) restart(msg string) {
 	}
 	d.setHosts(nil)
 	d.st.BelowMinSince = nil
-	d.record("Restart", msg)
+	d.record(etjobv1.TimelineRestart, msg)
 	d.event(true, etjobv1.ReasonRestarting, fmt.Sprintf("restarting the job (restart %d): %s", d.st.Restarts, msg))
 	d.setCondition(etjobv1.ConditionRunning, false, etjobv1.ReasonRestarting, msg)
 	d.setCondition(etjobv1.ConditionResizing, false, etjobv1.ReasonRestarting, msg)
@@ -757,12 +757,12 @@ func (d *decision) restart(msg string) {
 
 func (d *decision) complete(msg string) {
 	d.setCondition(etjobv1.ConditionComplete, true, etjobv1.ReasonSucceeded, msg)
-	d.finishWith("Complete", msg, false)
+	d.finishWith(etjobv1.TimelineComplete, msg, false)
 }
 
 func (d *decision) fail(reason, msg string) {
 	d.setCondition(etjobv1.ConditionFailed, true, reason, msg)
-	d.finishWith("Fail", msg, true)
+	d.finishWith(etjobv1.TimelineFail, msg, true)
 }
 
 func (d *decision) finishWith(kind, msg string, warning bool) {

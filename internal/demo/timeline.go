@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/timeline"
 )
 
@@ -61,7 +62,7 @@ func notices(start time.Time, said []string) []timeline.Event {
 		if err != nil {
 			continue
 		}
-		out = append(out, timeline.Event{At: start.Add(time.Duration(f * float64(time.Second))), Type: "Notice", Members: -1, Message: what})
+		out = append(out, timeline.Event{At: start.Add(time.Duration(f * float64(time.Second))), Type: etjobv1.TimelineNotice, Members: -1, Message: what})
 	}
 	return out
 }

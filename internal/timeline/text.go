@@ -5,6 +5,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 )
 
 // TextWidth is the chart's width in columns when Text is given 0.
@@ -37,17 +39,17 @@ var (
 // markOf is the mark of an event type.
 func markOf(typ string) mark {
 	switch typ {
-	case "Notice":
+	case etjobv1.TimelineNotice:
 		return markNotice
-	case "Leave", "Release":
+	case etjobv1.TimelineLeave, etjobv1.TimelineRelease:
 		return markLeave
-	case "Change":
+	case etjobv1.TimelineChange:
 		return markChange
-	case "Suspend", "Stop", "Move", TypeStopped:
+	case etjobv1.TimelineSuspend, etjobv1.TimelineStop, etjobv1.TimelineMove, TypeStopped:
 		return markSuspend
-	case "Resume", TypeTrained:
+	case etjobv1.TimelineResume, TypeTrained:
 		return markResume
-	case "Join":
+	case etjobv1.TimelineJoin:
 		return markJoin
 	}
 	return markOther
@@ -68,7 +70,7 @@ func (t Timeline) Text(width int) string {
 		series, what = t.World, "ranks training"
 	}
 	if len(series) == 0 && len(t.Events) == 0 && len(t.Steps) == 0 {
-		fmt.Fprintf(&b, "%s: no timeline yet (the controller records joins, leaves, notices, suspends and resumes in status.timeline)\n", t.Job)
+		fmt.Fprintf(&b, "%s: no timeline yet (the controller records joins, leaves, stops, suspends and resumes in status.timeline)\n", t.Job)
 		return b.String()
 	}
 	span := t.End.Sub(t.Start)

@@ -18,8 +18,7 @@ import (
 	"github.com/etjob/etjob/internal/core"
 )
 
-// Event types beyond status.timeline's (Join, Leave, Change, Notice, Suspend,
-// Resume, Restart, Scale, Release, Stop, Complete, Fail), read from the
+// Event types beyond status.timeline's (etjobv1.Timeline*), read from the
 // training logs.
 const (
 	// TypeStopped is the ranks' agreed stop at a step (a `stop` line).

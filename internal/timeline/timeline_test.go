@@ -98,7 +98,7 @@ func TestFromStatus(t *testing.T) {
 		t.Errorf("events = %+v", tl.Events)
 	}
 	running := FromStatus(testutil.MakeElasticJob("j", "ns").Obj(), at(time.Minute))
-	if running.Text(0) != "j: no timeline yet (the controller records joins, leaves, notices, suspends and resumes in status.timeline)\n" {
+	if running.Text(0) != "j: no timeline yet (the controller records joins, leaves, stops, suspends and resumes in status.timeline)\n" {
 		t.Errorf("empty timeline: %q", running.Text(0))
 	}
 }
