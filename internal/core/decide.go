@@ -266,7 +266,7 @@ func (d *decision) moveLauncher(l *podView) bool {
 			d.signal(w, etjobv1.ReasonLauncherMoving)
 			told++
 		}
-		if at := w.leaveAt.Add(d.leaveGrace()); d.now.Before(at) {
+		if at := d.leaveDeadline(w.leaveAt, l.noticeDeadline); d.now.Before(at) {
 			d.requeueAt(at)
 			waiting = true
 		}
@@ -378,12 +378,11 @@ func (d *decision) leave(w *podView) {
 		}
 		return
 	}
-	at := w.leaveAt.Add(d.leaveGrace())
-	if w.noticed && w.noticeDeadline.After(at) {
-		// The node lives until its deadline: a checkpoint longer than the
-		// grace period still has until then (found by the trace simulator).
-		at = w.noticeDeadline
+	var nodeDeadline time.Time
+	if w.noticed {
+		nodeDeadline = w.noticeDeadline
 	}
+	at := d.leaveDeadline(w.leaveAt, nodeDeadline)
 	if d.now.Before(at) {
 		d.requeueAt(at)
 		return
@@ -393,6 +392,19 @@ func (d *decision) leave(w *podView) {
 	} else {
 		d.delete(w, "LeaveGracePeriodExpired")
 	}
+}
+
+// leaveDeadline is when a worker told to leave at leaveAt is given up on:
+// after the leave grace period, or at the deadline of the notice on the node
+// it waits for (its own node's; the launcher's, for a move) when that is
+// later: the node lives until then, so a checkpoint longer than the grace
+// period still completes (found by the trace simulator).
+func (d *decision) leaveDeadline(leaveAt, nodeDeadline time.Time) time.Time {
+	at := leaveAt.Add(d.leaveGrace())
+	if nodeDeadline.After(at) {
+		return nodeDeadline
+	}
+	return at
 }
 
 func (d *decision) leaveGrace() time.Duration {
