@@ -141,8 +141,7 @@ func (r *runner) counts() map[string]int {
 func (r *runner) losses() int {
 	n := 0
 	for _, f := range r.res.Faults {
-		switch f.Kind {
-		case KindNotice, KindHard, KindBurst, KindBurstBelowMin, KindReconfLoss:
+		if takesMembers(f.Kind) {
 			n += len(f.Nodes)
 		}
 	}

@@ -94,14 +94,20 @@ func Schedule(seed int64) []Step {
 func MembershipLosses(steps []Step) int {
 	n := 0
 	for _, s := range steps {
-		switch s.Kind {
-		case KindNotice, KindHard:
-			n++
-		case KindBurst, KindBurstBelowMin, KindReconfLoss:
-			n += s.K
+		if takesMembers(s.Kind) {
+			n += max(s.K, 1)
 		}
 	}
 	return n
+}
+
+// takesMembers reports whether a fault of kind takes members' nodes away.
+func takesMembers(kind string) bool {
+	switch kind {
+	case KindNotice, KindHard, KindBurst, KindBurstBelowMin, KindReconfLoss:
+		return true
+	}
+	return false
 }
 
 // String is the schedule in one line.

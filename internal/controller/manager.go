@@ -58,16 +58,14 @@ func ManagerOptions(metricsAddr, probeAddr string, leaderElect bool, leaderElect
 	}
 }
 
-// Setup registers indexes and the reconciler with the manager; a decision
-// recorder, if given, records every Decide call of the job reconciler.
-func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions ...*DecisionRecorder) error {
+// Setup registers indexes and the reconciler with the manager; decisions,
+// when not nil, records every Decide call of the job reconciler.
+func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *DecisionRecorder) error {
 	if err := SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	r := NewElasticJobReconciler(mgr.GetClient(), mgr.GetEventRecorder("etjob-controller"), clock.RealClock{})
-	if len(decisions) > 0 {
-		r.Decisions = decisions[0]
-	}
+	r.Decisions = decisions
 	if err := r.SetupWithManager(mgr, concurrency); err != nil {
 		return err
 	}

@@ -70,7 +70,7 @@ func run(m *testing.M) int {
 	defer cancel()
 	mgr, err := ctrl.NewManager(cfg, controller.ManagerOptions("0", "0", false, ""))
 	if err == nil {
-		err = controller.Setup(ctx, mgr, 2)
+		err = controller.Setup(ctx, mgr, 2, nil)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "controller:", err)

@@ -182,7 +182,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "manager:", err)
 		return 1
 	}
-	if err := controller.Setup(ctx, mgr, 4); err != nil {
+	if err := controller.Setup(ctx, mgr, 4, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "setup:", err)
 		return 1
 	}
