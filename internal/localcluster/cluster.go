@@ -31,6 +31,7 @@ import (
 	"time"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/localcluster/processnode"
 )
 
 // Ports of the local control plane (high, fixed, loopback only).
@@ -53,6 +54,10 @@ type Cluster struct {
 	Self string
 	// Out receives progress.
 	Out io.Writer
+	// Images is what each container image brings on the process nodes
+	// (processnode.Image); nil runs every image as the host as it is.
+	// LocalImages builds the local image of etjob's examples.
+	Images processnode.Images
 	// ControllerArgs are extra flags of the etjob controller (etjob chaos
 	// passes --record-decisions).
 	ControllerArgs []string
@@ -255,9 +260,17 @@ func (c *Cluster) StartNode(n NodeSpec) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := c.start("node-"+n.Name, c.Self, "internal", "node", "--kubeconfig="+c.Kubeconfig(),
-		"--node-name="+n.Name, "--node-ip="+n.NodeIP(), "--labels="+strings.Join(kv, ","), "--work-dir="+dir,
-		fmt.Sprintf("--metadata-listen=%s:%d", n.NodeIP(), MetadataPort), fmt.Sprintf("--gpus=%d", n.GPUs)); err != nil {
+	args := []string{"internal", "node", "--kubeconfig=" + c.Kubeconfig(),
+		"--node-name=" + n.Name, "--node-ip=" + n.NodeIP(), "--labels=" + strings.Join(kv, ","), "--work-dir=" + dir,
+		fmt.Sprintf("--metadata-listen=%s:%d", n.NodeIP(), MetadataPort), fmt.Sprintf("--gpus=%d", n.GPUs)}
+	if c.Images != nil {
+		images := c.path("images.json")
+		if err := processnode.WriteImages(images, c.Images); err != nil {
+			return err
+		}
+		args = append(args, "--images="+images)
+	}
+	if err := c.start("node-"+n.Name, c.Self, args...); err != nil {
 		return err
 	}
 	// The node agent reads the node's cloud notices from its metadata service

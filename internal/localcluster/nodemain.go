@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -45,6 +46,7 @@ func runNode(args []string) error {
 		verbose    = fs.Bool("v", false, "log debug messages")
 		gpus       = fs.Int("gpus", 1, "emulated accelerators (nvidia.com/gpu) the node advertises")
 		mdListen   = fs.String("metadata-listen", "", "serve the node's emulated cloud metadata service (all four providers) and its control endpoints here")
+		imagesFile = fs.String("images", "", "the node's image table, a JSON list of {image, env, files} (processnode.Image): what each container image brings")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -69,6 +71,14 @@ func runNode(args []string) error {
 	if err != nil {
 		return err
 	}
+	images, err := processnode.ReadImages(*imagesFile)
+	if err != nil {
+		return fmt.Errorf("--images: %w", err)
+	}
+	api, err := url.Parse(cfg.Host)
+	if err != nil {
+		return fmt.Errorf("--kubeconfig: server %q: %w", cfg.Host, err)
+	}
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug
@@ -87,12 +97,14 @@ func runNode(args []string) error {
 		defer srv.Close()
 	}
 	return processnode.Run(ctx, processnode.Options{
-		Client:   client,
-		NodeName: *nodeName,
-		NodeIP:   *nodeIP,
-		Labels:   lbls,
-		WorkDir:  *workDir,
-		Capacity: corev1.ResourceList{processnode.ResourceGPU: *resource.NewQuantity(int64(*gpus), resource.DecimalSI)},
+		Client:    client,
+		NodeName:  *nodeName,
+		NodeIP:    *nodeIP,
+		Labels:    lbls,
+		WorkDir:   *workDir,
+		Capacity:  corev1.ResourceList{processnode.ResourceGPU: *resource.NewQuantity(int64(*gpus), resource.DecimalSI)},
+		Images:    images,
+		APIServer: api.Host,
 	})
 }
 

@@ -48,6 +48,11 @@ type Options struct {
 	// Capacity is the node's capacity and allocatable; cpu, memory, pods and
 	// nvidia.com/gpu default to DefaultCapacity's values when absent.
 	Capacity corev1.ResourceList
+	// Images is the node's image table (ProviderConfig.Images).
+	Images Images
+	// APIServer is the API server's host:port for in-cluster clients
+	// (ProviderConfig.APIServer).
+	APIServer string
 }
 
 // DefaultCapacity returns the capacity a process node advertises unless
@@ -82,6 +87,8 @@ func NewNode(opts Options) (*nodeutil.Node, *Provider, error) {
 			ConfigMaps: cfg.ConfigMaps,
 			Secrets:    cfg.Secrets,
 			Client:     opts.Client,
+			Images:     opts.Images,
+			APIServer:  opts.APIServer,
 		})
 		provider = p
 		return p, nil, err // nil NodeProvider: nodeutil's naive one marks the node Ready

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -56,6 +58,14 @@ type ProviderConfig struct {
 	// such references "not found".
 	ConfigMaps corev1listers.ConfigMapLister
 	Secrets    corev1listers.SecretLister
+	// Images is the node's image table: what each container image brings
+	// (environment and files). An image it does not match runs the host as
+	// it is.
+	Images Images
+	// APIServer is host:port of the API server, given to every container as
+	// KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT, as a kubelet does
+	// for the default/kubernetes Service (in-cluster clients need them).
+	APIServer string
 	// Client, when set, lets the provider remove a deleted pod from the API
 	// as soon as its processes stopped and its terminal status was written,
 	// as a kubelet's status manager does (otherwise virtual-kubelet removes it
@@ -74,6 +84,9 @@ type Provider struct {
 	workDir  string
 	env      envSources
 	client   kubernetes.Interface
+	images   Images
+	apiHost  string
+	apiPort  string
 	// unshare is the path of util-linux unshare when pods get namespaces of
 	// their own, "" when they run as plain processes (see detectSandbox).
 	unshare string
@@ -118,18 +131,21 @@ type podRun struct {
 
 // containerRun is one container of a podRun.
 type containerRun struct {
-	index    int // in pod.Spec.Containers and pod.Status.ContainerStatuses
-	name     string
-	argv     []string
-	path     string
-	env      []string
-	dir      string
-	logPath  string
-	pidPath  string // holds pid while the process runs, for cleanup after a node crash
-	pid      int    // 0 when no process runs; unshare's PID when sandboxed
-	mounts   []mount
-	backoff  *time.Timer
-	restarts int32
+	index int // in pod.Spec.Containers and pod.Status.ContainerStatuses
+	name  string
+	// imageMounts are the files of the container's image (Image.Files),
+	// mounted before its volumes.
+	imageMounts []mount
+	argv        []string
+	path        string
+	env         []string
+	dir         string
+	logPath     string
+	pidPath     string // holds pid while the process runs, for cleanup after a node crash
+	pid         int    // 0 when no process runs; unshare's PID when sandboxed
+	mounts      []mount
+	backoff     *time.Timer
+	restarts    int32
 }
 
 // NewProvider returns a Provider with no pods.
@@ -153,11 +169,17 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 		workDir:   cfg.WorkDir,
 		env:       envSources{configMaps: cfg.ConfigMaps, secrets: cfg.Secrets},
 		client:    cfg.Client,
+		images:    cfg.Images,
 		hostsPath: filepath.Join(cfg.WorkDir, "hosts"),
 		wake:      make(chan struct{}, 1),
 		stop:      make(chan struct{}),
 		pods:      map[string]*podRun{},
 		ips:       ips,
+	}
+	if cfg.APIServer != "" {
+		if p.apiHost, p.apiPort, err = net.SplitHostPort(cfg.APIServer); err != nil {
+			return nil, fmt.Errorf("API server address %q: %w", cfg.APIServer, err)
+		}
 	}
 	if _, err := writeInPlace(p.hostsPath, renderHosts(nil)); err != nil {
 		return nil, fmt.Errorf("hosts file: %w", err)
@@ -262,7 +284,7 @@ func (p *Provider) setupAndStart(ctx context.Context, pr *podRun) bool {
 	}
 	pr.started = true
 	for i, cr := range pr.containers {
-		cr.mounts = mounts[i]
+		cr.mounts = append(slices.Clone(cr.imageMounts), mounts[i]...)
 		p.startLocked(ctx, pr, cr)
 	}
 	p.mu.Unlock()
@@ -356,6 +378,18 @@ func (p *Provider) prepareContainer(pr *podRun, i int, c *corev1.Container) (*co
 	if base["PATH"] == "" {
 		base["PATH"] = defaultPath
 	}
+	baseKeys := []string{"PATH", "HOME", "HOSTNAME"}
+	if p.apiHost != "" {
+		base["KUBERNETES_SERVICE_HOST"], base["KUBERNETES_SERVICE_PORT"] = p.apiHost, p.apiPort
+		baseKeys = append(baseKeys, "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
+	}
+	image, _ := p.images.Lookup(c.Image)
+	for _, k := range sortedKeys(image.Env) {
+		if _, ok := base[k]; !ok {
+			baseKeys = append(baseKeys, k)
+		}
+		base[k] = image.Env[k]
+	}
 	vars := make(map[string]string, len(env))
 	for _, e := range env {
 		vars[e.Name] = e.Value
@@ -366,7 +400,7 @@ func (p *Provider) prepareContainer(pr *podRun, i int, c *corev1.Container) (*co
 		argv = append(argv, expand(a, lookup))
 	}
 	var envList []string
-	for _, k := range []string{"PATH", "HOME", "HOSTNAME"} {
+	for _, k := range baseKeys {
 		if _, overridden := vars[k]; !overridden && base[k] != "" {
 			envList = append(envList, k+"="+base[k])
 		}
@@ -383,14 +417,15 @@ func (p *Provider) prepareContainer(pr *podRun, i int, c *corev1.Container) (*co
 		dir = pr.dir
 	}
 	return &containerRun{
-		index:   i,
-		name:    c.Name,
-		argv:    argv,
-		path:    lookPath(argv[0], pathEnv),
-		env:     envList,
-		dir:     dir,
-		logPath: filepath.Join(pr.dir, c.Name+".log"),
-		pidPath: filepath.Join(pr.dir, c.Name+".pid"),
+		index:       i,
+		name:        c.Name,
+		imageMounts: image.mounts(),
+		argv:        argv,
+		path:        lookPath(argv[0], pathEnv),
+		env:         envList,
+		dir:         dir,
+		logPath:     filepath.Join(pr.dir, c.Name+".log"),
+		pidPath:     filepath.Join(pr.dir, c.Name+".pid"),
 	}, nil
 }
 
