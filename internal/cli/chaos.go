@@ -95,7 +95,7 @@ func (o *chaosOptions) run(ctx context.Context) error {
 	w := o.streams.Out
 	fmt.Fprintf(w, "etjob chaos --seed %d (rerun the same schedule with this seed)\n", o.seed)
 	decisions := filepath.Join(o.dir, "decisions.jsonl")
-	cl := &localcluster.Cluster{Dir: o.dir, Self: self, Out: w, ControllerArgs: []string{"--record-decisions=" + decisions}}
+	cl := &localcluster.Cluster{Dir: o.dir, Self: self, Out: w, Images: localcluster.LocalImages(o.repo, localcluster.HorovodVenv()), ControllerArgs: []string{"--record-decisions=" + decisions}}
 	if cl.BinDir, err = buildControlPlane(o.streams); err != nil {
 		return err
 	}

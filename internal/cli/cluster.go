@@ -29,7 +29,14 @@ func (o *clusterOptions) cluster() (*localcluster.Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &localcluster.Cluster{Dir: o.dir, Self: self, Out: o.streams.Out}, nil
+	cl := &localcluster.Cluster{Dir: o.dir, Self: self, Out: o.streams.Out}
+	// From the etjob repository, pods run the local image: Debian's torch,
+	// Horovod when hack/install-horovod.sh installed it, etjob's library and
+	// examples (docs/local-cluster.md).
+	if repo, err := exampleRepo(""); err == nil {
+		cl.Images = localcluster.LocalImages(repo, localcluster.HorovodVenv())
+	}
+	return cl, nil
 }
 
 func newClusterCommand(streams IOStreams) *cobra.Command {

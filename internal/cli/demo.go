@@ -64,7 +64,7 @@ func (o *demoOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cl := &localcluster.Cluster{Dir: o.dir, Self: self, Out: o.streams.Out}
+	cl := &localcluster.Cluster{Dir: o.dir, Self: self, Out: o.streams.Out, Images: localcluster.LocalImages(o.repo, localcluster.HorovodVenv())}
 	fmt.Fprintln(o.streams.Out, "control plane binaries (built once from the Go module proxy; cold ~7 min):")
 	if cl.BinDir, err = buildControlPlane(o.streams); err != nil {
 		return err

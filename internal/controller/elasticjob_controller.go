@@ -50,7 +50,7 @@ func NewElasticJobReconciler(c client.Client, rec events.EventRecorder, clk cloc
 // +kubebuilder:rbac:groups=etjob.dev,resources=elasticjobs,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=etjob.dev,resources=elasticjobs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
-// +kubebuilder:rbac:groups="",resources=pods/exec,verbs=create
+// +kubebuilder:rbac:groups="",resources=pods/exec,verbs=create;get
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create
@@ -178,13 +178,34 @@ func (r *ElasticJobReconciler) apply(ctx context.Context, job *etjobv1.ElasticJo
 	}
 	for _, p := range pods {
 		r.expectations.ExpectCreate(key, p.Name, r.Clock.Now())
-		if err := r.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
+		err := r.Create(ctx, p)
+		if apierrors.IsAlreadyExists(err) && !r.ownPod(ctx, job, p.Name) {
+			// The name is held by a pod of another owner: a deleted job of
+			// the same name whose pods still terminate. Waiting for our own
+			// create to show would stall the job for expectationsTimeout;
+			// retry with back-off instead.
+			err = fmt.Errorf("pod %s still belongs to another owner (a deleted job of the same name?): %w", p.Name, err)
+		} else if apierrors.IsAlreadyExists(err) {
+			err = nil
+		}
+		if err != nil {
 			r.expectations.CreateObserved(key, p.Name)
 			forgetUncreated(plan, p)
 			return &createRefusedError{pod: p.Name, err: err}
 		}
 	}
 	return nil
+}
+
+// ownPod reports whether the cached pod called name is this job's. A pod the
+// cache does not hold yet counts as another's: the create is retried with
+// back-off, which costs nothing when it was ours after all.
+func (r *ElasticJobReconciler) ownPod(ctx context.Context, job *etjobv1.ElasticJob, name string) bool {
+	p := &corev1.Pod{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: job.Namespace, Name: name}, p); err != nil {
+		return false
+	}
+	return metav1.IsControlledBy(p, job)
 }
 
 // forgetUncreated drops from the planned status the workers from the refused

@@ -64,6 +64,19 @@ func (r *ScaleRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, err
 	}
 	d := core.DecideScale(core.ScaleRequest{Out: r.Out, Spec: *spec, Status: *status}, job, hpa, r.Clock.Now())
+	// A new request records its target before it changes the job: a pass
+	// on a stale cache (the job's watch fires right after /scale is
+	// written, before the request's status reaches the cache) then fails
+	// its status write on the resourceVersion instead of adding count a
+	// second time. A crash between the two writes is repaired by
+	// DecideScale, which sets the recorded target again.
+	if status.Phase == "" && d.Status.Phase == etjobv1.ScaleRequestScaling {
+		*status = d.Status
+		if err := r.Status().Update(ctx, obj); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{RequeueAfter: d.RequeueAfter}, r.apply(ctx, job, d)
+	}
 	if err := r.apply(ctx, job, d); err != nil {
 		return ctrl.Result{}, err
 	}

@@ -110,6 +110,14 @@ func DecideScale(req ScaleRequest, job *etjobv1.ElasticJob, hpaTargets bool, now
 	at := st.StartTime.Add(timeout(req.Spec))
 	if now.Before(at) {
 		d.RequeueAfter = at.Sub(now)
+		if job.Spec.Replicas == st.PreviousReplicas && st.TargetReplicas != st.PreviousReplicas {
+			// The target was recorded but never reached /scale (the
+			// controller stopped between the two writes): set it again.
+			// Absolute, so a second pass on a stale job cannot add twice.
+			target := st.TargetReplicas
+			d.SetReplicas = &target
+			d.MarkScaleIn = req.Spec.Instances
+		}
 		return d
 	}
 	if !req.Out {

@@ -40,6 +40,14 @@ func TestDecideScale(t *testing.T) {
 			req: core.ScaleRequest{Out: true, Spec: spec(2)}, job: job(3, 3),
 			wantPhase: etjobv1.ScaleRequestScaling, wantSet: 5, wantRequeue: 60 * time.Second, wantMessage: "spec.replicas 3 -> 5",
 		},
+		"a recorded target that never reached /scale is set again, absolute": {
+			req: core.ScaleRequest{Out: true, Spec: spec(1), Status: scaling(3, 4, 10*time.Second)}, job: job(3, 3),
+			wantPhase: etjobv1.ScaleRequestScaling, wantSet: 4, wantRequeue: 50 * time.Second,
+		},
+		"a scale out in progress on a job that has its target sets nothing": {
+			req: core.ScaleRequest{Out: true, Spec: spec(1), Status: scaling(3, 4, 10*time.Second)}, job: job(4, 3),
+			wantPhase: etjobv1.ScaleRequestScaling, wantRequeue: 50 * time.Second,
+		},
 		"scale out above max is refused naming the limit": {
 			req: core.ScaleRequest{Out: true, Spec: spec(4)}, job: job(3, 3),
 			wantPhase: etjobv1.ScaleRequestRefused, wantMessage: "a scale-out by 4 would make spec.replicas 7, above spec.maxReplicas (6)",

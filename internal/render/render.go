@@ -5,6 +5,7 @@ package render
 
 import (
 	"fmt"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/core"
+	"github.com/etjob/etjob/python"
 )
 
 // AgentPort is the port of the node agent's node-local signal endpoint.
@@ -93,7 +95,7 @@ func Worker(job *etjobv1.ElasticJob, index int32) *corev1.Pod {
 	// The controller replaces failed workers under new names (Horovod
 	// blacklists by name); a kubelet restarting in place would hide failures.
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
-	env := commonEnv(job)
+	env := append(jobEnv(job), podIdentityEnv()...)
 	env = append(env, corev1.EnvVar{Name: "ETJOB_WORKER_INDEX", Value: strconv.Itoa(int(index))})
 	if job.Spec.Framework == etjobv1.FrameworkTorchrun {
 		env = append(env, torchrunEnv(job)...)
@@ -127,14 +129,25 @@ func Launcher(job *etjobv1.ElasticJob) *corev1.Pod {
 	pod.Spec.Hostname = pod.Name
 	pod.Spec.Subdomain = job.Name
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
-	env := commonEnv(job)
+	env := jobEnv(job)
 	if job.Spec.Framework == etjobv1.FrameworkHorovod {
+		// No per-pod identity: horovodrun copies the launcher's whole
+		// environment into every rank's command (env K=V ...), so an
+		// ETJOB_POD_NAME here would name the launcher in every rank, and
+		// every rank's check_alive() would ask the launcher's node agent.
+		// A rank keeps its own pod's identity from the worker container's
+		// environment, which the exec'd process inherits.
 		pod.Spec.ServiceAccountName = LauncherServiceAccountName(job.Name)
 		env = append(env,
-			corev1.EnvVar{Name: "OMPI_MCA_plm_rsh_agent", Value: "/etc/edl/kubexec.sh"},
+			corev1.EnvVar{Name: "OMPI_MCA_plm_rsh_agent", Value: KubexecPath},
 			corev1.EnvVar{Name: "OMPI_MCA_orte_default_hostfile", Value: "/etc/edl/hostfile"},
+			// horovodrun is Python: unbuffered, its output reaches the
+			// launcher's log (etjob logs) as it comes, not at exit.
+			corev1.EnvVar{Name: "PYTHONUNBUFFERED", Value: "1"},
 		)
 		mountEDL(job, &pod.Spec)
+	} else {
+		env = append(env, podIdentityEnv()...)
 	}
 	injectEnv(&pod.Spec, env)
 	if sp := job.Spec.Spot; sp != nil && sp.Enabled && pod.Spec.Affinity == nil {
@@ -180,7 +193,15 @@ func defaultLauncherTemplate(job *etjobv1.ElasticJob) *corev1.PodTemplateSpec {
 	}}
 }
 
-func commonEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
+// KubexecPath is the horovod launcher's rsh agent. horovodrun uses an rsh
+// agent only when OMPI_MCA_plm_rsh_agent is exactly this path (mpi-operator's;
+// horovod/runner/common/util/env.py is_kubeflow_mpi) and runs ssh for any
+// other value; /etc/edl/kubexec.sh, et-operator's name, is the same script.
+const KubexecPath = "/etc/mpi/kubexec.sh"
+
+// jobEnv is the environment every pod of the job gets: Arena's variables and
+// the job-wide ETJOB_* ones.
+func jobEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
 	s := job.Spec
 	env := []corev1.EnvVar{
 		// Arena's variables, set at creation: they go stale after a resize
@@ -191,10 +212,6 @@ func commonEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
 		{Name: "gpus", Value: strconv.Itoa(int(core.GPUsPerWorker(&s)))},
 		{Name: "ETJOB_JOB_NAME", Value: job.Name},
 		{Name: "ETJOB_NAMESPACE", Value: job.Namespace},
-		{Name: "ETJOB_POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
-		{Name: "ETJOB_POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
-		{Name: "ETJOB_NODE_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
-		{Name: "ETJOB_AGENT_ADDR", Value: "$(ETJOB_NODE_IP):" + strconv.Itoa(AgentPort)},
 		{Name: "ETJOB_RDZV_ENDPOINT", Value: RendezvousEndpoint(job)},
 		{Name: "ETJOB_FRAMEWORK", Value: string(s.Framework)},
 		{Name: "ETJOB_SLOTS_PER_WORKER", Value: strconv.Itoa(int(core.SlotsPerWorker(&s)))},
@@ -205,6 +222,17 @@ func commonEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
 		env = append(env, corev1.EnvVar{Name: "ETJOB_CHECKPOINT_DIR", Value: s.CheckpointDir})
 	}
 	return env
+}
+
+// podIdentityEnv is who the pod is and where its node agent listens
+// (etjob.supervisor reads them).
+func podIdentityEnv() []corev1.EnvVar {
+	return []corev1.EnvVar{
+		{Name: "ETJOB_POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "ETJOB_POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+		{Name: "ETJOB_NODE_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
+		{Name: "ETJOB_AGENT_ADDR", Value: "$(ETJOB_NODE_IP):" + strconv.Itoa(AgentPort)},
+	}
 }
 
 // torchrunEnv configures the torchrun agents through PET_* variables, which
@@ -293,7 +321,9 @@ func mountEDL(job *etjobv1.ElasticJob, spec *corev1.PodSpec) {
 		ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName(job.Name)}, DefaultMode: &mode},
 	}})
 	for i := range spec.Containers {
-		spec.Containers[i].VolumeMounts = append(spec.Containers[i].VolumeMounts, corev1.VolumeMount{Name: "etjob-edl", MountPath: "/etc/edl"})
+		spec.Containers[i].VolumeMounts = append(spec.Containers[i].VolumeMounts,
+			corev1.VolumeMount{Name: "etjob-edl", MountPath: "/etc/edl", ReadOnly: true},
+			corev1.VolumeMount{Name: "etjob-edl", MountPath: path.Dir(KubexecPath), ReadOnly: true})
 	}
 }
 
@@ -327,6 +357,7 @@ func ConfigMap(job *etjobv1.ElasticJob, m etjobv1.MembershipStatus) *corev1.Conf
 			"generation":        strconv.FormatInt(m.Generation, 10),
 			"discover_hosts.sh": DiscoverHostsScript(job.Namespace, ConfigMapName(job.Name)),
 			"kubexec.sh":        KubexecScript(job.Namespace, container),
+			"kubexec.py":        python.Kubexec,
 		},
 	}
 }
@@ -357,15 +388,23 @@ exec cat /etc/edl/hosts
 `
 }
 
-// KubexecScript is /etc/edl/kubexec.sh, the launcher-to-worker transport
-// (OMPI_MCA_plm_rsh_agent): `kubexec.sh POD COMMAND...` runs COMMAND in the
-// worker pod through the API with the launcher's namespaced Role.
+// KubexecScript is /etc/mpi/kubexec.sh (and /etc/edl/kubexec.sh), the
+// launcher-to-worker transport (OMPI_MCA_plm_rsh_agent): `kubexec.sh POD
+// COMMAND...` runs COMMAND in the worker pod through the API with the
+// launcher's namespaced Role. It runs kubexec.py beside it (etjob's own exec
+// client, python/etjob/kubexec.py) with the launcher image's Python, which
+// horovodrun itself needs: the image needs no kubectl.
 func KubexecScript(namespace, container string) string {
 	return `#!/bin/sh
 # Generated by etjob: runs a command in a worker pod (MPI / horovod rsh agent).
-set -e
-POD="$1"; shift
-exec kubectl exec -n ` + namespace + ` -c ` + container + ` "$POD" -- /bin/sh -c "$*"
+here=$(dirname "$0")
+for py in python3 python; do
+  if command -v "$py" >/dev/null 2>&1; then
+    exec "$py" "$here/kubexec.py" --namespace ` + namespace + ` --container ` + container + ` "$@"
+  fi
+done
+echo "kubexec.sh: the launcher image has neither python3 nor python (horovodrun needs one too)" >&2
+exit 127
 `
 }
 
@@ -397,7 +436,10 @@ func LauncherRBAC(job *etjobv1.ElasticJob) (*corev1.ServiceAccount, *rbacv1.Role
 	role := &rbacv1.Role{ObjectMeta: *om.DeepCopy(), Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{ConfigMapName(job.Name)}, Verbs: []string{"get", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"create"}},
+		// An exec over WebSocket is a GET upgrade: authorized as get, and
+		// also as create where AuthorizePodWebsocketUpgradeCreatePermission
+		// is on (Kubernetes 1.35+).
+		{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"create", "get"}},
 	}}
 	rb := &rbacv1.RoleBinding{ObjectMeta: *om.DeepCopy(),
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},

@@ -1,6 +1,7 @@
 package render_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -86,8 +87,30 @@ func TestConfigMap(t *testing.T) {
 	if cm.Data["hosts"] != "h-worker-0:2\nh-worker-3:2\n" || cm.Data["hostfile"] != "h-worker-0 slots=2\nh-worker-3 slots=2\n" || cm.Data["generation"] != "3" {
 		t.Errorf("data %v", cm.Data)
 	}
+	if !strings.Contains(cm.Data["kubexec.sh"], "kubexec.py") || !strings.Contains(cm.Data["kubexec.py"], "v5.channel.k8s.io") {
+		t.Errorf("kubexec.sh must run etjob's own exec client beside it, not kubectl: %q", cm.Data["kubexec.sh"])
+	}
 	l := render.Launcher(job)
-	if l.Spec.ServiceAccountName != "h-launcher" || env(l.Spec.Containers[0])["OMPI_MCA_plm_rsh_agent"] != "/etc/edl/kubexec.sh" {
+	// horovodrun honours an rsh agent only at exactly /etc/mpi/kubexec.sh
+	// (is_kubeflow_mpi); any other value makes it run ssh.
+	if l.Spec.ServiceAccountName != "h-launcher" || env(l.Spec.Containers[0])["OMPI_MCA_plm_rsh_agent"] != "/etc/mpi/kubexec.sh" {
 		t.Errorf("horovod launcher %+v", l.Spec)
+	}
+	mounts := map[string]bool{}
+	for _, m := range l.Spec.Containers[0].VolumeMounts {
+		mounts[m.MountPath] = m.Name == "etjob-edl"
+	}
+	if !mounts["/etc/mpi"] || !mounts["/etc/edl"] {
+		t.Errorf("the scripts must be at /etc/mpi (horovodrun's path) and /etc/edl (et-operator's): %+v", l.Spec.Containers[0].VolumeMounts)
+	}
+	// horovodrun copies the launcher's environment into every rank: the
+	// launcher must carry no pod identity for the ranks to inherit.
+	for _, name := range []string{"ETJOB_POD_NAME", "ETJOB_POD_IP", "ETJOB_NODE_IP", "ETJOB_AGENT_ADDR"} {
+		if _, ok := env(l.Spec.Containers[0])[name]; ok {
+			t.Errorf("the horovod launcher sets %s, which horovodrun would copy into every rank", name)
+		}
+		if _, ok := env(render.Worker(job, 0).Spec.Containers[0])[name]; !ok {
+			t.Errorf("a horovod worker lacks %s", name)
+		}
 	}
 }

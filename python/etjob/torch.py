@@ -33,13 +33,17 @@ def save_checkpoint(directory, state, name=None):
     """save_checkpoint writes state atomically and points `latest` at it."""
     os.makedirs(directory, exist_ok=True)
     name = name or "ckpt-%08d.pt" % state.get("step", 0)
-    tmp = os.path.join(directory, "." + name + ".tmp")
+    # Temp names of their own: ranks that stop together (Horovod's below-min
+    # stop) may write the same checkpoint at once, and a shared temp file
+    # would mix their bytes.
+    unique = "%d.%s" % (os.getpid(), os.urandom(4).hex())
+    tmp = os.path.join(directory, ".%s.%s.tmp" % (name, unique))
     with open(tmp, "wb") as f:
         torch.save(state, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(directory, name))
-    latest_tmp = os.path.join(directory, ".latest.tmp")
+    latest_tmp = os.path.join(directory, ".latest.%s.tmp" % unique)
     with open(latest_tmp, "w") as f:
         json.dump({"file": name, "step": state.get("step", 0)}, f)
         f.flush()

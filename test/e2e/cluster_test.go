@@ -44,7 +44,8 @@ func startCluster(t *testing.T, ctx context.Context, name string, spot, onDemand
 		t.Fatal(err)
 	}
 	dir := filepath.Join(os.TempDir(), name)
-	cl := &localcluster.Cluster{Dir: dir, BinDir: assets, Self: bin, Out: testWriter{t}}
+	cl := &localcluster.Cluster{Dir: dir, BinDir: assets, Self: bin, Out: testWriter{t},
+		Images: localcluster.LocalImages(repo, localcluster.HorovodVenv())}
 	if err := cl.Delete(); err != nil {
 		t.Fatal(err)
 	}

@@ -227,7 +227,10 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, podName, conta
 		c.Path = lookPath(cmd[0], envValue(env, "PATH", defaultPath))
 		c.Err = nil
 	}
-	c.Env, c.Dir = env, dir
+	c.Env = env
+	if p.unshare == "" {
+		c.Dir = dir // else nsenter --wd enters it inside the container's mounts
+	}
 	if in := attach.Stdin(); in != nil {
 		c.Stdin = in
 	}

@@ -459,16 +459,18 @@ func (p *Provider) startLocked(ctx context.Context, pr *podRun, cr *containerRun
 		return
 	}
 	defer logFile.Close() // the child holds its own descriptor
-	path, argv := cr.path, cr.argv
+	path, argv, dir := cr.path, cr.argv, cr.dir
 	if p.unshare != "" {
-		argv = sandboxArgv(p.unshare, p.hostsPath, podHostname(pr.pod), cr.mounts, append([]string{cr.path}, cr.argv[1:]...))
-		path = p.unshare
+		// The working directory is the container's: the sandbox enters it
+		// after its mounts.
+		argv = sandboxArgv(p.unshare, p.hostsPath, podHostname(pr.pod), cr.dir, cr.mounts, append([]string{cr.path}, cr.argv[1:]...))
+		path, dir = p.unshare, pr.dir
 	}
 	cmd := &exec.Cmd{
 		Path:        path,
 		Args:        argv,
 		Env:         cr.env,
-		Dir:         cr.dir,
+		Dir:         dir,
 		Stdout:      logFile,
 		Stderr:      logFile,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},

@@ -11,8 +11,10 @@ import (
 
 // sandboxScript runs as the first process of a pod's namespaces (PID 1 of
 // its PID namespace). Its positional parameters are the hosts file, the
-// hostname, the number of mounts, then source, target and "ro"/"rw" per
-// mount, then the container's argv. Arguments, not environment, so that
+// hostname, the working directory, the number of mounts, then source, target
+// and "ro"/"rw" per mount, then the container's argv. The working directory
+// is entered after the mounts (it may be inside one, such as an image's
+// /examples) and created when missing, as runc does. Arguments, not environment, so that
 // nothing of it leaks into the container's environment.
 //
 // It does not exec the container's command but runs it as PID 2 and waits:
@@ -26,8 +28,8 @@ import (
 // restores every default, as a container runtime starts a container. The shell reaps orphans, and when it dies (SIGKILL) the
 // kernel kills every process left in the namespace.
 const sandboxScript = `set -e
-hosts=$1 host=$2 n=$3
-shift 3
+hosts=$1 host=$2 wd=$3 n=$4
+shift 4
 mount --bind "$hosts" /etc/hosts
 echo "$host" > /proc/sys/kernel/hostname
 while [ "$n" -gt 0 ]; do
@@ -43,6 +45,8 @@ while [ "$n" -gt 0 ]; do
 	if [ "$mode" = ro ]; then mount -o remount,bind,ro "$dst"; fi
 	n=$((n-1))
 done
+mkdir -p "$wd"
+cd "$wd"
 set +e
 if env --default-signal true 2>/dev/null; then
 	env --default-signal "$@" &
@@ -66,10 +70,10 @@ type mount struct {
 // into the new PID namespace, --kill-child kills it when unshare dies,
 // --mount-proc gives it a /proc of its own, and unshare exits with the
 // shell's status (it re-raises a signal that killed the shell).
-func sandboxArgv(unshare, hostsPath, hostname string, mounts []mount, argv []string) []string {
+func sandboxArgv(unshare, hostsPath, hostname, workDir string, mounts []mount, argv []string) []string {
 	out := []string{unshare, "--mount", "--uts", "--pid", "--fork", "--kill-child", "--mount-proc",
 		"--propagation", "private", "--", "/bin/sh", "-c", sandboxScript, "etjob-pod",
-		hostsPath, hostname, strconv.Itoa(len(mounts))}
+		hostsPath, hostname, workDir, strconv.Itoa(len(mounts))}
 	for _, m := range mounts {
 		mode := "rw"
 		if m.readOnly {
