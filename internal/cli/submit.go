@@ -258,7 +258,7 @@ $((${workers}*${gpus})) work verbatim. Wrong input is refused before anything is
 
 // Complete fills the options from the command line.
 func (o *SubmitOptions) Complete(cmd *cobra.Command, args []string) error {
-	o.Command = strings.TrimSpace(strings.Join(args, " "))
+	o.Command = commandLine(args)
 	o.JobBackoffLimitSet = cmd.Flags().Changed("job-backoff-limit")
 	if cmd.Flags().Changed("retry") {
 		v, _ := cmd.Flags().GetInt("retry")
@@ -283,6 +283,21 @@ func (o *SubmitOptions) Complete(cmd *cobra.Command, args []string) error {
 		}
 	}
 	return nil
+}
+
+// commandLine joins COMMAND's arguments with spaces, and turns its bare line
+// breaks into spaces, as Arena does: seed 000 breaks `horovodrun ... python
+// train.py` over several lines of one quoted argument, which `sh -c` would
+// otherwise run as separate commands (horovodrun without its flags, then the
+// script alone). A backslash-newline is left for the shell, which joins it.
+func commandLine(args []string) string {
+	joined := []rune(strings.Join(args, " "))
+	for i, r := range joined {
+		if (r == '\n' || r == '\r') && (i == 0 || joined[i-1] != '\\') {
+			joined[i] = ' '
+		}
+	}
+	return strings.TrimSpace(string(joined))
 }
 
 // Validate refuses wrong input before anything is created, naming the flag.
@@ -390,6 +405,9 @@ func BuildElasticJob(o SubmitOptions) (*etjobv1.ElasticJob, error) {
 	}
 	if framework != etjobv1.FrameworkTorchrun && framework != etjobv1.FrameworkHorovod {
 		return nil, fmt.Errorf("--framework %q: must be torchrun or horovod", o.Framework)
+	}
+	if framework == etjobv1.FrameworkHorovod && !strings.Contains(o.Command, "horovodrun") {
+		return nil, fmt.Errorf("--framework horovod: COMMAND runs in the launcher and must run horovodrun (e.g. \"horovodrun -np $((${workers}*${gpus})) --host-discovery-script /etc/edl/discover_hosts.sh python train.py\"), not %q; for a command that every worker runs, use --framework torchrun", o.Command)
 	}
 	if err := checkCounts(o); err != nil {
 		return nil, err

@@ -81,6 +81,7 @@ func TestBuildElasticJob(t *testing.T) {
 		"seed 000 spot flags": {
 			opts: func(o *SubmitOptions) {
 				o.Framework, o.SpotInstance, o.MaxWaitTime = "horovod", true, "600"
+				o.Command = "horovodrun --log-level DEBUG --verbose -np $((${workers}*${gpus})) python train_bert.py"
 				o.JobRestartPolicy, o.JobBackoffLimit, o.JobBackoffLimitSet, o.WorkerRestartPolicy = "OnFailure", 3, true, "Always"
 				o.LauncherSelectors, o.Tolerations = []string{"instance_type=spot-launcher"}, []string{"all"}
 				o.CPU, o.Memory = "4", "16Gi"
@@ -195,34 +196,35 @@ func TestBuildElasticJobRefusals(t *testing.T) {
 		opts     func(*SubmitOptions)
 		wantFlag string
 	}{
-		"no name":                 {func(o *SubmitOptions) { o.Name = "" }, "--name"},
-		"bad name":                {func(o *SubmitOptions) { o.Name = "My_Job" }, "--name"},
-		"no image":                {func(o *SubmitOptions) { o.Image = "" }, "--image"},
-		"no command":              {func(o *SubmitOptions) { o.Command = "" }, "training command"},
-		"framework":               {func(o *SubmitOptions) { o.Framework = "mpi" }, "--framework"},
-		"min above max":           {func(o *SubmitOptions) { o.MinWorkers, o.MaxWorkers = 5, 4; o.Workers = 4 }, "--min-workers"},
-		"workers below min":       {func(o *SubmitOptions) { o.MinWorkers = 2 }, "--workers"},
-		"workers above max":       {func(o *SubmitOptions) { o.Workers, o.MaxWorkers = 5, 4 }, "--workers"},
-		"negative gpus":           {func(o *SubmitOptions) { o.GPUs = -1 }, "--gpus"},
-		"fractional wait":         {func(o *SubmitOptions) { o.MaxWaitTime = "1.5s" }, "--max-wait-time"},
-		"garbage wait":            {func(o *SubmitOptions) { o.MaxWaitTime = "soon" }, "--max-wait-time"},
-		"restart policy":          {func(o *SubmitOptions) { o.JobRestartPolicy = "Always" }, "--job-restart-policy"},
-		"worker restart policy":   {func(o *SubmitOptions) { o.WorkerRestartPolicy = "Sometimes" }, "--worker-restart-policy"},
-		"retry disagrees":         {func(o *SubmitOptions) { o.Retry, o.JobBackoffLimitSet, o.JobBackoffLimit = ptr.To(1), true, 3 }, "--retry"},
-		"selector":                {func(o *SubmitOptions) { o.Selectors = []string{"novalue"} }, "--selector"},
-		"launcher selector":       {func(o *SubmitOptions) { o.LauncherSelectors = []string{"=x"} }, "--launcher-selector"},
-		"toleration effect":       {func(o *SubmitOptions) { o.Tolerations = []string{"k=v:Sometimes"} }, "--toleration"},
-		"toleration exists+value": {func(o *SubmitOptions) { o.Tolerations = []string{"k=v,Exists"} }, "--toleration"},
-		"env":                     {func(o *SubmitOptions) { o.Envs = []string{"1A=x"} }, "-e/--env"},
-		"label value":             {func(o *SubmitOptions) { o.Labels = []string{"a=b c"} }, "-l/--label"},
-		"data":                    {func(o *SubmitOptions) { o.Data = []string{"pvc"} }, "-d/--data"},
-		"data relative":           {func(o *SubmitOptions) { o.Data = []string{"pvc:data"} }, "-d/--data"},
-		"data twice":              {func(o *SubmitOptions) { o.Data = []string{"a:/d", "b:/d"} }, "-d/--data"},
-		"cpu":                     {func(o *SubmitOptions) { o.CPU = "lots" }, "--cpu"},
-		"memory":                  {func(o *SubmitOptions) { o.Memory = "-1Gi" }, "--memory"},
-		"pull policy":             {func(o *SubmitOptions) { o.ImagePullPolicy = "Sometimes" }, "--image-pull-policy"},
-		"checkpoint dir":          {func(o *SubmitOptions) { o.CheckpointDir = "ckpt" }, "--checkpoint-dir"},
-		"shell":                   {func(o *SubmitOptions) { o.Shell = "zsh" }, "--shell"},
+		"no name":                    {func(o *SubmitOptions) { o.Name = "" }, "--name"},
+		"bad name":                   {func(o *SubmitOptions) { o.Name = "My_Job" }, "--name"},
+		"no image":                   {func(o *SubmitOptions) { o.Image = "" }, "--image"},
+		"no command":                 {func(o *SubmitOptions) { o.Command = "" }, "training command"},
+		"framework":                  {func(o *SubmitOptions) { o.Framework = "mpi" }, "--framework"},
+		"horovod without horovodrun": {func(o *SubmitOptions) { o.Framework = "horovod" }, "--framework horovod"},
+		"min above max":              {func(o *SubmitOptions) { o.MinWorkers, o.MaxWorkers = 5, 4; o.Workers = 4 }, "--min-workers"},
+		"workers below min":          {func(o *SubmitOptions) { o.MinWorkers = 2 }, "--workers"},
+		"workers above max":          {func(o *SubmitOptions) { o.Workers, o.MaxWorkers = 5, 4 }, "--workers"},
+		"negative gpus":              {func(o *SubmitOptions) { o.GPUs = -1 }, "--gpus"},
+		"fractional wait":            {func(o *SubmitOptions) { o.MaxWaitTime = "1.5s" }, "--max-wait-time"},
+		"garbage wait":               {func(o *SubmitOptions) { o.MaxWaitTime = "soon" }, "--max-wait-time"},
+		"restart policy":             {func(o *SubmitOptions) { o.JobRestartPolicy = "Always" }, "--job-restart-policy"},
+		"worker restart policy":      {func(o *SubmitOptions) { o.WorkerRestartPolicy = "Sometimes" }, "--worker-restart-policy"},
+		"retry disagrees":            {func(o *SubmitOptions) { o.Retry, o.JobBackoffLimitSet, o.JobBackoffLimit = ptr.To(1), true, 3 }, "--retry"},
+		"selector":                   {func(o *SubmitOptions) { o.Selectors = []string{"novalue"} }, "--selector"},
+		"launcher selector":          {func(o *SubmitOptions) { o.LauncherSelectors = []string{"=x"} }, "--launcher-selector"},
+		"toleration effect":          {func(o *SubmitOptions) { o.Tolerations = []string{"k=v:Sometimes"} }, "--toleration"},
+		"toleration exists+value":    {func(o *SubmitOptions) { o.Tolerations = []string{"k=v,Exists"} }, "--toleration"},
+		"env":                        {func(o *SubmitOptions) { o.Envs = []string{"1A=x"} }, "-e/--env"},
+		"label value":                {func(o *SubmitOptions) { o.Labels = []string{"a=b c"} }, "-l/--label"},
+		"data":                       {func(o *SubmitOptions) { o.Data = []string{"pvc"} }, "-d/--data"},
+		"data relative":              {func(o *SubmitOptions) { o.Data = []string{"pvc:data"} }, "-d/--data"},
+		"data twice":                 {func(o *SubmitOptions) { o.Data = []string{"a:/d", "b:/d"} }, "-d/--data"},
+		"cpu":                        {func(o *SubmitOptions) { o.CPU = "lots" }, "--cpu"},
+		"memory":                     {func(o *SubmitOptions) { o.Memory = "-1Gi" }, "--memory"},
+		"pull policy":                {func(o *SubmitOptions) { o.ImagePullPolicy = "Sometimes" }, "--image-pull-policy"},
+		"checkpoint dir":             {func(o *SubmitOptions) { o.CheckpointDir = "ckpt" }, "--checkpoint-dir"},
+		"shell":                      {func(o *SubmitOptions) { o.Shell = "zsh" }, "--shell"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -245,5 +247,14 @@ func TestCheckpointWarning(t *testing.T) {
 	o.Data = []string{"pvc:/ckpt"}
 	if w := checkpointWarning(o); w != "" {
 		t.Errorf("warning %q for a checkpoint dir on a PVC", w)
+	}
+}
+
+func TestCommandLineJoinsLines(t *testing.T) {
+	// Seed 000 breaks its horovodrun line over several lines of one quoted
+	// argument; sh -c would run each line as a command of its own.
+	got := commandLine([]string{"horovodrun --verbose\n  -np 2\r\n  --min-np 1 \\\n python train.py --epochs=5 ", "--x"})
+	if want := "horovodrun --verbose   -np 2    --min-np 1 \\\n python train.py --epochs=5  --x"; got != want {
+		t.Errorf("commandLine = %q, want %q", got, want)
 	}
 }

@@ -23,6 +23,8 @@ func Decide(s Snapshot, now time.Time) Plan {
 	switch {
 	case d.finished():
 		d.finish()
+	case d.invalidHorovodLauncher() != "":
+		d.fail(etjobv1.ReasonInvalidLauncher, d.invalidHorovodLauncher())
 	case d.job.Spec.Suspend != nil && *d.job.Spec.Suspend:
 		d.suspend()
 	default:
@@ -84,6 +86,24 @@ func newDecision(s Snapshot, now time.Time) *decision {
 	}
 	sort.Slice(d.workers, func(i, j int) bool { return d.workers[i].index < d.workers[j].index })
 	return d
+}
+
+// lastLines returns the last n non-empty lines of s joined by " | ", cut to
+// max bytes from the end: the part of a termination message (a log's end)
+// that says why.
+func lastLines(s string, n, maxLen int) string {
+	var out []string
+	lines := strings.Split(s, "\n")
+	for i := len(lines) - 1; i >= 0 && len(out) < n; i-- {
+		if l := strings.TrimSpace(lines[i]); l != "" {
+			out = append([]string{l}, out...)
+		}
+	}
+	joined := strings.Join(out, " | ")
+	if len(joined) > maxLen {
+		joined = "..." + joined[len(joined)-maxLen:]
+	}
+	return joined
 }
 
 func (d *decision) finished() bool {
@@ -162,6 +182,7 @@ func (d *decision) run() {
 	}
 	d.scale()
 	d.publish()
+	d.startHorovodLauncher()
 	d.stopBelowMin()
 	d.waitForCapacity()
 	d.conditions()
@@ -195,7 +216,8 @@ func (d *decision) stopBelowMin() {
 func (d *decision) handleLauncher() bool {
 	l := d.launcher
 	if l == nil {
-		if !d.restarting {
+		// horovodrun starts once its workers are there (startHorovodLauncher).
+		if !d.restarting && d.spec.Framework != etjobv1.FrameworkHorovod {
 			d.plan.CreateLauncher = true
 		}
 		return false
@@ -214,6 +236,9 @@ func (d *decision) handleLauncher() bool {
 	if !l.terminal && !l.lost && !d.lostOnNotReadyNode(l) {
 		return false
 	}
+	if l.terminal && d.horovodStopped() {
+		return d.releaseLauncher(l)
+	}
 	preempted := l.preempted || l.lost || !l.terminal
 	reason := l.preemptReason
 	if l.lost {
@@ -227,6 +252,9 @@ func (d *decision) handleLauncher() bool {
 	if preempted {
 		d.st.Preemptions++
 	}
+	if why := lastLines(l.message, 3, 400); why != "" && !preempted {
+		reason += ": " + why
+	}
 	// DESIGN: losing the rendezvous store / horovodrun without warning counts
 	// against backoffLimit; a launcher whose node was noticed is a preemption
 	// only (its node went before the move finished).
@@ -235,6 +263,11 @@ func (d *decision) handleLauncher() bool {
 	}
 	msg := fmt.Sprintf("launcher %s lost (%s)", l.pod.Name, reason)
 	switch {
+	case !preempted && (l.exitCode == 126 || l.exitCode == 127):
+		// The shell's "not executable" and "not found": the launcher image
+		// lacks the command (horovodrun not installed). A retry cannot help.
+		d.fail(etjobv1.ReasonLauncherFailed, fmt.Sprintf("launcher %s could not run its command (exit code %d: the image does not have it, or it is not executable): %s",
+			l.pod.Name, l.exitCode, lastLines(l.message, 3, 400)))
 	case d.st.Failures > BackoffLimit(d.spec):
 		d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.st.Failures, BackoffLimit(d.spec)))
 	case preempted || d.spec.RestartPolicy == etjobv1.RestartPolicyOnFailure:
@@ -243,6 +276,65 @@ func (d *decision) handleLauncher() bool {
 		d.fail(etjobv1.ReasonLauncherFailed, msg+"; spec.restartPolicy is Never")
 	}
 	return true
+}
+
+// invalidHorovodLauncher says why a horovod job's launcher cannot work, or
+// "": its container must run horovodrun (spec.framework horovod means the
+// launcher runs it and the workers wait for its ranks), else the workers
+// would idle for ever while the launcher trains alone, or does nothing.
+func (d *decision) invalidHorovodLauncher() string {
+	if d.spec.Framework != etjobv1.FrameworkHorovod || d.spec.LauncherTemplate == nil {
+		return ""
+	}
+	for _, c := range d.spec.LauncherTemplate.Spec.Containers {
+		for _, a := range append(append([]string{}, c.Command...), c.Args...) {
+			if strings.Contains(a, "horovodrun") {
+				return ""
+			}
+		}
+	}
+	return "spec.launcherTemplate: a horovod job's launcher must run horovodrun (its command or args name none); " +
+		"put `horovodrun ... --host-discovery-script /etc/edl/discover_hosts.sh python train.py` there, or use spec.framework torchrun"
+}
+
+// horovodStopped reports whether etjob stopped this horovod job's training:
+// it fell below minReplicas and its workers were told to checkpoint and stop.
+// horovodrun then exits non-zero (every rank left), and that exit is etjob's
+// doing, not a failure.
+func (d *decision) horovodStopped() bool {
+	c := meta.FindStatusCondition(d.s.Job.Status.Conditions, etjobv1.ConditionSuspended)
+	return d.spec.Framework == etjobv1.FrameworkHorovod && c != nil && c.Status == metav1.ConditionTrue &&
+		c.Reason == etjobv1.ReasonWaitingForCapacity
+}
+
+// releaseLauncher deletes a horovod launcher that ended after etjob stopped
+// the job below minReplicas, counting it as neither a failure nor a
+// preemption. horovodrun cannot wait below its minimum (a new one waits for
+// -np slots and, without --network-interface, two hosts), so the job goes on
+// as a restart: a new launcher once enough workers are ready again, resuming
+// from the checkpoint of the agreed stop. It reports true: nothing else runs
+// this pass.
+func (d *decision) releaseLauncher(l *podView) bool {
+	d.delete(l, etjobv1.ReasonWaitingForCapacity)
+	msg := fmt.Sprintf("launcher %s ended after the stop below spec.minReplicas (%s); a new one starts when %d workers are ready",
+		l.pod.Name, "exit code "+strconv.Itoa(int(l.exitCode)), d.spec.MinReplicas)
+	d.restart(msg)
+	d.setCondition(etjobv1.ConditionSuspended, true, etjobv1.ReasonWaitingForCapacity, msg)
+	return true
+}
+
+// startHorovodLauncher asks for the launcher of a horovod job once at least
+// minReplicas workers are published members and no joiner is held back: the
+// launcher's `workers` (-np in Arena's command line) is then the number of
+// members, which horovodrun finds at once, instead of spec.replicas, which it
+// would wait for up to its --elastic-timeout (600 s) when capacity is short.
+func (d *decision) startHorovodLauncher() {
+	if d.spec.Framework != etjobv1.FrameworkHorovod || d.launcher != nil || d.restarting {
+		return
+	}
+	if len(d.members) >= max(int(d.spec.MinReplicas), 1) && len(d.joining) == 0 {
+		d.plan.CreateLauncher = true
+	}
 }
 
 // moveLauncher handles a reclamation notice on the launcher's node. The

@@ -475,6 +475,38 @@ func TestDecide(t *testing.T) {
 			wantCondTrue: []string{etjobv1.ConditionComplete},
 			wantSummary:  "Succeeded",
 		},
+		"a new horovod job waits for its workers before starting horovodrun": {
+			job:         base().Framework(etjobv1.FrameworkHorovod).Obj(),
+			wantCreate:  []int32{0, 1, 2},
+			wantSummary: "Pending",
+		},
+		"horovodrun starts once min workers are members": {
+			job: base().Framework(etjobv1.FrameworkHorovod).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2})).Obj(),
+			pods: []*corev1.Pod{
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+				MakeWorker(base().Obj(), 1).Ready("n1").Obj(),
+			},
+			nodes:          nodes("n0", "n1"),
+			wantLauncher:   true,
+			wantCreate:     []int32{2},
+			wantHosts:      []string{"j-worker-0:1", "j-worker-1:1"},
+			wantGeneration: 1,
+			wantCondTrue:   []string{etjobv1.ConditionRunning, etjobv1.ConditionResizing},
+			wantSummary:    "Resizing",
+		},
+		"horovodrun's exit after the stop below min is a release, not a failure": {
+			job: base().Framework(etjobv1.FrameworkHorovod).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3,
+				Conditions: []metav1.Condition{{Type: etjobv1.ConditionSuspended, Status: metav1.ConditionTrue, Reason: etjobv1.ReasonWaitingForCapacity}}})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Node("od").Exited(1, t0).Obj(),
+				MakeWorker(base().Obj(), 2).Ready("n2").Told(t0.Add(-2*time.Second), etjobv1.ReasonWaitingForCapacity).Obj(),
+			},
+			nodes:          nodes("od", "n2"),
+			wantDelete:     []string{"j-launcher", "j-worker-2"},
+			wantRestarts:   1,
+			wantCondReason: map[string]string{etjobv1.ConditionSuspended: etjobv1.ReasonWaitingForCapacity},
+			wantSummary:    "WaitingForCapacity",
+		},
 		"torchrun waits for the other members after the first exits 0": {
 			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3,
 				Membership: etjobv1.MembershipStatus{Generation: 1, Hosts: []string{"j-worker-0:1", "j-worker-1:1", "j-worker-2:1"}}})).Obj(),

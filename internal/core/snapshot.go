@@ -144,7 +144,10 @@ type podView struct {
 	terminal  bool
 	succeeded bool
 	exitCode  int32 // of the first container; -1 when unknown
-	ready     bool
+	// message is the first container's termination message (the end of its
+	// log under FallbackToLogsOnError).
+	message string
+	ready   bool
 	// readySince: when it became Ready (zero if not Ready or unknown).
 	readySince time.Time
 	scheduled  bool
@@ -219,10 +222,10 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 	if len(pod.Status.ContainerStatuses) > 0 {
 		cs := pod.Status.ContainerStatuses[0]
 		if t := cs.State.Terminated; t != nil {
-			v.exitCode = t.ExitCode
+			v.exitCode, v.message = t.ExitCode, t.Message
 			v.finishedAt = t.FinishedAt.Time
 		} else if t := cs.LastTerminationState.Terminated; t != nil && v.terminal {
-			v.exitCode = t.ExitCode
+			v.exitCode, v.message = t.ExitCode, t.Message
 			v.finishedAt = t.FinishedAt.Time
 		}
 	}

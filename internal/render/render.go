@@ -129,8 +129,23 @@ func Launcher(job *etjobv1.ElasticJob) *corev1.Pod {
 	pod.Spec.Hostname = pod.Name
 	pod.Spec.Subdomain = job.Name
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	for i := range pod.Spec.Containers {
+		// The end of a failed launcher's log becomes its termination
+		// message, which the job's failure Event and condition quote
+		// (horovodrun's "Failed to execute discovery script: ...").
+		if c := &pod.Spec.Containers[i]; c.TerminationMessagePolicy == "" {
+			c.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+		}
+	}
 	env := jobEnv(job)
 	if job.Spec.Framework == etjobv1.FrameworkHorovod {
+		// The controller starts horovodrun once its workers are members:
+		// `workers` (Arena's -np $((${workers}*${gpus}))) is how many there
+		// are, which horovodrun finds at once, not spec.replicas, which it
+		// would wait for when capacity is short (a resume below replicas).
+		if n := len(job.Status.Membership.Hosts); n > 0 {
+			env[0] = corev1.EnvVar{Name: "workers", Value: strconv.Itoa(n)}
+		}
 		// No per-pod identity: horovodrun copies the launcher's whole
 		// environment into every rank's command (env K=V ...), so an
 		// ETJOB_POD_NAME here would name the launcher in every rank, and

@@ -142,7 +142,7 @@ class Supervisor:
             changed = got.get("action") != self._signal.get("action")
             self._signal = got
         if changed and got.get("action") != "none":
-            self._log("node agent says %s (%s, deadline %s)" % (got.get("action"), got.get("reason", ""), got.get("deadline", "")))
+            self._log("node agent %s says %s (%s, deadline %s)" % (self.agent_addr, got.get("action"), got.get("reason", ""), got.get("deadline", "")))
         return True
 
     # -- internals -----------------------------------------------------------

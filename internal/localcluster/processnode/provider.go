@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -535,6 +536,9 @@ func exitCode(ps *os.ProcessState) (int32, string) {
 func (p *Provider) exitedLocked(pr *podRun, cr *containerRun, started metav1.Time, code int32, reason, message string) {
 	cs := &pr.pod.Status.ContainerStatuses[cr.index]
 	now := metav1.Now()
+	if message == "" && code != 0 && pr.pod.Spec.Containers[cr.index].TerminationMessagePolicy == corev1.TerminationMessageFallbackToLogsOnError {
+		message = logTail(cr.logPath)
+	}
 	terminated := &corev1.ContainerStateTerminated{
 		ExitCode:    code,
 		Reason:      reason,
@@ -559,6 +563,31 @@ func (p *Provider) exitedLocked(pr *podRun, cr *containerRun, started metav1.Tim
 	if pr.deleting {
 		p.maybeForgetLocked(pr)
 	}
+}
+
+// logTail is what a kubelet puts in state.terminated.message of a failed
+// container whose terminationMessagePolicy is FallbackToLogsOnError: the end
+// of its log, at most 80 lines and 2048 bytes (pkg/kubelet/kuberuntime).
+// Process nodes have no termination message file, so it is always the log.
+func logTail(path string) string {
+	const maxBytes, maxLines = 2048, 80
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(fi.Size()-maxBytes, 0)
+	buf := make([]byte, fi.Size()-off)
+	n, _ := f.ReadAt(buf, off)
+	lines := strings.Split(strings.TrimRight(string(buf[:n]), "\n"), "\n")
+	if len(lines) > maxLines {
+		lines = lines[len(lines)-maxLines:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 func shouldRestart(policy corev1.RestartPolicy, code int32) bool {

@@ -622,16 +622,28 @@ func TestCompletionCleanupAndTTL(t *testing.T) {
 func TestHorovodDiscoveryAndRBAC(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newJob(ns, "h").Framework(etjobv1.FrameworkHorovod).Replicas(2).Min(1).Max(3).Obj())
-	pods := waitPods(t, ns, "h", "h-launcher", "h-worker-0", "h-worker-1")
-	l := pods["h-launcher"]
+	pods := waitPods(t, ns, "h", "h-worker-0", "h-worker-1")
+	startAll(t, pods)
+	waitHosts(t, ns, "h", "h-worker-0:1", "h-worker-1:1")
+	// horovodrun starts once its workers are members, with `workers` (-np)
+	// the number of members.
+	l := waitPods(t, ns, "h", "h-launcher", "h-worker-0", "h-worker-1")["h-launcher"]
 	if l.Spec.ServiceAccountName != "h-launcher" {
 		t.Errorf("launcher service account %q", l.Spec.ServiceAccountName)
 	}
-	if !slices.ContainsFunc(l.Spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/etc/edl" }) {
-		t.Errorf("launcher lacks /etc/edl: %+v", l.Spec.Containers[0].VolumeMounts)
+	for _, path := range []string{"/etc/edl", "/etc/mpi"} {
+		if !slices.ContainsFunc(l.Spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == path }) {
+			t.Errorf("launcher lacks %s: %+v", path, l.Spec.Containers[0].VolumeMounts)
+		}
 	}
-	startAll(t, pods)
-	waitHosts(t, ns, "h", "h-worker-0:1", "h-worker-1:1")
+	env := map[string]string{}
+	for _, e := range l.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if env["workers"] != "2" || env["OMPI_MCA_plm_rsh_agent"] != "/etc/mpi/kubexec.sh" {
+		t.Errorf("launcher env workers=%q OMPI_MCA_plm_rsh_agent=%q", env["workers"], env["OMPI_MCA_plm_rsh_agent"])
+	}
+	startAll(t, map[string]*corev1.Pod{"h-launcher": l})
 	cm := &corev1.ConfigMap{}
 	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "h-etjob"}, cm); err != nil {
 		t.Fatal(err)
