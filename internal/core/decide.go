@@ -88,20 +88,30 @@ func newDecision(s Snapshot, now time.Time) *decision {
 	return d
 }
 
-// lastLines returns the last n non-empty lines of s joined by " | ", cut to
-// max bytes from the end: the part of a termination message (a log's end)
-// that says why.
-func lastLines(s string, n, maxLen int) string {
-	var out []string
-	lines := strings.Split(s, "\n")
-	for i := len(lines) - 1; i >= 0 && len(out) < n; i-- {
-		if l := strings.TrimSpace(lines[i]); l != "" {
-			out = append([]string{l}, out...)
+// logSummary picks from a termination message (the end of a failed
+// launcher's log) the lines that say why: the first two that read like an
+// error (a shell's "not found", Python's "...Error: ..."), which come before
+// the tracebacks they cause, else the last two lines; joined by " | " and
+// cut to 400 bytes.
+func logSummary(s string) string {
+	var errs, all []string
+	for _, l := range strings.Split(s, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" {
+			continue
+		}
+		all = append(all, l)
+		if (strings.Contains(l, "Error:") || strings.Contains(l, "error:") || strings.Contains(l, "not found") ||
+			strings.HasPrefix(l, "Failed") || strings.Contains(l, "No such file")) && !slices.Contains(errs, l) && len(errs) < 2 {
+			errs = append(errs, l)
 		}
 	}
-	joined := strings.Join(out, " | ")
-	if len(joined) > maxLen {
-		joined = "..." + joined[len(joined)-maxLen:]
+	if len(errs) == 0 && len(all) > 0 {
+		errs = all[max(len(all)-2, 0):]
+	}
+	joined := strings.Join(errs, " | ")
+	if len(joined) > 400 {
+		joined = joined[:400] + "..."
 	}
 	return joined
 }
@@ -252,7 +262,7 @@ func (d *decision) handleLauncher() bool {
 	if preempted {
 		d.st.Preemptions++
 	}
-	if why := lastLines(l.message, 3, 400); why != "" && !preempted {
+	if why := logSummary(l.message); why != "" && !preempted {
 		reason += ": " + why
 	}
 	// DESIGN: losing the rendezvous store / horovodrun without warning counts
@@ -267,7 +277,7 @@ func (d *decision) handleLauncher() bool {
 		// The shell's "not executable" and "not found": the launcher image
 		// lacks the command (horovodrun not installed). A retry cannot help.
 		d.fail(etjobv1.ReasonLauncherFailed, fmt.Sprintf("launcher %s could not run its command (exit code %d: the image does not have it, or it is not executable): %s",
-			l.pod.Name, l.exitCode, lastLines(l.message, 3, 400)))
+			l.pod.Name, l.exitCode, logSummary(l.message)))
 	case d.st.Failures > BackoffLimit(d.spec):
 		d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.st.Failures, BackoffLimit(d.spec)))
 	case preempted || d.spec.RestartPolicy == etjobv1.RestartPolicyOnFailure:
@@ -332,9 +342,25 @@ func (d *decision) startHorovodLauncher() {
 	if d.spec.Framework != etjobv1.FrameworkHorovod || d.launcher != nil || d.restarting {
 		return
 	}
-	if len(d.members) >= max(int(d.spec.MinReplicas), 1) && len(d.joining) == 0 {
-		d.plan.CreateLauncher = true
+	if len(d.members) < max(int(d.spec.MinReplicas), 1) || len(d.joining) > 0 {
+		return
 	}
+	// Workers that are bound and still starting get JoinBatchWindow from the
+	// first member's readiness, so that a job whose workers start together
+	// starts horovodrun with all of them instead of resetting it at once.
+	first := time.Time{}
+	for _, w := range d.members {
+		if !w.readySince.IsZero() && (first.IsZero() || w.readySince.Before(first)) {
+			first = w.readySince
+		}
+	}
+	for _, w := range d.workers {
+		if w.active() && w.scheduled && !w.ready && !d.deleted[w.pod.Name] && !first.IsZero() && d.now.Before(first.Add(JoinBatchWindow)) {
+			d.requeueAt(first.Add(JoinBatchWindow))
+			return
+		}
+	}
+	d.plan.CreateLauncher = true
 }
 
 // moveLauncher handles a reclamation notice on the launcher's node. The

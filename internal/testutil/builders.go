@@ -59,6 +59,12 @@ func (w *JobWrapper) Framework(f etjobv1.Framework) *JobWrapper {
 	return w
 }
 
+// LauncherCommand sets the launcher container's command.
+func (w *JobWrapper) LauncherCommand(cmd ...string) *JobWrapper {
+	w.Spec.LauncherTemplate.Spec.Containers[0].Command = cmd
+	return w
+}
+
 // RestartPolicy sets spec.restartPolicy.
 func (w *JobWrapper) RestartPolicy(p etjobv1.RestartPolicy) *JobWrapper {
 	w.Spec.RestartPolicy = p
@@ -186,6 +192,14 @@ func (p *PodWrapper) Exited(code int32, at time.Time) *PodWrapper {
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "worker", State: corev1.ContainerState{
 		Terminated: &corev1.ContainerStateTerminated{ExitCode: code, FinishedAt: metav1.NewTime(at)},
 	}}}
+	return p
+}
+
+// ExitedWith is Exited with a termination message (the end of the log, as
+// FallbackToLogsOnError gives it).
+func (p *PodWrapper) ExitedWith(code int32, at time.Time, message string) *PodWrapper {
+	p.Exited(code, at)
+	p.Status.ContainerStatuses[0].State.Terminated.Message = message
 	return p
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/etjob/etjob/internal/localcluster"
+	"github.com/etjob/etjob/internal/localcluster/processnode"
 	"github.com/etjob/etjob/internal/testutil"
 )
 
@@ -29,6 +30,12 @@ type e2eCluster struct {
 
 func startCluster(t *testing.T, ctx context.Context, name string, spot, onDemand int) *e2eCluster {
 	t.Helper()
+	return startClusterWith(t, ctx, name, spot, onDemand, localcluster.LocalImages(repoRoot(t), localcluster.HorovodVenv()))
+}
+
+// startClusterWith is startCluster with the process nodes' image table.
+func startClusterWith(t *testing.T, ctx context.Context, name string, spot, onDemand int, images processnode.Images) *e2eCluster {
+	t.Helper()
 	if os.Getenv("ETJOB_SKIP_E2E") != "" {
 		t.Skip("ETJOB_SKIP_E2E is set")
 	}
@@ -44,8 +51,7 @@ func startCluster(t *testing.T, ctx context.Context, name string, spot, onDemand
 		t.Fatal(err)
 	}
 	dir := filepath.Join(os.TempDir(), name)
-	cl := &localcluster.Cluster{Dir: dir, BinDir: assets, Self: bin, Out: testWriter{t},
-		Images: localcluster.LocalImages(repo, localcluster.HorovodVenv())}
+	cl := &localcluster.Cluster{Dir: dir, BinDir: assets, Self: bin, Out: testWriter{t}, Images: images}
 	if err := cl.Delete(); err != nil {
 		t.Fatal(err)
 	}

@@ -621,7 +621,7 @@ func TestCompletionCleanupAndTTL(t *testing.T) {
 
 func TestHorovodDiscoveryAndRBAC(t *testing.T) {
 	ns := newNamespace(t)
-	create(t, newJob(ns, "h").Framework(etjobv1.FrameworkHorovod).Replicas(2).Min(1).Max(3).Obj())
+	create(t, newJob(ns, "h").Framework(etjobv1.FrameworkHorovod).Replicas(2).Min(2).Max(3).Obj())
 	pods := waitPods(t, ns, "h", "h-worker-0", "h-worker-1")
 	startAll(t, pods)
 	waitHosts(t, ns, "h", "h-worker-0:1", "h-worker-1:1")
