@@ -86,6 +86,16 @@ bench-local: ## Spot-path latencies on the local cluster with real training (doc
 	bin/etjob demo --churn 10 --notice 30s --width 96 --epochs 80
 	bin/etjob demo --churn 5 --hard --width 96 --epochs 80
 
+# HVD_CYCLES is how many noticed losses, hard losses (and twice as many joins)
+# `make bench-horovod` measures.
+HVD_CYCLES ?= 5
+
+.PHONY: bench-horovod
+bench-horovod: ## Real Horovod on the local cluster: HVD_CYCLES noticed losses, hard losses and joins; pauses and steps done again (docs/benchmarks.md).
+	hack/install-deps.sh
+	hack/install-horovod.sh >/dev/null
+	ETJOB_HVD_BENCH=$(HVD_CYCLES) KUBEBUILDER_ASSETS=$$(hack/build-controlplane.sh) $(GO) test -count=1 -p 1 -timeout 60m -v -run '^TestHorovodBench$$' ./test/e2e/
+
 # The spot availability traces (../shared/traces, beside the repository).
 TRACES ?= ../shared/traces
 
@@ -114,7 +124,12 @@ chaos: ## Seeded chaos run (<= ~12 min) on the local cluster with real torchrun:
 	@echo "chaos seed $(CHAOS_SEED)"
 	bin/etjob chaos --seed $(CHAOS_SEED) $(CHAOS_FLAGS)
 
+.PHONY: horovod
+horovod: ## Build Horovod 0.28.1 (PyTorch + gloo) from PyPI's sdist into the cache, once; prints its venv.
+	hack/install-horovod.sh
+
 .PHONY: test-e2e
-test-e2e: ## End-to-end tests on the local cluster with real torchrun training.
+test-e2e: ## End-to-end tests on the local cluster with real torchrun and real Horovod training.
 	hack/install-deps.sh
+	hack/install-horovod.sh
 	KUBEBUILDER_ASSETS=$$(hack/build-controlplane.sh) $(GO) test -p 1 -count=1 -timeout 60m ./test/e2e/...

@@ -21,6 +21,9 @@ KUBEBUILDER_ASSETS=$(hack/build-controlplane.sh)
 export KUBEBUILDER_ASSETS
 echo "using $KUBEBUILDER_ASSETS"
 
+step "Horovod 0.28.1 with PyTorch and gloo (built once from PyPI's sdist into the cache; cold ~5 min)"
+echo "using $(hack/install-horovod.sh)"
+
 step "unit tests (the process-node tests use the real API server too)"
 go test -count=1 ./api/... ./internal/... ./pkg/... ./cmd/... ./hack/...
 cover=$(go test -count=1 -cover ./internal/core/ | sed -n 's/.*coverage: \([0-9.]*\)%.*/\1/p')
@@ -39,5 +42,5 @@ PYTHONPATH="$PWD/python:$PWD/python/tests" /usr/bin/python3 -m unittest discover
 step "integration tests (real kube-apiserver + etcd)"
 go test -count=1 -p 1 -timeout 20m ./test/integration/...
 
-step "end-to-end: the spot story on a local cluster with real torchrun training (~4 min)"
+step "end-to-end: the spot stories on a local cluster with real torchrun and real Horovod training"
 go test -count=1 -p 1 -timeout 40m ./test/e2e/...

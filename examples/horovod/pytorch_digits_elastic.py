@@ -35,8 +35,9 @@ written, and started the way seed 001 starts its job:
 
 Every rank prints one line per step, ``step=S epoch=E rank=R world=W
 loss=L``; horovodrun prefixes it with ``[R]<stdout>:``. Rank 0 prints
-``resume step=S``, ``checkpoint step=S``, and at the end ``ledger ok`` and
-``final accuracy=A``; a rank told to stop prints ``stop step=S reason=R``.
+``resume step=S``, ``reset step=S world=W`` after each of Horovod's resets,
+``checkpoint step=S``, and at the end ``ledger ok`` and ``final
+accuracy=A``; a rank told to stop prints ``stop step=S ... why=W``.
 The end-to-end tests assert on these lines.
 """
 
@@ -156,6 +157,14 @@ def main(argv=None):
         log("resume step=%d world=%d" % (step, hvd.size()))
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     state = hvd.elastic.TorchState(model=model, optimizer=opt, sampler=sampler, step=step)
+
+    def on_reset():
+        # After every reset (a host left or joined): the tests read the
+        # pause and the steps done again from these lines and the steps'.
+        if hvd.rank() == 0:
+            log("reset step=%d world=%d" % (state.step, hvd.size()))
+
+    state.register_reset_callbacks([on_reset])
 
     def save_checkpoint(why):
         # Ranks that stop together may all write the same step: the writes

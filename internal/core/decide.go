@@ -2,6 +2,8 @@ package core
 
 import (
 	"fmt"
+	"path"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -296,16 +298,32 @@ func (d *decision) invalidHorovodLauncher() string {
 	if d.spec.Framework != etjobv1.FrameworkHorovod || d.spec.LauncherTemplate == nil {
 		return ""
 	}
+	runs := false
 	for _, c := range d.spec.LauncherTemplate.Spec.Containers {
-		for _, a := range append(append([]string{}, c.Command...), c.Args...) {
-			if strings.Contains(a, "horovodrun") {
-				return ""
+		line := strings.Join(append(append([]string{}, c.Command...), c.Args...), " ")
+		if !strings.Contains(line, "horovodrun") {
+			continue
+		}
+		runs = true
+		// etjob's scripts are the only files in /etc/edl and /etc/mpi (its
+		// ConfigMap, mounted read-only): any other name there cannot exist,
+		// and horovodrun would only say so in a traceback.
+		if m := discoveryScriptFlag.FindStringSubmatch(line); m != nil {
+			script := strings.Trim(m[1], `"'`)
+			if (strings.HasPrefix(script, "/etc/edl/") || strings.HasPrefix(script, "/etc/mpi/")) && path.Base(script) != "discover_hosts.sh" {
+				return fmt.Sprintf("spec.launcherTemplate: --host-discovery-script %s does not exist: etjob provides /etc/edl/discover_hosts.sh", script)
 			}
 		}
+	}
+	if runs {
+		return ""
 	}
 	return "spec.launcherTemplate: a horovod job's launcher must run horovodrun (its command or args name none); " +
 		"put `horovodrun ... --host-discovery-script /etc/edl/discover_hosts.sh python train.py` there, or use spec.framework torchrun"
 }
+
+// discoveryScriptFlag finds horovodrun's --host-discovery-script argument.
+var discoveryScriptFlag = regexp.MustCompile(`--host-discovery-script[= ]+(\S+)`)
 
 // horovodStopped reports whether etjob stopped this horovod job's training:
 // it fell below minReplicas and its workers were told to checkpoint and stop.

@@ -528,6 +528,12 @@ func TestDecide(t *testing.T) {
 			wantCondReason: map[string]string{etjobv1.ConditionFailed: etjobv1.ReasonInvalidLauncher},
 			wantSummary:    "Failed",
 		},
+		"a discovery script etjob does not provide fails the job at once": {
+			job:            base().Framework(etjobv1.FrameworkHorovod).LauncherCommand("sh", "-c", "horovodrun -np 2 --host-discovery-script /etc/edl/discover.sh python t.py").Obj(),
+			wantCondTrue:   []string{etjobv1.ConditionFailed},
+			wantCondReason: map[string]string{etjobv1.ConditionFailed: etjobv1.ReasonInvalidLauncher},
+			wantSummary:    "Failed",
+		},
 		"horovodrun's exit after the stop below min is a release, not a failure": {
 			job: base().Framework(etjobv1.FrameworkHorovod).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3,
 				Conditions: []metav1.Condition{{Type: etjobv1.ConditionSuspended, Status: metav1.ConditionTrue, Reason: etjobv1.ReasonWaitingForCapacity}}})).Obj(),
