@@ -15,8 +15,10 @@ Usage: kubexec.py [--namespace NS] [--container NAME] POD COMMAND...
 
 COMMAND (its words joined by spaces, as ssh does) runs as ``/bin/sh -c
 COMMAND`` in the pod's container; its stdout and stderr are copied to ours
-as they come, and we exit with its exit code (255 when the pod could not be
-reached, as ssh does). The exec'd process inherits the container's own
+as they come (stderr line by line), and we exit with its exit code, which
+the remote shell prints after a marker: 255 (ssh's code for an unreachable
+host) when the pod could not be reached or the stream ended without it, as
+when the pod's node vanished, which the API server reports as a success. The exec'd process inherits the container's own
 environment, so a rank learns its own pod's name and node agent from
 ETJOB_POD_NAME and ETJOB_AGENT_ADDR there: horovodrun's ``env K=V ...``
 prefix copies only what the launcher has, and a horovod launcher carries no
@@ -44,6 +46,67 @@ EXIT_UNREACHABLE = 255
 def log(msg):
     sys.stderr.write("kubexec: %s\n" % msg)
     sys.stderr.flush()
+
+
+# MARKER starts the line the remote shell prints on stderr with the
+# command's exit code. A stream that ends without it was cut: the API server
+# answers an exec whose node vanished (its kubelet connection broke) with
+# "Success", and horovodrun takes a rank that exited 0 for the end of the
+# whole job (measured: a hard loss ended the job with "success count == 1").
+MARKER = "\x1fetjob-kubexec-exit="
+
+
+def wrap(command):
+    """wrap runs command in a subshell and then prints its exit code after
+    MARKER, on a line of its own, on stderr."""
+    return "(%s); rc=$?; printf '\\n%s%%d\\n' \"$rc\" >&2; exit $rc" % (command, MARKER)
+
+
+class StderrFilter:
+    """StderrFilter forwards the remote stderr line by line and takes the exit
+    marker line (and the line break printed before it) out."""
+
+    def __init__(self, out):
+        self.out = out
+        self.pending = b""
+        self.held_empty = 0
+        self.code = None
+
+    def write(self, data):
+        self.pending += data
+        *lines, self.pending = self.pending.split(b"\n")
+        for line in lines:
+            self._line(line)
+
+    def _line(self, line):
+        text = line.decode("utf-8", "replace")
+        if text.startswith(MARKER):
+            try:
+                self.code = int(text[len(MARKER):])
+            except ValueError:
+                pass
+            self.held_empty = max(self.held_empty - 1, 0)  # the break printed before the marker
+            self._flush_empty()
+            return
+        if line == b"":
+            self.held_empty += 1
+            return
+        self._flush_empty()
+        self.out.write(line + b"\n")
+        self.out.flush()
+
+    def _flush_empty(self):
+        if self.held_empty:
+            self.out.write(b"\n" * self.held_empty)
+            self.out.flush()
+            self.held_empty = 0
+
+    def close(self):
+        self._flush_empty()
+        if self.pending:
+            self.out.write(self.pending)
+            self.pending = b""
+        self.out.flush()
 
 
 def exec_url(namespace, pod, container, command):
@@ -174,9 +237,10 @@ def run(namespace, pod, container, command, host, port, token, cafile, out=None,
     """run executes command in the pod and returns its exit code."""
     out = out or sys.stdout.buffer
     err = err or sys.stderr.buffer
+    errs = StderrFilter(err)
     try:
         sock = connect(host, port, cafile, timeout)
-        _, rest = handshake(sock, "%s:%d" % (host, port), exec_url(namespace, pod, container, command), token)
+        _, rest = handshake(sock, "%s:%d" % (host, port), exec_url(namespace, pod, container, wrap(command)), token)
     except (OSError, ConnectionError) as e:
         log("exec into pod %s/%s: %s" % (namespace, pod, e))
         return EXIT_UNREACHABLE
@@ -197,8 +261,7 @@ def run(namespace, pod, container, command, host, port, token, cafile, out=None,
                 out.write(payload)
                 out.flush()
             elif channel == STDERR:
-                err.write(payload)
-                err.flush()
+                errs.write(payload)
             elif channel == ERROR and payload:
                 status = json.loads(payload.decode("utf-8", "replace"))
     except (EOFError, OSError) as e:
@@ -206,13 +269,17 @@ def run(namespace, pod, container, command, host, port, token, cafile, out=None,
             log("the connection to pod %s/%s ended without an exit status (%s): the pod or its node is gone" % (
                 namespace, pod, type(e).__name__))
     finally:
+        errs.close()
         try:
             sock.close()
         except OSError:
             pass
-    if status is None:
-        return EXIT_UNREACHABLE
-    return exit_code(status)
+    if errs.code is not None:
+        return errs.code
+    if status is not None and status.get("status") != "Success":
+        return exit_code(status)  # the shell itself was killed, or the exec refused
+    log("the exec into pod %s/%s ended without the command's exit code: its pod or node is gone" % (namespace, pod))
+    return EXIT_UNREACHABLE
 
 
 def main(argv=None):

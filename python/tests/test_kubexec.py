@@ -53,3 +53,30 @@ class KubexecTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class MarkerTest(unittest.TestCase):
+    def run_wrapped(self, command):
+        import io
+        import subprocess
+        p = subprocess.run(["/bin/sh", "-c", kubexec.wrap(command)], capture_output=True)
+        out = io.BytesIO()
+        f = kubexec.StderrFilter(out)
+        # Split the stream at every byte: frames may cut anywhere.
+        for i in range(len(p.stderr)):
+            f.write(p.stderr[i:i + 1])
+        f.close()
+        return p.returncode, f.code, out.getvalue()
+
+    def test_exit_code_comes_from_the_marker_and_stderr_is_unchanged(self):
+        self.assertEqual(self.run_wrapped("echo oops >&2; exit 75"), (75, 75, b"oops\n"))
+        self.assertEqual(self.run_wrapped("printf 'no newline' >&2; exit 0"), (0, 0, b"no newline\n"))
+        self.assertEqual(self.run_wrapped("printf 'a\\n\\nb\\n' >&2"), (0, 0, b"a\n\nb\n"))
+        self.assertEqual(self.run_wrapped("exit 3"), (3, 3, b""))
+
+    def test_a_cut_stream_has_no_code(self):
+        import io
+        f = kubexec.StderrFilter(io.BytesIO())
+        f.write(b"partial line")
+        f.close()
+        self.assertIsNone(f.code)

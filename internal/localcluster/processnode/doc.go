@@ -3,10 +3,10 @@
 // single-machine Kubernetes cluster. The API server, scheduler, controllers
 // and leases are real; only the container runtime is replaced by os/exec.
 //
-// A process pod runs the host's binaries. The image field is ignored, so a
-// container must set command (there is no image entrypoint); a worker that
-// needs Python packages from the source tree gets them the way the example
-// jobs do it, by setting PYTHONPATH in the container's env.
+// A process pod runs the host's binaries. Nothing is pulled: the node's image
+// table (Image) says what an image brings, environment defaults and files
+// bind-mounted read-only; an image it does not match runs the host as it is.
+// A container must set command (there is no image entrypoint).
 //
 // What a pod gets, as a kubelet would give it:
 //
@@ -24,9 +24,11 @@
 //     its own session goes with its pod. A mountPath that does not exist is
 //     created on the host (an empty directory) to mount onto.
 //   - One process group per container (Setpgid), started with command+args
-//     ($(VAR) expanded), workingDir (default: the pod's directory), and an
-//     environment of PATH, HOME and HOSTNAME (the pod's hostname) followed
-//     by the container's envFrom and env, resolved here: literal values with
+//     ($(VAR) expanded), workingDir (default: the pod's directory; entered
+//     after the mounts, and created when missing, as runc does), and an
+//     environment of PATH, HOME, HOSTNAME (the pod's hostname),
+//     KUBERNETES_SERVICE_HOST/PORT (the API server) and the image's env,
+//     followed by the container's envFrom and env, resolved here: literal values with
 //     $(VAR) expansion, fieldRef (metadata.name, .namespace, .uid,
 //     .labels['k'], .annotations['k'], spec.nodeName,
 //     spec.serviceAccountName, status.podIP(s), status.hostIP(s)), and
@@ -82,7 +84,9 @@
 //     should bind, via the downward API.
 //   - Status: Pending, then Running with Ready once every container started,
 //     then Succeeded or Failed with each container's exit code (128+signal
-//     for a process killed by a signal) in state.terminated. restartPolicy
+//     for a process killed by a signal) in state.terminated, and, under
+//     terminationMessagePolicy FallbackToLogsOnError, the end of its log
+//     (80 lines, 2048 bytes) as the message of a failure. restartPolicy
 //     Never leaves an exited container alone; OnFailure and Always restart it
 //     (in fresh namespaces, with the same mounts) after a kubelet's
 //     crash-loop back-off (10 s doubling to 5 min).
@@ -105,7 +109,7 @@
 //     a process that starts its own session (setsid) escapes its pod's
 //     process group, and the pod has no hostname, /etc/hosts or volume
 //     mounts of its own (volume contents are still under the pod directory).
-//   - Service environment variables (KUBERNETES_SERVICE_HOST, ...),
+//   - Service environment variables other than KUBERNETES_SERVICE_*,
 //     subPathExpr, downwardAPI resourceFieldRef, clusterTrustBundle and
 //     podCertificate projections, and volume types other than those above.
 //   - Init containers (such a pod is rejected), probes, resource limits and
