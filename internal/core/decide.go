@@ -217,6 +217,11 @@ func (d *decision) stopBelowMin() {
 			stopped++
 		}
 	}
+	if l := d.launcher; stopped > 0 && l != nil && d.spec.Framework == etjobv1.FrameworkHorovod && !l.terminal && !d.signaled[l.pod.Name] {
+		// horovodrun ends once every rank left: marking it too makes its
+		// exit a release whenever it comes (capacity may be back by then).
+		d.signal(l, etjobv1.ReasonWaitingForCapacity)
+	}
 	if stopped > 0 {
 		d.publish()
 		d.record(etjobv1.TimelineStop, fmt.Sprintf("below spec.minReplicas (%d): %d workers told to checkpoint and stop", d.spec.MinReplicas, stopped))
@@ -248,7 +253,7 @@ func (d *decision) handleLauncher() bool {
 	if !l.terminal && !l.lost && !d.lostOnNotReadyNode(l) {
 		return false
 	}
-	if l.terminal && d.horovodStopped() {
+	if l.terminal && d.spec.Framework == etjobv1.FrameworkHorovod && (l.released || d.horovodStopped()) {
 		return d.releaseLauncher(l)
 	}
 	preempted := l.preempted || l.lost || !l.terminal

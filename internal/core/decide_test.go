@@ -534,6 +534,19 @@ func TestDecide(t *testing.T) {
 			wantCondReason: map[string]string{etjobv1.ConditionFailed: etjobv1.ReasonInvalidLauncher},
 			wantSummary:    "Failed",
 		},
+		"horovodrun told to stop below min: its exit is a release even after capacity returned": {
+			job: base().Framework(etjobv1.FrameworkHorovod).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 5})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Node("od").Told(t0.Add(-5*time.Second), etjobv1.ReasonWaitingForCapacity).Exited(1, t0).Obj(),
+				MakeWorker(base().Obj(), 3).Ready("n3").Obj(),
+				MakeWorker(base().Obj(), 4).Ready("n4").Obj(),
+			},
+			nodes:          nodes("od", "n3", "n4"),
+			wantDelete:     []string{"j-launcher", "j-worker-3", "j-worker-4"},
+			wantRestarts:   1,
+			wantCondReason: map[string]string{etjobv1.ConditionSuspended: etjobv1.ReasonWaitingForCapacity},
+			wantSummary:    "WaitingForCapacity",
+		},
 		"horovodrun's exit after the stop below min is a release, not a failure": {
 			job: base().Framework(etjobv1.FrameworkHorovod).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3,
 				Conditions: []metav1.Condition{{Type: etjobv1.ConditionSuspended, Status: metav1.ConditionTrue, Reason: etjobv1.ReasonWaitingForCapacity}}})).Obj(),
