@@ -22,11 +22,12 @@ import (
 // give the same plan.
 func Decide(s Snapshot, now time.Time) Plan {
 	d := newDecision(s, now)
+	invalid := d.invalidHorovodLauncher()
 	switch {
 	case d.finished():
 		d.finish()
-	case d.invalidHorovodLauncher() != "":
-		d.fail(etjobv1.ReasonInvalidLauncher, d.invalidHorovodLauncher())
+	case invalid != "":
+		d.fail(etjobv1.ReasonInvalidLauncher, invalid)
 	case d.job.Spec.Suspend != nil && *d.job.Spec.Suspend:
 		d.suspend()
 	default:
