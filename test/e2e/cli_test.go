@@ -140,10 +140,19 @@ func TestCLIStory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	must("cluster", "reclaim", launcher.Spec.NodeName, "--notice", "30s")
+	// `cluster reclaim` returns at the deadline, 30 s on, when the job may
+	// have moved and finished already: watch the move while it waits.
+	reclaimed := make(chan error, 1)
+	go func() {
+		_, err := etjob("cluster", "reclaim", launcher.Spec.NodeName, "--notice", "30s")
+		reclaimed <- err
+	}()
 	waitFor("the store moved: 1 restart, 4 members", 4*time.Minute, func(j *etjobv1.ElasticJob) bool {
 		return j.Status.Restarts == 1 && j.Status.Members == 4
 	})
+	if err := <-reclaimed; err != nil {
+		t.Fatalf("etjob cluster reclaim %s: %v", launcher.Spec.NodeName, err)
+	}
 	if l, err := cs.CoreV1().Pods("default").Get(ctx, "digits-cli-launcher", metav1.GetOptions{}); err != nil || l.Spec.NodeName == launcher.Spec.NodeName {
 		t.Errorf("the new launcher is on %q (err %v), want a node other than the reclaimed %s", l.Spec.NodeName, err, launcher.Spec.NodeName)
 	}
