@@ -175,6 +175,11 @@ func TestHorovodSpotStory(t *testing.T) {
 		reclaimAsync(t, ctx, e, n, 20*time.Second)
 	}
 	waitCondition(t, ctx, e, "fine-tuning-elastic", etjobv1.ConditionSuspended, etjobv1.ReasonWaitingForCapacity, 2*time.Minute, logs)
+	// The condition is set when the stop is ordered; the ranks print their
+	// stop lines once they reached the agreed step.
+	waitFor(t, ctx, "the ranks' agreed stop", time.Minute, func() (bool, string) {
+		return agreedStopLine.MatchString(logs.text()), tail(logs.text(), 20)
+	})
 	stopStep := agreedStop(t, logs.text())
 	for range 2 {
 		if _, err := e.AddNode(ctx, "", true); err != nil {
@@ -482,11 +487,12 @@ func streamLog(ctx context.Context, cs *kubernetes.Clientset, pod string, l *lau
 // --- reading Horovod's output ------------------------------------------------
 
 var (
-	stepLine   = regexp.MustCompile(`(?m)^\[(\d+)\]<stdout>:step=(\d+) epoch=\d+ rank=(\d+) world=(\d+) loss=\S+ t=([\d.]+)$`)
-	plainStep  = regexp.MustCompile(`(?m)^step=(\d+) epoch=\d+ rank=(\d+) world=(\d+) loss=\S+ t=([\d.]+)$`)
-	accuracyRe = regexp.MustCompile(`final accuracy=([\d.]+)`)
-	launcherRe = regexp.MustCompile(`(?m)^=== launcher (\d+)$`)
-	resetLine  = regexp.MustCompile(`(?m)^(\[\d+\]<stdout>:)?reset step=\d+ world=\d+ t=`)
+	stepLine       = regexp.MustCompile(`(?m)^\[(\d+)\]<stdout>:step=(\d+) epoch=\d+ rank=(\d+) world=(\d+) loss=\S+ t=([\d.]+)$`)
+	plainStep      = regexp.MustCompile(`(?m)^step=(\d+) epoch=\d+ rank=(\d+) world=(\d+) loss=\S+ t=([\d.]+)$`)
+	accuracyRe     = regexp.MustCompile(`final accuracy=([\d.]+)`)
+	launcherRe     = regexp.MustCompile(`(?m)^=== launcher (\d+)$`)
+	agreedStopLine = regexp.MustCompile(`<stdout>:stop step=(\d+) rank=\d+ reason=\S+ why=job`)
+	resetLine      = regexp.MustCompile(`(?m)^(\[\d+\]<stdout>:)?reset step=\d+ world=\d+ t=`)
 )
 
 // hvdStep is one step line of rank 0.
@@ -592,7 +598,7 @@ func lastWorld(text string) int {
 // `stop step=S ... why=job` for one S.
 func agreedStop(t *testing.T, text string) int {
 	t.Helper()
-	ms := regexp.MustCompile(`<stdout>:stop step=(\d+) rank=\d+ reason=\S+ why=job`).FindAllStringSubmatch(text, -1)
+	ms := agreedStopLine.FindAllStringSubmatch(text, -1)
 	if len(ms) == 0 {
 		t.Fatalf("no rank stopped at an agreed step below min:\n%s", tail(text, 60))
 	}
