@@ -70,8 +70,11 @@ func (r *ElasticJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, nil
 	}
 	snap, synced, err := r.observe(ctx, job)
-	if err != nil || !synced {
-		return ctrl.Result{RequeueAfter: expectationsRecheck}, err
+	if err != nil {
+		return ctrl.Result{}, err // controller-runtime ignores RequeueAfter next to an error, and backs off
+	}
+	if !synced {
+		return ctrl.Result{RequeueAfter: expectationsRecheck}, nil
 	}
 	now := r.Clock.Now()
 	plan := core.Decide(snap, now)

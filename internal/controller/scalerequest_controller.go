@@ -75,7 +75,10 @@ func (r *ScaleRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if err := r.Status().Update(ctx, obj); err != nil {
 			return ctrl.Result{}, err
 		}
-		return ctrl.Result{RequeueAfter: d.RequeueAfter}, r.apply(ctx, job, d)
+		if err := r.apply(ctx, job, d); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{RequeueAfter: d.RequeueAfter}, nil
 	}
 	if err := r.apply(ctx, job, d); err != nil {
 		return ctrl.Result{}, err
