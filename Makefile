@@ -6,6 +6,8 @@ CONTROLLER_GEN_VERSION ?= v0.23.0
 CONTROLLER_GEN ?= $(CACHE)/tools/controller-gen-$(CONTROLLER_GEN_VERSION)/controller-gen
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # Build flags shared by `make build` and the Dockerfile.
+# LOCAL_BINS are what etjob-local runs: itself and the components it starts.
+LOCAL_BINS := ./cmd/etjob-local ./cmd/etjob-controller ./cmd/etjob-node ./cmd/etjob-agent
 LDFLAGS ?= -s -w -X main.version=$(VERSION)
 GOFLAGS_BUILD ?= -trimpath -ldflags "$(LDFLAGS)"
 
@@ -14,7 +16,7 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_-]+:.*##/ {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build the binaries into bin/.
+build: ## Build the binaries into bin/: etjob and kubectl-etjob (the user's CLI), etjob-local (local cluster, demo, chaos, sim), etjob-controller, etjob-agent, etjob-node.
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o bin/ ./cmd/...
 
 .PHONY: generate
@@ -76,15 +78,15 @@ verify: generate lint ## Regenerate and fail if anything generated is out of dat
 .PHONY: demo
 demo: ## The local demo: a cluster of process nodes, real torchrun training through spot reclamations.
 	hack/install-deps.sh
-	$(GO) build -o bin/etjob ./cmd/etjob
-	bin/etjob demo $(DEMO_FLAGS)
+	$(GO) build -o bin/ ./cmd/etjob $(LOCAL_BINS)
+	bin/etjob-local demo $(DEMO_FLAGS)
 
 .PHONY: bench-local
 bench-local: ## Spot-path latencies on the local cluster with real training (docs/benchmarks.md).
 	hack/install-deps.sh
-	$(GO) build -o bin/etjob ./cmd/etjob
-	bin/etjob demo --churn 10 --notice 30s --width 96 --epochs 80
-	bin/etjob demo --churn 5 --hard --width 96 --epochs 80
+	$(GO) build -o bin/ $(LOCAL_BINS)
+	bin/etjob-local demo --churn 10 --notice 30s --width 96 --epochs 80
+	bin/etjob-local demo --churn 5 --hard --width 96 --epochs 80
 
 # HVD_CYCLES is how many noticed losses, hard losses (and twice as many joins)
 # `make bench-horovod` measures.
@@ -101,7 +103,7 @@ TRACES ?= ../shared/traces
 
 .PHONY: sim
 sim: ## Replay the p3 and g4dn spot traces through the decision core: etjob vs checkpoint-restart vs on-demand (docs/benchmarks.md).
-	$(GO) run ./cmd/etjob sim --trace $(TRACES)/ec2-p3-trace.csv --trace $(TRACES)/ec2-g4dn-trace.csv $(SIM_FLAGS)
+	$(GO) run ./cmd/etjob-local sim --trace $(TRACES)/ec2-p3-trace.csv --trace $(TRACES)/ec2-g4dn-trace.csv $(SIM_FLAGS)
 
 # BENCH_SCALE_FLAGS go to the controller scale benchmark, e.g. "-jobs 1000" (go run ./test/bench/scale -h lists them).
 BENCH_SCALE_FLAGS ?=
@@ -120,9 +122,9 @@ CHAOS_FLAGS ?=
 .PHONY: chaos
 chaos: ## Seeded chaos run (<= ~12 min) on the local cluster with real torchrun: >= 25 membership changes, restarts of controller/agent/apiserver, checks and decision replay (make chaos CHAOS_SEED=7).
 	hack/install-deps.sh
-	$(GO) build -o bin/etjob ./cmd/etjob
+	$(GO) build -o bin/ $(LOCAL_BINS)
 	@echo "chaos seed $(CHAOS_SEED)"
-	bin/etjob chaos --seed $(CHAOS_SEED) $(CHAOS_FLAGS)
+	bin/etjob-local chaos --seed $(CHAOS_SEED) $(CHAOS_FLAGS)
 
 .PHONY: horovod
 horovod: ## Build Horovod 0.28.1 (PyTorch + gloo) from PyPI's sdist into the cache, once; prints its venv.

@@ -1,7 +1,6 @@
 // Command etjob-node runs one process node: a virtual-kubelet node whose pods
-// run as host processes (internal/localcluster/processnode). `etjob cluster`
-// runs the same code as `etjob internal node`; this binary is for running a
-// node by hand. Wiring only.
+// run as host processes (internal/localcluster/processnode). `etjob-local
+// cluster` runs one per node. Wiring only.
 package main
 
 import (

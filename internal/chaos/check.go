@@ -164,7 +164,7 @@ func errSuffix(err error) string {
 
 // Summary prints the run as a table.
 func (r *Result) Summary(w io.Writer) {
-	fmt.Fprintf(w, "\n=== etjob chaos, seed %d ===\n", r.Seed)
+	fmt.Fprintf(w, "\n=== etjob-local chaos, seed %d ===\n", r.Seed)
 	counts := map[string]int{}
 	for _, f := range r.Faults {
 		counts[f.Kind]++

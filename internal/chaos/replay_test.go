@@ -11,7 +11,7 @@ import (
 )
 
 // testdata/decisions.jsonl.gz is a slice of a real run's decision record
-// (`etjob chaos --seed 1`, <dir>/decisions.jsonl, records 1-13 and 25-27):
+// (`etjob-local chaos --seed 1`, <dir>/decisions.jsonl, records 1-13 and 25-27):
 // the job's creation, its first membership, a replaced worker, and a noticed
 // reclaim with its replacement. A deliberate change of what Decide plans for
 // these snapshots fails TestReplayRecorded: cut a new slice from a fresh

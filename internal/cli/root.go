@@ -1,6 +1,8 @@
-// Package cli is the etjob command line: Arena's etjob verbs (issue #5) and
-// the local cluster (`etjob cluster ...`). Commands follow kubectl's
-// Options{Complete, Validate, Run} shape.
+// Package cli is the etjob command line, the user's binary: Arena's etjob
+// verbs (issue #5) on ElasticJobs, a client of the API server and nothing
+// more. The local cluster and the developer verbs live in internal/localcli
+// (the etjob-local binary). Commands follow kubectl's Options{Complete,
+// Validate, Run} shape.
 package cli
 
 import (
@@ -53,7 +55,7 @@ func newRoot(f *factory) *cobra.Command {
 	f.config.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().StringVar(&f.logLevel, "loglevel", "info", "log level of the INFO/WARN lines: debug, info, warn or error (Arena's)")
 	_ = root.RegisterFlagCompletionFunc("namespace", completeNamespaces(f))
-	root.AddGroup(&cobra.Group{ID: "jobs", Title: "Job commands (Arena's etjob verbs):"}, &cobra.Group{ID: "local", Title: "Local cluster:"})
+	root.AddGroup(&cobra.Group{ID: "jobs", Title: "Job commands (Arena's etjob verbs):"})
 	jobs := []*cobra.Command{
 		newSubmitCommand(f), newListCommand(f), newGetCommand(f), newLogsCommand(f),
 		newScaleCommand(f), newScaleOutInCommand(f, verbScaleOut), newScaleOutInCommand(f, verbScaleIn),
@@ -64,12 +66,6 @@ func newRoot(f *factory) *cobra.Command {
 		c.GroupID = "jobs"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{newClusterCommand(streams), newDemoCommand(streams), newChaosCommand(streams)} {
-		c.GroupID = "local"
-		root.AddCommand(c)
-	}
-	root.AddCommand(newSimCommand(streams))
-	root.AddCommand(newInternalCommand())
 	return root
 }
 

@@ -12,7 +12,7 @@ import (
 
 // DecisionRecord is one call of core.Decide as the controller made it: what
 // it observed, when, what the core planned, and whether applying the plan
-// failed. `etjob chaos --replay` runs Decide again on every record and
+// failed. `etjob-local chaos --replay` runs Decide again on every record and
 // checks the plan is the same and the invariants hold (issue #6).
 type DecisionRecord struct {
 	Snapshot core.Snapshot `json:"snapshot"`

@@ -336,7 +336,7 @@ func (r *ElasticJobReconciler) emit(job *etjobv1.ElasticJob, evs []core.Event) {
 		if e.Warning {
 			t = corev1.EventTypeWarning
 		}
-		r.Recorder.Eventf(job, nil, t, e.Reason, e.Reason, "%s", e.Message)
+		r.Recorder.Eventf(job, nil, t, string(e.Reason), string(e.Reason), "%s", e.Message)
 	}
 }
 

@@ -11,8 +11,8 @@ import (
 )
 
 // Main runs the controller with command-line args and returns the exit code.
-// cmd/etjob-controller and the local cluster (`etjob internal controller`) both
-// run it.
+// cmd/etjob-controller runs it, in the chart's Deployment and in the local
+// cluster.
 func Main(args []string, version string) int {
 	fs := flag.NewFlagSet("etjob-controller", flag.ContinueOnError)
 	var (
@@ -24,7 +24,7 @@ func Main(args []string, version string) int {
 		concurrency   = fs.Int("concurrency", 4, "jobs reconciled in parallel")
 		qps           = fs.Float64("kube-api-qps", 50, "client-side QPS limit towards the API server")
 		burst         = fs.Int("kube-api-burst", 100, "client-side burst towards the API server")
-		decisionsFile = fs.String("record-decisions", "", "append every decision (snapshot, time, plan) as JSON lines to this file, for `etjob chaos --replay`")
+		decisionsFile = fs.String("record-decisions", "", "append every decision (snapshot, time, plan) as JSON lines to this file, for `etjob-local chaos --replay`")
 	)
 	opts := zap.Options{}
 	opts.BindFlags(fs)

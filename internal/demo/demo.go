@@ -266,7 +266,7 @@ func (s *story) baseline(ctx context.Context) (float64, error) {
 
 // baselinePort is the undisturbed run's rendezvous port: torchrun
 // --standalone binds the wildcard address on 29400, the port a job's
-// launcher binds on its pod IP when a run happens beside a job (etjob chaos).
+// launcher binds on its pod IP when a run happens beside a job (etjob-local chaos).
 const baselinePort = 29431
 
 // Undisturbed runs the digits training with procs local processes and no
@@ -346,7 +346,7 @@ func (s *story) collect(ctx context.Context) error {
 
 // Summary prints the result for people.
 func (r *Result) Summary(w io.Writer) {
-	fmt.Fprintln(w, "\n=== etjob demo summary ===")
+	fmt.Fprintln(w, "\n=== etjob-local demo summary ===")
 	fmt.Fprintln(w, "timeline:")
 	for _, l := range r.Timeline {
 		fmt.Fprintln(w, "  "+l)
@@ -562,7 +562,7 @@ func tail(s string, n int) string {
 }
 
 // Submit creates the digits example's PV, PVC and ElasticJob with the given
-// desired workers (min 2, max replicas+2), as the story does; `etjob chaos`
+// desired workers (min 2, max replicas+2), as the story does; `etjob-local chaos`
 // drives its own schedule on it.
 func Submit(ctx context.Context, o Options, replicas int) error {
 	s, err := newStory(o)

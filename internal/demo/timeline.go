@@ -8,6 +8,7 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/timeline"
+	"github.com/etjob/etjob/internal/timeline/chart"
 )
 
 // writeTimeline draws the run into <cluster dir>/timeline.png (issue #6)
@@ -15,7 +16,7 @@ import (
 // result stands without its picture.
 func (s *story) writeTimeline(lines []LogLine) {
 	path := filepath.Join(s.Cluster.Dir, "timeline.png")
-	if err := timeline.SavePNG(path, s.runTimeline(lines, time.Now())); err != nil {
+	if err := chart.SavePNG(path, s.runTimeline(lines, time.Now())); err != nil {
 		s.say("could not draw the timeline: %v", err)
 		return
 	}

@@ -50,20 +50,22 @@ type Cluster struct {
 	Dir string
 	// BinDir holds kube-apiserver, kube-scheduler, kube-controller-manager, etcd.
 	BinDir string
-	// Self is the etjob binary, re-executed for the controller and the nodes.
-	Self string
+	// Binaries are the etjob-controller, etjob-node and etjob-agent
+	// binaries the cluster runs (BuildBinaries); unset, the ones next to
+	// the running binary (BinariesNextTo).
+	Binaries Binaries
 	// Out receives progress.
 	Out io.Writer
 	// Images is what each container image brings on the process nodes
 	// (processnode.Image); nil runs every image as the host as it is.
 	// LocalImages builds the local image of etjob's examples.
 	Images processnode.Images
-	// ControllerArgs are extra flags of the etjob controller (etjob chaos
+	// ControllerArgs are extra flags of the etjob controller (etjob-local chaos
 	// passes --record-decisions).
 	ControllerArgs []string
 }
 
-// DefaultDir is where `etjob cluster` keeps its cluster unless told otherwise.
+// DefaultDir is where `etjob-local cluster` keeps its cluster unless told otherwise.
 func DefaultDir() string {
 	if d := os.Getenv("ETJOB_CLUSTER_DIR"); d != "" {
 		return d
@@ -163,7 +165,16 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 	if err := c.installCRD(ctx); err != nil {
 		return err
 	}
-	return c.start("etjob-controller", c.Self, append([]string{"internal", "controller", kc,
+	return c.startController(kc)
+}
+
+// startController runs cmd/etjob-controller as its own process.
+func (c *Cluster) startController(kubeconfigFlag string) error {
+	bins, err := c.binaries()
+	if err != nil {
+		return err
+	}
+	return c.start("etjob-controller", bins.Controller, append([]string{kubeconfigFlag,
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ControllerPort),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ControllerPort+1)}, c.ControllerArgs...)...)
 }
@@ -260,7 +271,7 @@ func (c *Cluster) StartNode(n NodeSpec) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	args := []string{"internal", "node", "--kubeconfig=" + c.Kubeconfig(),
+	args := []string{"--kubeconfig=" + c.Kubeconfig(),
 		"--node-name=" + n.Name, "--node-ip=" + n.NodeIP(), "--labels=" + strings.Join(kv, ","), "--work-dir=" + dir,
 		fmt.Sprintf("--metadata-listen=%s:%d", n.NodeIP(), MetadataPort), fmt.Sprintf("--gpus=%d", n.GPUs)}
 	if c.Images != nil {
@@ -270,12 +281,25 @@ func (c *Cluster) StartNode(n NodeSpec) error {
 		}
 		args = append(args, "--images="+images)
 	}
-	if err := c.start("node-"+n.Name, c.Self, args...); err != nil {
+	bins, err := c.binaries()
+	if err != nil {
 		return err
 	}
-	// The node agent reads the node's cloud notices from its metadata service
-	// and serves its pods' signals, as the etjob-agent DaemonSet does.
-	return c.start("agent-"+n.Name, c.Self, "internal", "agent", "--kubeconfig="+c.Kubeconfig(),
+	if err := c.start("node-"+n.Name, bins.Node, args...); err != nil {
+		return err
+	}
+	return c.startAgent(n)
+}
+
+// startAgent runs cmd/etjob-agent for one node: it reads the node's cloud
+// notices from its metadata service and serves its pods' signals, as the
+// etjob-agent DaemonSet does.
+func (c *Cluster) startAgent(n NodeSpec) error {
+	bins, err := c.binaries()
+	if err != nil {
+		return err
+	}
+	return c.start("agent-"+n.Name, bins.Agent, "--kubeconfig="+c.Kubeconfig(),
 		"--node-name="+n.Name, "--provider="+n.Provider, "--metadata-url="+n.MetadataURL(),
 		fmt.Sprintf("--listen=%s:%d", n.NodeIP(), AgentPort), "--poll-interval=500ms")
 }

@@ -55,7 +55,7 @@ func NewLauncherNodeSpec(name string, index int) NodeSpec {
 func (c *Cluster) Clientset() (*kubernetes.Clientset, error) {
 	cfg, err := c.RESTConfig()
 	if err != nil {
-		return nil, fmt.Errorf("no cluster in %s (etjob cluster up): %w", c.Dir, err)
+		return nil, fmt.Errorf("no cluster in %s (etjob-local cluster up): %w", c.Dir, err)
 	}
 	return kubernetes.NewForConfig(cfg)
 }

@@ -25,8 +25,7 @@ import (
 )
 
 // NodeMain runs one process node with command-line args and returns the exit
-// code; `etjob internal node` (what `etjob cluster` starts) and cmd/etjob-node
-// run it. It serves until SIGTERM or SIGINT, then stops its pods' processes.
+// code; cmd/etjob-node (what `etjob-local cluster` starts) runs it. It serves until SIGTERM or SIGINT, then stops its pods' processes.
 func NodeMain(args []string) int {
 	if err := runNode(args); err != nil {
 		fmt.Fprintln(os.Stderr, "etjob-node:", err)
@@ -109,7 +108,7 @@ func runNode(args []string) error {
 }
 
 // MetadataHandler serves a node's emulated cloud metadata service and, under
-// /etjob/, the controls `etjob cluster reclaim` uses, the way a cloud's own
+// /etjob/, the controls `etjob-local cluster reclaim` uses, the way a cloud's own
 // control plane would change what its metadata service says:
 //
 //	POST /etjob/reclaim?provider=P&deadline=RFC3339

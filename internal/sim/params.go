@@ -107,7 +107,7 @@ type Params struct {
 	CheckInvariants bool
 }
 
-// DefaultParams are the defaults of `etjob sim`.
+// DefaultParams are the defaults of `etjob-local sim`.
 //
 // MinReplicas 8 = N/4: a data-parallel job keeps its global batch by gradient
 // accumulation, and 4 micro-steps per worker is where that stops being cheap;

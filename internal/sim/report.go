@@ -25,7 +25,7 @@ type Options struct {
 	TimeScale float64
 }
 
-// DefaultOptions are `etjob sim`'s defaults.
+// DefaultOptions are `etjob-local sim`'s defaults.
 func DefaultOptions() Options {
 	return Options{
 		Params:        DefaultParams(),

@@ -16,28 +16,29 @@ const TextWidth = 60
 // workers each, drawn with partial blocks.
 const maxRows = 8
 
-// mark is how one kind of event shows under the chart.
-type mark struct {
-	symbol byte
-	name   string
+// Mark is how one kind of event shows under the chart.
+type Mark struct {
+	Symbol byte
+	Name   string
 	// rank decides which mark a column shows when several events fall in
 	// it: the one that changes the job most.
 	rank int
 }
 
 var (
-	markNotice  = mark{'N', "notice", 7}
-	markLeave   = mark{'L', "leave", 6}
-	markChange  = mark{'C', "join+leave", 5}
-	markSuspend = mark{'S', "suspend/stop", 4}
-	markResume  = mark{'R', "resume", 3}
-	markJoin    = mark{'J', "join", 2}
-	markOther   = mark{'*', "other", 1}
-	marks       = []mark{markJoin, markLeave, markChange, markNotice, markSuspend, markResume, markOther}
+	markNotice  = Mark{'N', "notice", 7}
+	markLeave   = Mark{'L', "leave", 6}
+	markChange  = Mark{'C', "join+leave", 5}
+	markSuspend = Mark{'S', "suspend/stop", 4}
+	markResume  = Mark{'R', "resume", 3}
+	markJoin    = Mark{'J', "join", 2}
+	markOther   = Mark{'*', "other", 1}
+	// Marks are every mark, in the legend's order.
+	Marks = []Mark{markJoin, markLeave, markChange, markNotice, markSuspend, markResume, markOther}
 )
 
-// markOf is the mark of an event type.
-func markOf(typ string) mark {
+// MarkOf is the mark of an event type.
+func MarkOf(typ string) Mark {
 	switch typ {
 	case etjobv1.TimelineNotice:
 		return markNotice
@@ -88,7 +89,7 @@ func (t Timeline) Text(width int) string {
 		return min(width-1, max(0, int(float64(at.Sub(t.Start))/float64(span)*float64(width))))
 	}
 
-	top := max(1, maxValue(series))
+	top := max(1, MaxValue(series))
 	rows, perRow := top, 1.0
 	if top > maxRows {
 		rows, perRow = maxRows, float64(top)/maxRows
@@ -107,12 +108,12 @@ func (t Timeline) Text(width int) string {
 	b.WriteString(fmt.Sprintf("%*s └", margin-2, "0") + strings.Repeat("─", width) + "\n")
 
 	row := []byte(strings.Repeat(" ", width))
-	seen := map[mark]bool{}
+	seen := map[Mark]bool{}
 	for _, e := range t.Events {
-		m, c := markOf(e.Type), col(e.At)
+		m, c := MarkOf(e.Type), col(e.At)
 		seen[m] = true
 		if row[c] == ' ' || m.rank > markBySymbol(row[c]).rank {
-			row[c] = m.symbol
+			row[c] = m.Symbol
 		}
 	}
 	if len(t.Events) > 0 {
@@ -124,9 +125,9 @@ func (t Timeline) Text(width int) string {
 	}
 	if len(seen) > 0 {
 		var legend []string
-		for _, m := range marks {
+		for _, m := range Marks {
 			if seen[m] {
-				legend = append(legend, string(m.symbol)+" "+m.name)
+				legend = append(legend, string(m.Symbol)+" "+m.Name)
 			}
 		}
 		b.WriteString(strings.Repeat(" ", margin) + strings.Join(legend, "  ") + "\n")
@@ -164,13 +165,13 @@ func cell(v int, ok bool, lower, perRow float64) rune {
 	return []rune(blocks)[max(1, int(f*8+0.5))]
 }
 
-func markBySymbol(s byte) mark {
-	for _, m := range marks {
-		if m.symbol == s {
+func markBySymbol(s byte) Mark {
+	for _, m := range Marks {
+		if m.Symbol == s {
 			return m
 		}
 	}
-	return mark{}
+	return Mark{}
 }
 
 // ticks labels the time axis at its start, quarters and end, leaving out a
@@ -199,7 +200,7 @@ func ticks(width int, span time.Duration) string {
 // sparkline draws the training step over time with the highest at the end.
 func sparkline(steps []Point, width, margin int, at func(int) time.Time) string {
 	const levels = "▁▂▃▄▅▆▇█"
-	top := max(1, maxValue(steps))
+	top := max(1, MaxValue(steps))
 	line := []rune(fmt.Sprintf("%-*s", margin, "step"))
 	for c := range width {
 		v, ok := valueAt(steps, at(c))
@@ -209,7 +210,7 @@ func sparkline(steps []Point, width, margin int, at func(int) time.Time) string 
 		}
 		line = append(line, []rune(levels)[min(7, v*8/(top+1))])
 	}
-	return string(line) + fmt.Sprintf(" %d\n", maxValue(steps))
+	return string(line) + fmt.Sprintf(" %d\n", MaxValue(steps))
 }
 
 // offset formats a duration for the time axis and the event list: 45s,

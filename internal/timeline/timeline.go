@@ -1,6 +1,6 @@
 // Package timeline turns a job's life into a picture (issue #6): the workers
 // it had over time, what happened to it (reclamation notices, leaves, joins,
-// suspend and resume) and how far training got, as a PNG (WritePNG) and as
+// suspend and resume) and how far training got, as a PNG (internal/timeline/chart) and as
 // text for a terminal (Text).
 //
 // Its input is a small pure Timeline, built from an ElasticJob's
@@ -235,8 +235,8 @@ func valueAt(s []Point, at time.Time) (v int, ok bool) {
 	return s[i-1].Value, true
 }
 
-// maxValue is the series' largest value (0 for none).
-func maxValue(s []Point) int {
+// MaxValue is the series' largest value (0 for none).
+func MaxValue(s []Point) int {
 	m := 0
 	for _, p := range s {
 		m = max(m, p.Value)

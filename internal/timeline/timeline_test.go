@@ -1,11 +1,7 @@
 package timeline
 
 import (
-	"bytes"
 	"flag"
-	"image/png"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -172,35 +168,3 @@ func TestTextGolden(t *testing.T) {
 	}
 }
 
-func TestPNG(t *testing.T) {
-	tl := FromStatus(spotStory(), at(time.Hour))
-	tl.AddTraining(spotTraining())
-	for name, tl := range map[string]Timeline{"with training": tl, "status only": FromStatus(spotStory(), at(time.Hour)), "empty": {Job: "j"}} {
-		t.Run(name, func(t *testing.T) {
-			var buf bytes.Buffer
-			if err := WritePNG(&buf, tl, 800, 500); err != nil {
-				t.Fatal(err)
-			}
-			img, err := png.Decode(&buf)
-			if err != nil {
-				t.Fatalf("the PNG does not decode: %v", err)
-			}
-			if b := img.Bounds(); b.Dx() != 800 || b.Dy() != 500 {
-				t.Errorf("size %dx%d, want 800x500", b.Dx(), b.Dy())
-			}
-		})
-	}
-	path := filepath.Join(t.TempDir(), "timeline.png")
-	if err := SavePNG(path, tl); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	cfg, err := png.DecodeConfig(f)
-	if err != nil || cfg.Width != PNGWidth || cfg.Height != PNGHeight {
-		t.Errorf("%s: %dx%d, %v; want %dx%d", path, cfg.Width, cfg.Height, err, PNGWidth, PNGHeight)
-	}
-}

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// FuzzParse feeds Parse any text (`etjob cluster replay` and `etjob sim` read
+// FuzzParse feeds Parse any text (`etjob-local cluster replay` and `etjob-local sim` read
 // the user's trace files). Properties: no panic; an error names its line and
 // comes with no events; the events are sorted by time, none before the
 // start, each naming a node; and written back as CSV they parse to the same

@@ -1,6 +1,6 @@
 // Package trace reads spot availability traces
 // (`milliseconds_since_start,add|remove,node_name`, ../shared/traces/): the
-// one parser behind `etjob cluster replay` and the trace simulator.
+// one parser behind `etjob-local cluster replay` and the trace simulator.
 package trace
 
 import (

@@ -25,7 +25,7 @@ import (
 func TestCLIStory(t *testing.T) {
 	ctx := withTimeout(t, 20*time.Minute)
 	e := startCluster(t, ctx, "etjob-e2e-cli", 4, 1)
-	cl, repo, bin, dir := e.Cluster, e.repo, e.bin, e.Dir
+	cl, repo, bin, local, dir := e.Cluster, e.repo, e.bin, e.local, e.Dir
 	ckpt := filepath.Join(dir, "shared", "ckpt")
 	if err := os.MkdirAll(ckpt, 0o755); err != nil {
 		t.Fatal(err)
@@ -34,7 +34,7 @@ func TestCLIStory(t *testing.T) {
 		t.Helper()
 		cmd := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", cl.Kubeconfig())...)
 		if args[0] == "cluster" {
-			cmd = exec.CommandContext(ctx, bin, append(args, "--dir", dir)...)
+			cmd = exec.CommandContext(ctx, local, append(args, "--dir", dir)...)
 		}
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -163,7 +163,7 @@ func TestCLIStory(t *testing.T) {
 		t.Errorf("the new launcher is on %q, want a node other than the reclaimed %s", moved.Spec.NodeName, launcher.Spec.NodeName)
 	}
 	if err := <-reclaimed; err != nil {
-		t.Fatalf("etjob cluster reclaim %s: %v", launcher.Spec.NodeName, err)
+		t.Fatalf("etjob-local cluster reclaim %s: %v", launcher.Spec.NodeName, err)
 	}
 
 	// Arena's scale-in.

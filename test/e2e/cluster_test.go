@@ -17,14 +17,16 @@ import (
 	"github.com/etjob/etjob/internal/testutil"
 )
 
-// e2eCluster is a fresh local cluster for one test: the etjob binary built
-// from this tree, the control plane from the cache, spot GPU nodes and
+// e2eCluster is a fresh local cluster for one test: the binaries built from
+// this tree (the user's etjob, etjob-local, and the components the cluster
+// runs), the control plane from the cache, spot GPU nodes and
 // on-demand CPU nodes. It is deleted when the test passes and stopped, with
 // its logs kept, when it fails.
 type e2eCluster struct {
 	*localcluster.Cluster
 	repo   string
-	bin    string
+	bin    string // etjob, the user's CLI
+	local  string // etjob-local, the cluster's own verbs
 	assets string
 }
 
@@ -40,18 +42,23 @@ func startClusterWith(t *testing.T, ctx context.Context, name string, spot, onDe
 		t.Skip("ETJOB_SKIP_E2E is set")
 	}
 	repo := repoRoot(t)
-	bin := filepath.Join(t.TempDir(), "etjob")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/etjob")
+	bins := t.TempDir()
+	components, err := localcluster.BuildBinaries(ctx, repo, bins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, local := filepath.Join(bins, "etjob"), filepath.Join(bins, "etjob-local")
+	build := exec.Command("go", "build", "-o", bins+"/", "./cmd/etjob", "./cmd/etjob-local")
 	build.Dir = repo
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building etjob: %v\n%s", err, out)
+		t.Fatalf("building etjob and etjob-local: %v\n%s", err, out)
 	}
 	assets, err := testutil.ControlPlaneAssets()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(os.TempDir(), name)
-	cl := &localcluster.Cluster{Dir: dir, BinDir: assets, Self: bin, Out: testWriter{t}, Images: images}
+	cl := &localcluster.Cluster{Dir: dir, BinDir: assets, Binaries: components, Out: testWriter{t}, Images: images}
 	if err := cl.Delete(); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +73,7 @@ func startClusterWith(t *testing.T, ctx context.Context, name string, spot, onDe
 			t.Logf("cluster logs kept in %s", dir)
 		}
 	})
-	return &e2eCluster{Cluster: cl, repo: repo, bin: bin, assets: assets}
+	return &e2eCluster{Cluster: cl, repo: repo, bin: bin, local: local, assets: assets}
 }
 
 func withTimeout(t *testing.T, d time.Duration) context.Context {

@@ -11,7 +11,7 @@ import (
 )
 
 // TestHorovodBench measures real Horovod on the local cluster, the way
-// `etjob demo --churn` measures torchrun (docs/benchmarks.md): for each of
+// `etjob-local demo --churn` measures torchrun (docs/benchmarks.md): for each of
 // ETJOB_HVD_BENCH cycles, a noticed loss (20 s notice), a hard loss (no
 // notice) and the two replacements' joins, each read off rank 0's step
 // lines: the pause (last step before to first step after) and the steps

@@ -380,7 +380,7 @@ func TestProcessNode(t *testing.T) {
 // startAPIServer starts kube-apiserver and etcd (binaries from
 // hack/build-controlplane.sh) and returns a client and its config; it skips
 // the test when the binaries cannot be had. The API server reaches nodes'
-// kubelet API at their InternalIP, as `etjob cluster up` configures it, and
+// kubelet API at their InternalIP, as `etjob-local cluster up` configures it, and
 // adds service account volumes to pods.
 func startAPIServer(t *testing.T) (kubernetes.Interface, *rest.Config) {
 	t.Helper()

@@ -323,7 +323,7 @@ leaderElection:
 }
 
 // startController runs the controller as it runs for real: its own process
-// (`etjob internal controller`, what `etjob cluster` and the image run), its
+// (cmd/etjob-controller, what `etjob-local cluster` and the image run), its
 // own user, its default client QPS unless told otherwise.
 func (c *cluster) startController(o *options, etjob string) error {
 	kc, err := c.kubeconfig(controllerUser)
@@ -338,7 +338,7 @@ func (c *cluster) startController(o *options, etjob string) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"internal", "controller", "--kubeconfig", kc,
+	args := []string{"--kubeconfig", kc,
 		"--metrics-bind-address", metrics, "--health-probe-bind-address", probe,
 		"--concurrency", fmt.Sprint(o.concurrency)}
 	if o.controllerQPS > 0 {
@@ -434,14 +434,15 @@ func (c *cluster) waitNodesReady(ctx context.Context, n int, timeout time.Durati
 	}
 }
 
-// buildEtjob builds the etjob binary from the working tree into dir.
-func buildEtjob(repoRoot, dir string) (string, error) {
-	out := filepath.Join(dir, "etjob")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/etjob")
+// buildController builds the etjob-controller binary from the working tree
+// into dir.
+func buildController(repoRoot, dir string) (string, error) {
+	out := filepath.Join(dir, "etjob-controller")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/etjob-controller")
 	cmd.Dir = repoRoot
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/etjob: %w\n%s", err, b)
+		return "", fmt.Errorf("go build ./cmd/etjob-controller: %w\n%s", err, b)
 	}
 	return out, nil
 }

@@ -1,5 +1,5 @@
 // Command scale is the controller scale benchmark of issue #6: the etjob
-// controller, as its own process (`etjob internal controller`), against the
+// controller, as its own process (cmd/etjob-controller), against the
 // real kube-apiserver and etcd (envtest, binaries from
 // hack/build-controlplane.sh), the real kube-scheduler, and kwok nodes that
 // make scheduled pods Running and Ready without processes (kwok from
@@ -102,7 +102,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.settle, "settle", 3*time.Second, "a scale event ends when the controller wrote nothing for this long; one-by-one workers become Ready after such a pause")
 	fs.DurationVar(&o.rampLimit, "ramp-timeout", 30*time.Minute, "give up bringing every job to full membership after this long")
 	fs.StringVar(&o.dir, "dir", "", "work directory: logs, audit.log, results.json (default: a temporary one, removed after a passing run)")
-	fs.StringVar(&o.etjob, "etjob", "", "etjob binary (default: go build ./cmd/etjob from this tree)")
+	fs.StringVar(&o.etjob, "controller", "", "etjob-controller binary (default: go build ./cmd/etjob-controller from this tree)")
 	fs.StringVar(&o.jsonOut, "json", "", "also write the results as JSON here")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory after a passing run")
 	if err := fs.Parse(args); err != nil {
@@ -230,8 +230,8 @@ func bench(ctx context.Context, o *options) (*result, error) {
 	}
 	etjob := o.etjob
 	if etjob == "" {
-		logf("go build ./cmd/etjob")
-		if etjob, err = buildEtjob(repoRoot, o.dir); err != nil {
+		logf("go build ./cmd/etjob-controller")
+		if etjob, err = buildController(repoRoot, o.dir); err != nil {
 			return nil, err
 		}
 	}
@@ -259,7 +259,7 @@ func bench(ctx context.Context, o *options) (*result, error) {
 		return nil, err
 	}
 
-	logf("etjob controller (%s internal controller)", etjob)
+	logf("etjob controller (%s)", etjob)
 	if err := c.startController(o, etjob); err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@ import (
 // result is everything one run measured; results.json holds it.
 type result struct {
 	Command string `json:"command"`
-	Tree    string `json:"tree"` // the controller's source: git describe --dirty of this tree, or the -etjob binary
+	Tree    string `json:"tree"` // the controller's source: git describe --dirty of this tree, or the -controller binary
 	Date    string `json:"date"`
 	CPUs    int    `json:"cpus"`
 

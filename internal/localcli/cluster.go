@@ -1,4 +1,4 @@
-package cli
+package localcli
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/hack"
+	"github.com/etjob/etjob/internal/cli"
 	"github.com/etjob/etjob/internal/localcluster"
 	"github.com/etjob/etjob/internal/trace"
 )
@@ -21,15 +22,11 @@ type clusterOptions struct {
 	dir      string
 	spot     int
 	onDemand int
-	streams  IOStreams
+	streams  cli.IOStreams
 }
 
 func (o *clusterOptions) cluster() (*localcluster.Cluster, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cl := &localcluster.Cluster{Dir: o.dir, Self: self, Out: o.streams.Out}
+	cl := &localcluster.Cluster{Dir: o.dir, Out: o.streams.Out}
 	// From the etjob repository, pods run the local image: Debian's torch,
 	// Horovod when hack/install-horovod.sh installed it, etjob's library and
 	// examples (docs/local-cluster.md).
@@ -39,7 +36,7 @@ func (o *clusterOptions) cluster() (*localcluster.Cluster, error) {
 	return cl, nil
 }
 
-func newClusterCommand(streams IOStreams) *cobra.Command {
+func newClusterCommand(streams cli.IOStreams) *cobra.Command {
 	o := &clusterOptions{streams: streams}
 	cmd := &cobra.Command{
 		Use:   "cluster",
@@ -54,7 +51,7 @@ cloud nodes (karpenter.sh/capacity-type, node.kubernetes.io/instance-type) with 
 	up := &cobra.Command{
 		Use:     "up",
 		Short:   "Start the cluster (idempotent); builds the control plane on first use",
-		Example: "  etjob cluster up --spot 4 --on-demand 1\n  export KUBECONFIG=$(etjob cluster kubeconfig)",
+		Example: "  etjob-local cluster up --spot 4 --on-demand 1\n  export KUBECONFIG=$(etjob-local cluster kubeconfig)",
 		Args:    cobra.NoArgs,
 		RunE:    func(c *cobra.Command, _ []string) error { return o.up(c.Context()) },
 	}
@@ -94,7 +91,7 @@ cloud nodes (karpenter.sh/capacity-type, node.kubernetes.io/instance-type) with 
 			}
 			comps := cl.Components()
 			if len(comps) == 0 {
-				fmt.Fprintf(o.streams.Out, "no cluster in %s (etjob cluster up)\n", o.dir)
+				fmt.Fprintf(o.streams.Out, "no cluster in %s (etjob-local cluster up)\n", o.dir)
 				return nil
 			}
 			fmt.Fprintf(o.streams.Out, "%-28s %-8s %s\n", "COMPONENT", "PID", "STATE")
@@ -128,7 +125,7 @@ cloud nodes (karpenter.sh/capacity-type, node.kubernetes.io/instance-type) with 
 	addNode := &cobra.Command{
 		Use:     "add-node",
 		Short:   "Add a process node",
-		Example: "  etjob cluster add-node --spot",
+		Example: "  etjob-local cluster add-node --spot",
 		Args:    cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return o.addNode(c.Context(), addName, addSpot)
@@ -148,7 +145,7 @@ service (label etjob.dev/cloud-provider: aws, gcp, azure or alibaba, round-robin
 node's etjob agent reads it, marks the Node and tells the pods on it. At the deadline every
 process of the node is killed with SIGKILL, like a vanished VM, and the Node is removed.
 --notice 0 is a hard loss.`,
-		Example: "  etjob cluster reclaim spot-2 --notice 30s\n  etjob cluster reclaim spot-3 --notice 0",
+		Example: "  etjob-local cluster reclaim spot-2 --notice 30s\n  etjob-local cluster reclaim spot-3 --notice 0",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			return o.reclaim(c.Context(), args[0], notice, provider)
@@ -165,7 +162,7 @@ process of the node is killed with SIGKILL, like a vanished VM, and the Node is 
 spot node, every remove reclaims the matching one with --notice, at the trace's times divided by
 --speedup. --max-nodes caps the trace's nodes alive at once (the traces have up to 32; this
 machine holds a few process nodes); the adds beyond it, and their removes, are skipped.`,
-		Example: "  etjob cluster replay ../shared/traces/ec2-p3-trace.csv --speedup 120 --notice 30s --max-nodes 4",
+		Example: "  etjob-local cluster replay ../shared/traces/ec2-p3-trace.csv --speedup 120 --notice 30s --max-nodes 4",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			return o.replay(c.Context(), args[0], replay)
@@ -273,7 +270,7 @@ func (o *clusterOptions) reclaim(ctx context.Context, name string, notice time.D
 
 // buildControlPlane runs the embedded hack/build-controlplane.sh, streaming
 // its progress, and returns the directory of the binaries.
-func buildControlPlane(streams IOStreams) (string, error) {
+func buildControlPlane(streams cli.IOStreams) (string, error) {
 	f, err := os.CreateTemp("", "etjob-build-controlplane-*.sh")
 	if err != nil {
 		return "", err

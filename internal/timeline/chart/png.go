@@ -1,4 +1,8 @@
-package timeline
+// Package chart draws a timeline.Timeline as a PNG image (the demo's
+// timeline.png). It is apart from internal/timeline because its plotting
+// library (gonum/plot) has no place in the user's binary, which prints
+// timelines as text.
+package chart
 
 import (
 	"fmt"
@@ -14,6 +18,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/etjob/etjob/internal/timeline"
 )
 
 // PNGWidth and PNGHeight are the size SavePNG draws, in pixels.
@@ -29,20 +35,21 @@ var (
 	colorNotice  = color.RGBA{R: 214, G: 39, B: 40, A: 255}
 )
 
-// glyphs are the marks' styles in the image; notices also get a vertical
+// glyphs are the marks' styles in the image, by timeline.Mark.Symbol (N notice,
+// L leave, C join+leave, S suspend/stop, R resume, J join, * other); notices also get a vertical
 // line through the workers panel, the moment the spot path starts.
-var glyphs = map[mark]draw.GlyphStyle{
-	markNotice:  {Shape: draw.PyramidGlyph{}, Color: colorNotice, Radius: vg.Points(5)},
-	markLeave:   {Shape: draw.CrossGlyph{}, Color: color.RGBA{R: 140, G: 86, B: 75, A: 255}, Radius: vg.Points(5)},
-	markChange:  {Shape: draw.SquareGlyph{}, Color: color.RGBA{R: 148, G: 103, B: 189, A: 255}, Radius: vg.Points(4)},
-	markSuspend: {Shape: draw.BoxGlyph{}, Color: color.RGBA{R: 227, G: 119, B: 194, A: 255}, Radius: vg.Points(4)},
-	markResume:  {Shape: draw.CircleGlyph{}, Color: color.RGBA{R: 23, G: 190, B: 207, A: 255}, Radius: vg.Points(4)},
-	markJoin:    {Shape: draw.PlusGlyph{}, Color: colorSteps, Radius: vg.Points(5)},
-	markOther:   {Shape: draw.RingGlyph{}, Color: color.Gray{Y: 110}, Radius: vg.Points(4)},
+var glyphs = map[byte]draw.GlyphStyle{
+	'N': {Shape: draw.PyramidGlyph{}, Color: colorNotice, Radius: vg.Points(5)},
+	'L': {Shape: draw.CrossGlyph{}, Color: color.RGBA{R: 140, G: 86, B: 75, A: 255}, Radius: vg.Points(5)},
+	'C': {Shape: draw.SquareGlyph{}, Color: color.RGBA{R: 148, G: 103, B: 189, A: 255}, Radius: vg.Points(4)},
+	'S': {Shape: draw.BoxGlyph{}, Color: color.RGBA{R: 227, G: 119, B: 194, A: 255}, Radius: vg.Points(4)},
+	'R': {Shape: draw.CircleGlyph{}, Color: color.RGBA{R: 23, G: 190, B: 207, A: 255}, Radius: vg.Points(4)},
+	'J': {Shape: draw.PlusGlyph{}, Color: colorSteps, Radius: vg.Points(5)},
+	'*': {Shape: draw.RingGlyph{}, Color: color.Gray{Y: 110}, Radius: vg.Points(4)},
 }
 
 // SavePNG draws t into the file path, PNGWidth by PNGHeight pixels.
-func SavePNG(path string, t Timeline) error {
+func SavePNG(path string, t timeline.Timeline) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -57,7 +64,7 @@ func SavePNG(path string, t Timeline) error {
 // WritePNG draws t as a PNG image of width by height pixels: the workers
 // over time (members, and the ranks training when logged) with a mark per
 // event, and under it, when logged, the training step on the same time axis.
-func WritePNG(w io.Writer, t Timeline, width, height int) error {
+func WritePNG(w io.Writer, t timeline.Timeline, width, height int) error {
 	if width < 100 || height < 100 {
 		return fmt.Errorf("a %dx%d image is too small for a timeline (at least 100x100)", width, height)
 	}
@@ -91,47 +98,47 @@ func WritePNG(w io.Writer, t Timeline, width, height int) error {
 }
 
 // minutes is x for time at: minutes since the start.
-func (t Timeline) minutes(at time.Time) float64 { return at.Sub(t.Start).Minutes() }
+func minutes(t timeline.Timeline, at time.Time) float64 { return at.Sub(t.Start).Minutes() }
 
 // spanMinutes is the time axis' length, never zero.
-func (t Timeline) spanMinutes() float64 { return math.Max(t.minutes(t.End), 1.0/60) }
+func spanMinutes(t timeline.Timeline) float64 { return math.Max(minutes(t, t.End), 1.0/60) }
 
 // stepXYs is a series as the corners of its step line, held to End.
-func (t Timeline) stepXYs(s []Point) plotter.XYs {
+func stepXYs(t timeline.Timeline, s []timeline.Point) plotter.XYs {
 	xys := make(plotter.XYs, 0, len(s)+1)
 	for _, p := range s {
-		xys = append(xys, plotter.XY{X: t.minutes(p.At), Y: float64(p.Value)})
+		xys = append(xys, plotter.XY{X: minutes(t, p.At), Y: float64(p.Value)})
 	}
 	if n := len(s); n > 0 {
-		xys = append(xys, plotter.XY{X: t.spanMinutes(), Y: float64(s[n-1].Value)})
+		xys = append(xys, plotter.XY{X: spanMinutes(t), Y: float64(s[n-1].Value)})
 	}
 	return xys
 }
 
-func (t Timeline) newPlot(title, yLabel string) *plot.Plot {
+func newPlot(t timeline.Timeline, title, yLabel string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "minutes since " + t.Start.UTC().Format("2006-01-02 15:04:05") + " UTC"
 	p.Y.Label.Text = yLabel
-	p.X.Min, p.X.Max = 0, t.spanMinutes()
+	p.X.Min, p.X.Max = 0, spanMinutes(t)
 	p.Add(plotter.NewGrid())
 	return p
 }
 
 // workersPlot draws the workers panel; its legend is returned apart.
-func workersPlot(t Timeline) (*plot.Plot, plot.Legend, error) {
-	p := t.newPlot(t.Job+": workers over time", "workers")
-	top := max(1, maxValue(t.Members), maxValue(t.World))
+func workersPlot(t timeline.Timeline) (*plot.Plot, plot.Legend, error) {
+	p := newPlot(t, t.Job+": workers over time", "workers")
+	top := max(1, timeline.MaxValue(t.Members), timeline.MaxValue(t.World))
 	p.Y.Min, p.Y.Max = 0, float64(top)+1
 	p.Y.Tick.Marker = intTicks{}
 	legend := plot.NewLegend()
 	legend.ThumbnailWidth = vg.Points(20)
 
 	for _, n := range t.Events {
-		if markOf(n.Type) != markNotice {
+		if timeline.MarkOf(n.Type).Symbol != 'N' {
 			continue
 		}
-		x := t.minutes(n.At)
+		x := minutes(t, n.At)
 		l, err := plotter.NewLine(plotter.XYs{{X: x, Y: 0}, {X: x, Y: float64(top) + 0.5}})
 		if err != nil {
 			return nil, legend, err
@@ -140,7 +147,7 @@ func workersPlot(t Timeline) (*plot.Plot, plot.Legend, error) {
 		p.Add(l)
 	}
 	if len(t.Members) > 0 {
-		l, err := plotter.NewLine(t.stepXYs(t.Members))
+		l, err := plotter.NewLine(stepXYs(t, t.Members))
 		if err != nil {
 			return nil, legend, err
 		}
@@ -149,7 +156,7 @@ func workersPlot(t Timeline) (*plot.Plot, plot.Legend, error) {
 		legend.Add("members", l)
 	}
 	if len(t.World) > 0 {
-		l, err := plotter.NewLine(t.stepXYs(t.World))
+		l, err := plotter.NewLine(stepXYs(t, t.World))
 		if err != nil {
 			return nil, legend, err
 		}
@@ -160,12 +167,12 @@ func workersPlot(t Timeline) (*plot.Plot, plot.Legend, error) {
 	}
 	// One scatter per kind of mark, just above the highest line, so that
 	// the legend names each once.
-	byMark := map[mark]plotter.XYs{}
+	byMark := map[timeline.Mark]plotter.XYs{}
 	for _, e := range t.Events {
-		m := markOf(e.Type)
-		byMark[m] = append(byMark[m], plotter.XY{X: t.minutes(e.At), Y: float64(top) + 0.5})
+		m := timeline.MarkOf(e.Type)
+		byMark[m] = append(byMark[m], plotter.XY{X: minutes(t, e.At), Y: float64(top) + 0.5})
 	}
-	for _, m := range marks {
+	for _, m := range timeline.Marks {
 		xys, ok := byMark[m]
 		if !ok {
 			continue
@@ -174,17 +181,17 @@ func workersPlot(t Timeline) (*plot.Plot, plot.Legend, error) {
 		if err != nil {
 			return nil, legend, err
 		}
-		s.GlyphStyle = glyphs[m]
+		s.GlyphStyle = glyphs[m.Symbol]
 		p.Add(s)
-		legend.Add(m.name, s)
+		legend.Add(m.Name, s)
 	}
 	return p, legend, nil
 }
 
-func stepsPlot(t Timeline) (*plot.Plot, error) {
-	p := t.newPlot("training step", "step")
-	p.Y.Min, p.Y.Max = 0, math.Max(1, float64(maxValue(t.Steps))*1.05)
-	l, err := plotter.NewLine(t.stepXYs(t.Steps))
+func stepsPlot(t timeline.Timeline) (*plot.Plot, error) {
+	p := newPlot(t, "training step", "step")
+	p.Y.Min, p.Y.Max = 0, math.Max(1, float64(timeline.MaxValue(t.Steps))*1.05)
+	l, err := plotter.NewLine(stepXYs(t, t.Steps))
 	if err != nil {
 		return nil, err
 	}

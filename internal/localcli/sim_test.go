@@ -1,4 +1,4 @@
-package cli
+package localcli
 
 import (
 	"bytes"
@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/etjob/etjob/internal/cli"
 )
 
 func runSim(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	cmd := NewRootCommand(IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	cmd := NewRootCommand(cli.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
 	cmd.SetArgs(append([]string{"sim"}, args...))
 	err := cmd.Execute()
 	return out.String(), err

@@ -1,4 +1,4 @@
-package cli
+package localcli
 
 import (
 	"fmt"
@@ -9,10 +9,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/etjob/etjob/internal/cli"
 	"github.com/etjob/etjob/internal/sim"
 )
 
-// SimOptions are the flags of `etjob sim`.
+// SimOptions are the flags of `etjob-local sim`.
 type SimOptions struct {
 	// Traces are the --trace files.
 	Traces []string
@@ -30,10 +31,10 @@ type SimOptions struct {
 	Now func() time.Time
 
 	noticeSet bool
-	streams   IOStreams
+	streams   cli.IOStreams
 }
 
-func newSimCommand(streams IOStreams) *cobra.Command {
+func newSimCommand(streams cli.IOStreams) *cobra.Command {
 	o := &SimOptions{streams: streams, Options: sim.DefaultOptions(), Now: time.Now}
 	p := &o.Options.Params
 	cmd := &cobra.Command{
@@ -47,9 +48,9 @@ A removal at T is the node gone at T; its notice arrives --notice earlier. Besid
 checkpoint-restart baseline (Young/Daly interval, whole-job restart on every loss) and N on-demand
 nodes, at --spot-price and at --cheap-fraction of the on-demand price with --cheap-provider's notice,
 and etjob at every --sensitivity resume pause. Runs in well under a second per trace.`,
-		Example: `  etjob sim --trace ../shared/traces/ec2-p3-trace.csv --trace ../shared/traces/ec2-g4dn-trace.csv
-  etjob sim --trace ../shared/traces/ec2-p3-trace.csv --provider gcp --checkpoint-time 20s --format json
-  etjob sim --trace ../shared/traces/ec2-p3-trace.csv --time-scale 0.5   # the same trace at twice the churn`,
+		Example: `  etjob-local sim --trace ../shared/traces/ec2-p3-trace.csv --trace ../shared/traces/ec2-g4dn-trace.csv
+  etjob-local sim --trace ../shared/traces/ec2-p3-trace.csv --provider gcp --checkpoint-time 20s --format json
+  etjob-local sim --trace ../shared/traces/ec2-p3-trace.csv --time-scale 0.5   # the same trace at twice the churn`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.noticeSet = cmd.Flags().Changed("notice")

@@ -1,4 +1,4 @@
-package cli
+package localcli
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/etjob/etjob/internal/chaos"
+	"github.com/etjob/etjob/internal/cli"
 	"github.com/etjob/etjob/internal/localcluster"
 )
 
@@ -27,10 +28,10 @@ type chaosOptions struct {
 	notice   time.Duration
 	baseline bool
 	timeout  time.Duration
-	streams  IOStreams
+	streams  cli.IOStreams
 }
 
-func newChaosCommand(streams IOStreams) *cobra.Command {
+func newChaosCommand(streams cli.IOStreams) *cobra.Command {
 	o := &chaosOptions{streams: streams}
 	cmd := &cobra.Command{
 		Use:   "chaos",
@@ -46,8 +47,8 @@ undisturbed run, no failures. It writes a JSON-lines run record and exits non-ze
 
 --replay FILE instead re-runs core.Decide on every decision of a record (<dir>/decisions.jsonl of a
 run) and checks each plan is identical and the invariants hold; it needs no cluster.`,
-		Example: `  etjob chaos --seed 42
-  etjob chaos --replay ~/.cache/etjob/chaos/decisions.jsonl`,
+		Example: `  etjob-local chaos --seed 42
+  etjob-local chaos --replay ~/.cache/etjob/chaos/decisions.jsonl`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if !c.Flags().Changed("seed") {
@@ -82,10 +83,6 @@ func (o *chaosOptions) run(ctx context.Context) error {
 	if o.notice <= 0 {
 		return fmt.Errorf("--notice %s: want a positive notice (hard losses are part of the schedule)", o.notice)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	// Ctrl-C and SIGTERM end the run through its context, so the cluster
@@ -93,9 +90,9 @@ func (o *chaosOptions) run(ctx context.Context) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	w := o.streams.Out
-	fmt.Fprintf(w, "etjob chaos --seed %d (rerun the same schedule with this seed)\n", o.seed)
+	fmt.Fprintf(w, "etjob-local chaos --seed %d (rerun the same schedule with this seed)\n", o.seed)
 	decisions := filepath.Join(o.dir, "decisions.jsonl")
-	cl := &localcluster.Cluster{Dir: o.dir, Self: self, Out: w, Images: localcluster.LocalImages(o.repo, localcluster.HorovodVenv()), ControllerArgs: []string{"--record-decisions=" + decisions}}
+	cl := &localcluster.Cluster{Dir: o.dir, Out: w, Images: localcluster.LocalImages(o.repo, localcluster.HorovodVenv()), ControllerArgs: []string{"--record-decisions=" + decisions}}
 	if cl.BinDir, err = buildControlPlane(o.streams); err != nil {
 		return err
 	}
@@ -119,7 +116,7 @@ func (o *chaosOptions) run(ctx context.Context) error {
 		Notice: o.notice, Baseline: o.baseline, RecordPath: o.record, DecisionsPath: decisions, Out: w})
 	if res != nil {
 		res.Summary(w)
-		fmt.Fprintf(w, "run record: %s\ndecision record: %s (etjob chaos --replay %s)\n", o.record, decisions, decisions)
+		fmt.Fprintf(w, "run record: %s\ndecision record: %s (etjob-local chaos --replay %s)\n", o.record, decisions, decisions)
 	}
 	if err != nil {
 		return fmt.Errorf("chaos run (seed %d): %w", o.seed, err)

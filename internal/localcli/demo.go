@@ -1,4 +1,4 @@
-package cli
+package localcli
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/etjob/etjob/internal/cli"
 	"github.com/etjob/etjob/internal/demo"
 	"github.com/etjob/etjob/internal/localcluster"
 )
@@ -25,10 +26,10 @@ type demoOptions struct {
 	baseline bool
 	churn    int
 	hard     bool
-	streams  IOStreams
+	streams  cli.IOStreams
 }
 
-func newDemoCommand(streams IOStreams) *cobra.Command {
+func newDemoCommand(streams cli.IOStreams) *cobra.Command {
 	o := &demoOptions{streams: streams}
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -37,7 +38,7 @@ func newDemoCommand(streams IOStreams) *cobra.Command {
 (4 workers, min 2, max 6), reclaims one spot node with a notice, then two more at once (below
 min: the job checkpoints and waits), adds capacity back, lets the job grow and finish, and prints
 the membership timeline, steps lost per event, accuracy next to an undisturbed run, wall time and
-cost next to all-on-demand. Watch it with: KUBECONFIG=$(etjob cluster kubeconfig --dir DIR)
+cost next to all-on-demand. Watch it with: KUBECONFIG=$(etjob-local cluster kubeconfig --dir DIR)
 kubectl get etjob,pods -w`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return o.run(c.Context()) },
@@ -60,11 +61,7 @@ func (o *demoOptions) run(ctx context.Context) error {
 		return err
 	}
 	o.repo = repo
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	cl := &localcluster.Cluster{Dir: o.dir, Self: self, Out: o.streams.Out, Images: localcluster.LocalImages(o.repo, localcluster.HorovodVenv())}
+	cl := &localcluster.Cluster{Dir: o.dir, Out: o.streams.Out, Images: localcluster.LocalImages(o.repo, localcluster.HorovodVenv())}
 	fmt.Fprintln(o.streams.Out, "control plane binaries (built once from the Go module proxy; cold ~7 min):")
 	if cl.BinDir, err = buildControlPlane(o.streams); err != nil {
 		return err

@@ -1,0 +1,57 @@
+// Package localcli is etjob-local, the developer's binary: a real
+// single-machine cluster whose pods run as host processes (`cluster`), the
+// spot demo (`demo`), seeded chaos (`chaos`) and the trace simulator (`sim`).
+// It runs the real component binaries (etjob-controller, etjob-node,
+// etjob-agent) found next to itself; the user's binary, etjob, stays a client
+// of the API server (internal/cli).
+package localcli
+
+import (
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/etjob/etjob/internal/cli"
+)
+
+// Version is set by the binary.
+var Version = "dev"
+
+// NewRootCommand returns the etjob-local command.
+func NewRootCommand(streams cli.IOStreams) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "etjob-local",
+		Short: "etjob on this machine: a local cluster of process nodes, the spot demo, chaos and the simulator",
+		Long: `etjob on this machine, for trying and developing etjob: a real single-machine Kubernetes
+cluster whose pods run as host processes, the spot demo and seeded chaos on it, and the
+trace simulator. The cluster runs etjob-controller, etjob-node and etjob-agent from the
+directory etjob-local is in (make build puts all of them in bin/). Jobs are driven with
+the user's CLI, etjob, against the cluster's kubeconfig.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       Version,
+	}
+	root.SetIn(streams.In)
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	root.AddGroup(&cobra.Group{ID: "local", Title: "Local cluster:"}, &cobra.Group{ID: "offline", Title: "No cluster needed:"})
+	for _, c := range []*cobra.Command{newClusterCommand(streams), newDemoCommand(streams), newChaosCommand(streams)} {
+		c.GroupID = "local"
+		root.AddCommand(c)
+	}
+	sim := newSimCommand(streams)
+	sim.GroupID = "offline"
+	root.AddCommand(sim)
+	return root
+}
+
+// Main runs the etjob-local command and returns its exit code.
+func Main() int {
+	streams := cli.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
+	if err := NewRootCommand(streams).Execute(); err != nil {
+		_, _ = io.WriteString(streams.ErrOut, "error: "+err.Error()+"\n")
+		return 1
+	}
+	return 0
+}
