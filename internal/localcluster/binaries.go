@@ -41,8 +41,8 @@ func BinariesIn(dir string) (Binaries, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return Binaries{}, fmt.Errorf("the local cluster runs %s from %s, and %s missing there: run `make build` (bin/), or `go install ./cmd/...` in the etjob repository",
-			strings.Join(componentNames, ", "), dir, strings.Join(missing, ", ")+map[bool]string{true: " is", false: " are"}[len(missing) == 1])
+		return Binaries{}, fmt.Errorf("the local cluster runs %s from %s, and %s not there: run `make build` (bin/), or `go install ./cmd/...` in the etjob repository",
+			strings.Join(componentNames, ", "), dir, strings.Join(missing, ", ")+" is")
 	}
 	return Binaries{Controller: paths[0], Node: paths[1], Agent: paths[2]}, nil
 }

@@ -63,6 +63,9 @@ func (c *Cluster) Clientset() (*kubernetes.Clientset, error) {
 // Up starts the control plane, spot GPU nodes and on-demand CPU nodes (the
 // launchers'), and waits until the nodes are Ready. It is idempotent.
 func (c *Cluster) Up(ctx context.Context, spot, onDemand int) error {
+	if _, err := c.binaries(); err != nil {
+		return err // before anything starts
+	}
 	if err := c.StartControlPlane(ctx); err != nil {
 		return err
 	}
