@@ -22,6 +22,7 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/core"
+	"github.com/etjob/etjob/internal/render"
 )
 
 // maxJobNameLength leaves room in a 63-character pod hostname for
@@ -495,7 +496,7 @@ func BuildElasticJob(o SubmitOptions) (*etjobv1.ElasticJob, error) {
 	if err != nil {
 		return nil, err
 	}
-	volumes, mounts, claimVolumes, err := parseData(o.Data, o.DataDirs)
+	volumes, mounts, err := parseData(o.Data, o.DataDirs)
 	if err != nil {
 		return nil, err
 	}
@@ -572,26 +573,15 @@ func BuildElasticJob(o SubmitOptions) (*etjobv1.ElasticJob, error) {
 	case len(launcherSelector) > 0 || len(launcherAnnotations) > 0:
 		// torchrun: the launcher hosts the rendezvous store. Without
 		// launcher flags the controller's default is used; with them, the
-		// same store, placed as asked. Like the default, it never mounts
-		// the workers' claims (ReadWriteOnce would pin it to a worker's node).
-		ls := podSpec()
-		ls.NodeSelector = nilIfEmpty(launcherSelector)
-		var lmounts []corev1.VolumeMount
-		for i, v := range volumes {
-			if !claimVolumes[v.Name] {
-				ls.Volumes = append(ls.Volumes, v)
-				lmounts = append(lmounts, mounts[i])
-			}
-		}
-		ls.Containers = []corev1.Container{{
-			Name: "rendezvous", Image: o.Image, ImagePullPolicy: pullPolicy, WorkingDir: o.WorkingDir,
-			Command:      []string{"python3", "-m", "etjob.rdzv", "--port", strconv.Itoa(etjobv1.RendezvousPort)},
-			Env:          cloneSlice(env),
-			VolumeMounts: lmounts,
-			Ports:        []corev1.ContainerPort{{Name: "rdzv", ContainerPort: etjobv1.RendezvousPort}},
-		}}
-		withDNS(&ls)
-		spec.LauncherTemplate = &corev1.PodTemplateSpec{ObjectMeta: launcherMeta, Spec: ls}
+		// same store (render builds both), placed as the flags say:
+		// selector, annotations and the pod-wide flags.
+		lt := render.RendezvousLauncherTemplate(spec.WorkerTemplate)
+		lt.ObjectMeta = launcherMeta
+		lt.Spec.NodeSelector = nilIfEmpty(launcherSelector)
+		lt.Spec.Tolerations = cloneSlice(tolerations)
+		lt.Spec.HostNetwork, lt.Spec.HostIPC, lt.Spec.HostPID = o.HostNetwork, o.HostIPC, o.HostPID
+		withDNS(&lt.Spec)
+		spec.LauncherTemplate = lt
 	}
 
 	return &etjobv1.ElasticJob{
@@ -798,11 +788,10 @@ func parseTolerations(items []string) ([]corev1.Toleration, error) {
 }
 
 // parseData reads -d PVC:MOUNTPATH and --data-dir HOSTPATH[:MOUNTPATH] into
-// volumes and their mounts; claimVolumes names the PVC-backed volumes.
-func parseData(data, dataDirs []string) ([]corev1.Volume, []corev1.VolumeMount, map[string]bool, error) {
+// volumes and their mounts.
+func parseData(data, dataDirs []string) ([]corev1.Volume, []corev1.VolumeMount, error) {
 	var vols []corev1.Volume
 	var mounts []corev1.VolumeMount
-	claims := map[string]bool{}
 	seen := map[string]string{}
 	addMount := func(flag, item, mountPath string) error {
 		if !path.IsAbs(mountPath) {
@@ -817,16 +806,15 @@ func parseData(data, dataDirs []string) ([]corev1.Volume, []corev1.VolumeMount, 
 	for i, it := range data {
 		claim, mountPath, ok := strings.Cut(it, ":")
 		if !ok || claim == "" || mountPath == "" {
-			return nil, nil, nil, fmt.Errorf("-d/--data %q: expected PVC:MOUNTPATH", it)
+			return nil, nil, fmt.Errorf("-d/--data %q: expected PVC:MOUNTPATH", it)
 		}
 		if errs := validation.IsDNS1123Subdomain(claim); len(errs) > 0 {
-			return nil, nil, nil, fmt.Errorf("-d/--data %q: PVC name: %s", it, strings.Join(errs, "; "))
+			return nil, nil, fmt.Errorf("-d/--data %q: PVC name: %s", it, strings.Join(errs, "; "))
 		}
 		if err := addMount("-d/--data", it, mountPath); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 		name := fmt.Sprintf("data-%d", i)
-		claims[name] = true
 		vols = append(vols, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
 		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: mountPath})
 	}
@@ -836,19 +824,19 @@ func parseData(data, dataDirs []string) ([]corev1.Volume, []corev1.VolumeMount, 
 			mountPath = host
 		}
 		if !path.IsAbs(host) {
-			return nil, nil, nil, fmt.Errorf("--data-dir %q: the host path must be absolute", it)
+			return nil, nil, fmt.Errorf("--data-dir %q: the host path must be absolute", it)
 		}
 		if slices.Contains(strings.Split(host, "/"), "..") {
-			return nil, nil, nil, fmt.Errorf("--data-dir %q: the host path must not contain '..' (the API server refuses it)", it)
+			return nil, nil, fmt.Errorf("--data-dir %q: the host path must not contain '..' (the API server refuses it)", it)
 		}
 		if err := addMount("--data-dir", it, mountPath); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 		name := fmt.Sprintf("data-dir-%d", i)
 		vols = append(vols, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: host}}})
 		mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: mountPath})
 	}
-	return vols, mounts, claims, nil
+	return vols, mounts, nil
 }
 
 func workerResources(o SubmitOptions) (corev1.ResourceRequirements, error) {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/render"
 )
 
 // seed001 is the horovod command line of seed 001, as the shell passes it.
@@ -128,6 +129,13 @@ func TestBuildElasticJob(t *testing.T) {
 				}
 				if len(l.Spec.Volumes) != 1 || l.Spec.Volumes[0].HostPath == nil {
 					t.Errorf("launcher volumes = %+v", l.Spec.Volumes)
+				}
+				// One builder: the controller's default launcher, with the
+				// flags' placement only.
+				placed := render.RendezvousLauncherTemplate(j.Spec.WorkerTemplate).Spec
+				placed.NodeSelector = map[string]string{"pool": "od"}
+				if diff := cmp.Diff(placed, l.Spec); diff != "" {
+					t.Errorf("launcher is not render's default placed by the flags (-want +got):\n%s", diff)
 				}
 				w := j.Spec.WorkerTemplate
 				if len(w.Spec.Volumes) != 2 || w.Spec.Volumes[0].PersistentVolumeClaim.ClaimName != "ckpt" || w.Spec.Containers[0].VolumeMounts[0].MountPath != "/ckpt" {

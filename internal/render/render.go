@@ -114,7 +114,7 @@ func Launcher(job *etjobv1.ElasticJob) *corev1.Pod {
 	if job.Spec.LauncherTemplate != nil {
 		tmpl = job.Spec.LauncherTemplate.DeepCopy()
 	} else {
-		tmpl = defaultLauncherTemplate(job)
+		tmpl = RendezvousLauncherTemplate(job.Spec.WorkerTemplate)
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
@@ -171,8 +171,12 @@ func Launcher(job *etjobv1.ElasticJob) *corev1.Pod {
 	return pod
 }
 
-func defaultLauncherTemplate(job *etjobv1.ElasticJob) *corev1.PodTemplateSpec {
-	w := job.Spec.WorkerTemplate
+// RendezvousLauncherTemplate is a torchrun job's launcher, the rendezvous
+// store, built from the workers' template: the default when the job sets
+// none, and what `etjob submit` places with its launcher flags. It runs the
+// workers' image with their environment and their node-independent volumes,
+// never their claims.
+func RendezvousLauncherTemplate(w corev1.PodTemplateSpec) *corev1.PodTemplateSpec {
 	c := corev1.Container{Name: "rendezvous", Command: []string{"python3", "-m", "etjob.rdzv", "--port", strconv.Itoa(etjobv1.RendezvousPort)}}
 	var volumes []corev1.Volume
 	if len(w.Spec.Containers) > 0 {
