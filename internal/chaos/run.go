@@ -23,9 +23,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
-	"github.com/etjob/etjob/internal/controller"
 	"github.com/etjob/etjob/internal/demo"
 	"github.com/etjob/etjob/internal/localcluster"
+	"github.com/etjob/etjob/internal/scheme"
 )
 
 // Sizes of the chaos run: the job is the demo's (4 workers, min 2, max 6).
@@ -149,7 +149,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		return nil, err
 	}

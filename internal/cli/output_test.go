@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/scheme"
 	"github.com/etjob/etjob/internal/testutil"
 )
 
@@ -127,7 +128,7 @@ func node(name string, spot bool, price string) *corev1.Node {
 func testFactory(objs ...runtime.Object) (*factory, *bytes.Buffer, *bytes.Buffer) {
 	var out, errOut bytes.Buffer
 	f := newFactory("etjob", IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
-	c := fake.NewClientBuilder().WithScheme(Scheme()).WithRuntimeObjects(objs...).WithStatusSubresource(&etjobv1.ElasticJob{}).Build()
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithRuntimeObjects(objs...).WithStatusSubresource(&etjobv1.ElasticJob{}).Build()
 	f.clients = &Clients{Client: c, Namespace: "default"}
 	return f, &out, &errOut
 }

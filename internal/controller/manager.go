@@ -7,9 +7,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -17,15 +15,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/scheme"
 )
-
-// Scheme is the scheme of every etjob binary.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = etjobv1.AddToScheme(s)
-	return s
-}
 
 // ManagerOptions are the manager options: caches of pods and owned objects are
 // limited to etjob's own (labelled) objects, so the controller's memory does
@@ -34,7 +25,7 @@ func ManagerOptions(metricsAddr, probeAddr string, leaderElect bool, leaderElect
 	ours, _ := labels.NewRequirement(etjobv1.LabelJobName, selection.Exists, nil)
 	sel := labels.NewSelector().Add(*ours)
 	return ctrl.Options{
-		Scheme:                  Scheme(),
+		Scheme:                  scheme.New(),
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          leaderElect,

@@ -32,8 +32,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
-	"github.com/etjob/etjob/internal/controller"
 	"github.com/etjob/etjob/internal/localcluster"
+	"github.com/etjob/etjob/internal/scheme"
 )
 
 // Options configure the story.
@@ -103,7 +103,7 @@ func newClient(o Options) (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	return client.New(cfg, client.Options{Scheme: scheme.New()})
 }
 
 func (s *story) say(format string, args ...any) {

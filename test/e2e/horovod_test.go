@@ -28,8 +28,8 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
-	"github.com/etjob/etjob/internal/controller"
 	"github.com/etjob/etjob/internal/localcluster"
+	"github.com/etjob/etjob/internal/scheme"
 )
 
 // The Horovod stories run real horovodrun (Horovod 0.28.1 built by
@@ -324,7 +324,7 @@ func (e *e2eCluster) client(t *testing.T) client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
-	"github.com/etjob/etjob/internal/controller"
+	"github.com/etjob/etjob/internal/scheme"
 )
 
 // kwokNodeAnnotation marks the nodes kwok manages (kwok's own convention).
@@ -151,7 +151,7 @@ func startControlPlane(o *options, repoRoot, assets string) (*cluster, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 2000, 4000
 	c.cfg = cfg
-	c.admin, err = client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	c.admin, err = client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		c.stop()
 		return nil, err

@@ -58,7 +58,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
-	"github.com/etjob/etjob/internal/controller"
+	"github.com/etjob/etjob/internal/scheme"
 	"github.com/etjob/etjob/internal/testutil"
 )
 
@@ -331,7 +331,7 @@ func waitInitialSync(ctx context.Context, c *cluster) (int, error) {
 // admin user, so the audit log ignores it), so that following 1,000 jobs
 // costs a watch, not repeated LISTs.
 func startJobCache(ctx context.Context, c *cluster) (cache.Cache, error) {
-	jc, err := cache.New(c.cfg, cache.Options{Scheme: controller.Scheme()})
+	jc, err := cache.New(c.cfg, cache.Options{Scheme: scheme.New()})
 	if err != nil {
 		return nil, err
 	}

@@ -31,6 +31,7 @@ import (
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/cli"
 	"github.com/etjob/etjob/internal/controller"
+	"github.com/etjob/etjob/internal/scheme"
 	"github.com/etjob/etjob/internal/testutil"
 )
 
@@ -62,7 +63,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer env.Stop()
-	if k8s, err = client.New(cfg, client.Options{Scheme: cli.Scheme()}); err != nil {
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme.New()}); err != nil {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		return 1
 	}

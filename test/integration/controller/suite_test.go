@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/etjob/etjob/internal/controller"
+	"github.com/etjob/etjob/internal/scheme"
 	"github.com/etjob/etjob/internal/testutil"
 )
 
@@ -170,7 +171,7 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	stopAll = cancel
 	defer cancel()
-	k8s, err = client.New(cfg, client.Options{Scheme: controller.Scheme()})
+	k8s, err = client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		return 1
