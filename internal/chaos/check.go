@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/etjob/etjob/internal/demo"
+	"github.com/etjob/etjob/internal/driver"
 	"github.com/etjob/etjob/internal/localcluster"
 )
 
@@ -20,7 +20,7 @@ import (
 func (r *runner) check(runErr error) {
 	res := r.res
 	if res.Job == nil {
-		if j, err := r.job(context.Background()); err == nil {
+		if j, err := r.d.Get(context.Background()); err == nil {
 			res.Job, res.GenerationEnd = j, j.Status.Membership.Generation
 		}
 	}
@@ -57,14 +57,14 @@ func (r *runner) check(runErr error) {
 	}
 	add("noticed reclaims from all four clouds", all, "%v", noticed)
 
-	lines, err := demo.ReadLogs(r.Cluster.Dir, namespace, job)
+	lines, err := r.d.Logs()
 	if err != nil {
 		add("training logs", false, "%v", err)
 	}
-	acc, steps, completed := demo.Final(lines)
-	res.Accuracy, res.Steps, res.Resumes = acc, steps, demo.Resumes(lines)
+	acc, steps, completed := driver.Final(lines)
+	res.Accuracy, res.Steps, res.Resumes = acc, steps, driver.Resumes(lines)
 	add("training completed", completed, "%d steps", steps)
-	ledgerOK, detail := demo.LedgerOK(lines)
+	ledgerOK, detail := driver.LedgerOK(lines)
 	add("sampler ledger: every sample once per epoch", ledgerOK, "%s", detail)
 
 	var stopLost, hardLost []int

@@ -18,14 +18,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/demo"
+	"github.com/etjob/etjob/internal/driver"
 	"github.com/etjob/etjob/internal/localcluster"
-	"github.com/etjob/etjob/internal/scheme"
 )
 
 // Sizes of the chaos run: the job is the demo's (4 workers, min 2, max 6).
@@ -99,7 +96,7 @@ type Result struct {
 	// GenerationStart and GenerationEnd are the membership generation when
 	// the first fault fired and when the job completed.
 	GenerationStart, GenerationEnd int64               `json:"-"`
-	Resumes                        []demo.Resume       `json:"-"`
+	Resumes                        []driver.Resume     `json:"-"`
 	Replay                         *ReplayReport       `json:"-"`
 	Accuracy, BaselineAccuracy     float64             `json:"-"`
 	Steps                          int                 `json:"-"`
@@ -118,8 +115,7 @@ func (r *Result) OK() bool {
 
 type runner struct {
 	Options
-	cs      *kubernetes.Clientset
-	c       client.Client
+	d       *driver.Driver
 	rng     *rand.Rand
 	res     *Result
 	start   time.Time
@@ -141,15 +137,7 @@ const job, namespace = "chaos", "default"
 // deletes it, replays the decision record and checks the run. It returns
 // the result even when it fails part-way; the error says what stopped it.
 func Run(ctx context.Context, o Options) (*Result, error) {
-	cs, err := o.Cluster.Clientset()
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := o.Cluster.RESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	d, err := driver.New(o.Cluster, namespace, job, 200*time.Millisecond)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +146,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("--record: %w", err)
 	}
 	defer rec.Close()
-	r := &runner{Options: o, cs: cs, c: c, rec: rec, doomed: map[string]bool{},
+	r := &runner{Options: o, d: d, rec: rec, doomed: map[string]bool{},
 		rng: rand.New(rand.NewPCG(uint64(o.Seed), 0x76696374696d)), //nolint:gosec // reproducible victims
 		res: &Result{Seed: o.Seed, Schedule: Schedule(o.Seed)}}
 	err = r.run(ctx)
@@ -204,7 +192,6 @@ func (r *runner) run(ctx context.Context) error {
 	r.write(map[string]any{"seed": r.Seed, "schedule": r.res.Schedule, "start": r.start, "epochs": r.Epochs, "width": r.Width,
 		"notice": r.Notice.String(), "decisions": r.DecisionsPath})
 	r.say("seed %d, schedule (%d faults, %d members' nodes taken): %s", r.Seed, len(r.res.Schedule), MembershipLosses(r.res.Schedule), String(r.res.Schedule))
-	dopts := demo.Options{Cluster: r.Cluster, RepoRoot: r.RepoRoot, Namespace: namespace, Job: job, Epochs: r.Epochs, Width: r.Width, Out: r.Out}
 	undisturbed := make(chan error, 1)
 	if r.Baseline {
 		// The undisturbed run shares the CPUs with the chaos run; only its
@@ -219,14 +206,15 @@ func (r *runner) run(ctx context.Context) error {
 	} else {
 		undisturbed <- nil
 	}
-	if err := demo.Submit(ctx, dopts, desiredWorkers); err != nil {
+	digits := driver.Digits{Repo: r.RepoRoot, Shared: filepath.Join(r.Cluster.Dir, "shared", job), Epochs: r.Epochs, Width: r.Width, Replicas: desiredWorkers}
+	if err := r.d.SubmitDigits(ctx, digits); err != nil {
 		return err
 	}
 	r.say("submitted ElasticJob %s/%s: %d workers, min %d, max %d, %d epochs", namespace, job, desiredWorkers, minWorkers, desiredWorkers+2, r.Epochs)
 	if err := r.settle(ctx, time.Time{}, 6*time.Minute); err != nil {
 		return err
 	}
-	j, err := r.job(ctx)
+	j, err := r.d.Get(ctx)
 	if err != nil {
 		return err
 	}
@@ -237,19 +225,19 @@ func (r *runner) run(ctx context.Context) error {
 		}
 	}
 	r.say("schedule done; waiting for the job to complete")
-	if err := r.waitFor(ctx, "the job to complete", 15*time.Minute, func() (bool, error) {
-		j, err := r.job(ctx)
+	if err := r.d.WaitFor(ctx, "the job to complete", 15*time.Minute, func() (bool, error) {
+		j, err := r.d.Get(ctx)
 		if err != nil {
 			return false, nil
 		}
-		if err := demo.Failed(j); err != nil {
+		if err := driver.Failed(j); err != nil {
 			return false, err
 		}
 		return meta.IsStatusConditionTrue(j.Status.Conditions, etjobv1.ConditionComplete), nil
 	}); err != nil {
 		return err
 	}
-	if j, err = r.job(ctx); err == nil {
+	if j, err = r.d.Get(ctx); err == nil {
 		r.res.Job = j
 		r.res.GenerationEnd = j.Status.Membership.Generation
 	}
@@ -318,22 +306,22 @@ func (r *runner) fault(ctx context.Context, i int, st Step) error {
 // trigger waits until training progressed gap steps and returns the step and
 // membership generation it fired at.
 func (r *runner) trigger(ctx context.Context, gap int) (int, int64, error) {
-	target := r.maxStep() + gap
-	err := r.waitFor(ctx, fmt.Sprintf("training step %d", target), 5*time.Minute, func() (bool, error) {
-		lines, _ := demo.ReadLogs(r.Cluster.Dir, namespace, job)
-		if _, _, done := demo.Final(lines); done {
+	target := r.d.MaxStep() + gap
+	err := r.d.WaitFor(ctx, fmt.Sprintf("training step %d", target), 5*time.Minute, func() (bool, error) {
+		lines, _ := r.d.Logs()
+		if _, _, done := driver.Final(lines); done {
 			return false, errTrainingDone
 		}
-		return demo.MaxStep(lines) >= target, nil
+		return driver.MaxStep(lines) >= target, nil
 	})
 	if err != nil {
 		return 0, 0, err
 	}
-	j, err := r.job(ctx)
+	j, err := r.d.Get(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
-	return r.maxStep(), j.Status.Membership.Generation, nil
+	return r.d.MaxStep(), j.Status.Membership.Generation, nil
 }
 
 // reclaim takes k members' nodes at once with the notice (0: hard).
@@ -379,7 +367,7 @@ func (r *runner) burstBelowMin(ctx context.Context, f *Fault) error {
 			return err
 		}
 	}
-	j, err := r.job(ctx)
+	j, err := r.d.Get(ctx)
 	if err != nil {
 		return err
 	}
@@ -391,8 +379,8 @@ func (r *runner) burstBelowMin(ctx context.Context, f *Fault) error {
 	f.Nodes, f.Providers, f.Notice, f.Start = victims, r.providers(ctx, victims), r.Notice.String(), time.Now()
 	done := make(chan error, 1)
 	go func() { done <- r.reclaimAll(ctx, victims, r.Notice) }()
-	werr := r.waitFor(ctx, "Suspended/WaitingForCapacity", 2*time.Minute, func() (bool, error) {
-		j, err := r.job(ctx)
+	werr := r.d.WaitFor(ctx, "Suspended/WaitingForCapacity", 2*time.Minute, func() (bool, error) {
+		j, err := r.d.Get(ctx)
 		if err != nil {
 			return false, nil
 		}
@@ -413,19 +401,19 @@ func (r *runner) reconfLoss(ctx context.Context, f *Fault) error {
 	if err != nil {
 		return err
 	}
-	j, err := r.job(ctx)
+	j, err := r.d.Get(ctx)
 	if err != nil {
 		return err
 	}
 	g0 := j.Status.Membership.Generation
-	lines, _ := demo.ReadLogs(r.Cluster.Dir, namespace, job)
-	resumes := len(demo.Resumes(lines))
+	lines, _ := r.d.Logs()
+	resumes := len(driver.Resumes(lines))
 	f.Nodes, f.Providers, f.Notice = victims[:1], r.providers(ctx, victims[:1]), r.Notice.String()
 	first := make(chan error, 1)
 	go func() { first <- r.reclaimAll(ctx, victims[:1], r.Notice) }()
 	var gen int64
-	werr := r.waitFor(ctx, fmt.Sprintf("membership generation > %d", g0), time.Minute, func() (bool, error) {
-		j, err := r.job(ctx)
+	werr := r.d.WaitFor(ctx, fmt.Sprintf("membership generation > %d", g0), time.Minute, func() (bool, error) {
+		j, err := r.d.Get(ctx)
 		if err != nil {
 			return false, nil
 		}
@@ -435,10 +423,10 @@ func (r *runner) reconfLoss(ctx context.Context, f *Fault) error {
 	if werr != nil {
 		return errors.Join(<-first, werr)
 	}
-	lines, _ = demo.ReadLogs(r.Cluster.Dir, namespace, job)
-	before := len(demo.Resumes(lines)) == resumes
+	lines, _ = r.d.Logs()
+	before := len(driver.Resumes(lines)) == resumes
 	second := Fault{Kind: KindReconfLoss, Nodes: victims[1:], Providers: r.providers(ctx, victims[1:]), Notice: r.Notice.String(),
-		Trigger: fmt.Sprintf("generation>%d", g0), TriggerStep: demo.MaxStep(lines), TriggerGeneration: gen, BeforeResume: &before, Start: time.Now()}
+		Trigger: fmt.Sprintf("generation>%d", g0), TriggerStep: driver.MaxStep(lines), TriggerGeneration: gen, BeforeResume: &before, Start: time.Now()}
 	serr := r.reclaimAll(ctx, victims[1:], r.Notice)
 	ferr := <-first
 	second.End = time.Now()
@@ -487,19 +475,19 @@ func (r *runner) cancel(ctx context.Context, f *Fault) error {
 		return ctx.Err()
 	case <-time.After(time.Until(deadline) + 2*time.Second):
 	}
-	n, err := r.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	r.cancelledOK = err == nil && nodeReady(n) && n.Annotations[etjobv1.AnnotationNodeNotice] == ""
+	n, err := r.d.Clientset.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	r.cancelledOK = err == nil && driver.NodeReady(n) && n.Annotations[etjobv1.AnnotationNodeNotice] == ""
 	r.cancelledNote = fmt.Sprintf("node %s after its withdrawn deadline: present=%t", node, err == nil)
 	if err == nil {
-		r.cancelledNote += fmt.Sprintf(" ready=%t notice=%q", nodeReady(n), n.Annotations[etjobv1.AnnotationNodeNotice])
+		r.cancelledNote += fmt.Sprintf(" ready=%t notice=%q", driver.NodeReady(n), n.Annotations[etjobv1.AnnotationNodeNotice])
 	}
 	return nil
 }
 
 // waitNode waits until the node's agent marked (or cleared) the notice.
 func (r *runner) waitNode(ctx context.Context, node string, marked bool) error {
-	return r.waitFor(ctx, fmt.Sprintf("node %s notice marked=%t", node, marked), time.Minute, func() (bool, error) {
-		n, err := r.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	return r.d.WaitFor(ctx, fmt.Sprintf("node %s notice marked=%t", node, marked), time.Minute, func() (bool, error) {
+		n, err := r.d.Clientset.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -528,11 +516,11 @@ func (r *runner) topUp(ctx context.Context) error {
 		if len(live) >= desiredWorkers {
 			return nil
 		}
-		j, err := r.job(ctx)
+		j, err := r.d.Get(ctx)
 		if err != nil {
 			return err
 		}
-		f := Fault{Kind: KindAddNode, Trigger: fmt.Sprintf("capacity<desired (%d spot nodes)", len(live)), TriggerStep: r.maxStep(),
+		f := Fault{Kind: KindAddNode, Trigger: fmt.Sprintf("capacity<desired (%d spot nodes)", len(live)), TriggerStep: r.d.MaxStep(),
 			TriggerGeneration: j.Status.Membership.Generation, Start: time.Now()}
 		name, err := r.Cluster.AddNode(ctx, "", true)
 		f.End, f.Nodes, f.Providers = time.Now(), []string{name}, r.providers(ctx, []string{name})
@@ -550,16 +538,16 @@ func (r *runner) topUp(ctx context.Context) error {
 // desired number of workers.
 func (r *runner) settle(ctx context.Context, after time.Time, timeout time.Duration) error {
 	t := float64(after.UnixNano()) / 1e9
-	return r.waitFor(ctx, fmt.Sprintf("training with %d workers", desiredWorkers), timeout, func() (bool, error) {
-		j, err := r.job(ctx)
+	return r.d.WaitFor(ctx, fmt.Sprintf("training with %d workers", desiredWorkers), timeout, func() (bool, error) {
+		j, err := r.d.Get(ctx)
 		if err != nil {
 			return false, nil
 		}
-		if err := demo.Failed(j); err != nil {
+		if err := driver.Failed(j); err != nil {
 			return false, err
 		}
-		lines, _ := demo.ReadLogs(r.Cluster.Dir, namespace, job)
-		if _, _, done := demo.Final(lines); done {
+		lines, _ := r.d.Logs()
+		if _, _, done := driver.Final(lines); done {
 			return false, errTrainingDone
 		}
 		if !meta.IsStatusConditionTrue(j.Status.Conditions, etjobv1.ConditionRunning) || j.Status.Members != desiredWorkers {
@@ -578,7 +566,7 @@ func (r *runner) settle(ctx context.Context, after time.Time, timeout time.Durat
 // follow the provider cycle (aws, gcp, azure, alibaba), so that every cloud's
 // notice drives reclaims; ties are drawn from the seed.
 func (r *runner) victims(ctx context.Context, n int, noticed bool) ([]string, error) {
-	j, err := r.job(ctx)
+	j, err := r.d.Get(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -616,7 +604,7 @@ func (r *runner) providers(ctx context.Context, nodes []string) []string {
 	var out []string
 	for _, name := range nodes {
 		p := "?"
-		if n, err := r.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err == nil {
+		if n, err := r.d.Clientset.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err == nil {
 			p = n.Labels[etjobv1.LabelCloudProvider]
 		}
 		out = append(out, p)
@@ -627,9 +615,9 @@ func (r *runner) providers(ctx context.Context, nodes []string) []string {
 // liveSpot lists spot nodes that are not being reclaimed.
 func (r *runner) liveSpot(ctx context.Context) ([]string, error) {
 	var nodes *corev1.NodeList
-	err := r.waitFor(ctx, "the node list", time.Minute, func() (bool, error) {
+	err := r.d.WaitFor(ctx, "the node list", time.Minute, func() (bool, error) {
 		var err error
-		nodes, err = r.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "karpenter.sh/capacity-type=spot"})
+		nodes, err = r.d.Clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "karpenter.sh/capacity-type=spot"})
 		return err == nil, nil
 	})
 	if err != nil {
@@ -651,7 +639,7 @@ func (r *runner) idleSpot(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	pods, err := r.cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: etjobv1.LabelJobName + "=" + job})
+	pods, err := r.d.Clientset.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: etjobv1.LabelJobName + "=" + job})
 	if err != nil {
 		return nil, err
 	}
@@ -667,18 +655,18 @@ func (r *runner) idleSpot(ctx context.Context) ([]string, error) {
 // deleteJob deletes the job and waits until its pods are gone.
 func (r *runner) deleteJob(ctx context.Context) error {
 	j := &etjobv1.ElasticJob{ObjectMeta: metav1.ObjectMeta{Name: job, Namespace: namespace}}
-	if err := r.c.Delete(ctx, j); err != nil {
+	if err := r.d.Client.Delete(ctx, j); err != nil {
 		return fmt.Errorf("deleting the job: %w", err)
 	}
 	r.say("deleted the job; waiting for its pods to go")
-	_ = r.waitFor(ctx, "the job's pods to go", 90*time.Second, func() (bool, error) {
+	_ = r.d.WaitFor(ctx, "the job's pods to go", 90*time.Second, func() (bool, error) {
 		return r.orphans(ctx) == 0, nil
 	})
 	return nil
 }
 
 func (r *runner) orphans(ctx context.Context) int {
-	pods, err := r.cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: etjobv1.LabelJobName + "=" + job})
+	pods, err := r.d.Clientset.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: etjobv1.LabelJobName + "=" + job})
 	if err != nil {
 		return -1
 	}
@@ -717,29 +705,6 @@ func (r *runner) isDoomed(node string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.doomed[node]
-}
-
-func (r *runner) job(ctx context.Context) (*etjobv1.ElasticJob, error) {
-	j := &etjobv1.ElasticJob{}
-	return j, r.c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: job}, j)
-}
-
-func (r *runner) maxStep() int {
-	lines, _ := demo.ReadLogs(r.Cluster.Dir, namespace, job)
-	return demo.MaxStep(lines)
-}
-
-func (r *runner) waitFor(ctx context.Context, what string, timeout time.Duration, f func() (bool, error)) error {
-	return demo.WaitFor(ctx, what, timeout, 200*time.Millisecond, f)
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func errString(err error) string {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/etjob/etjob/internal/driver"
 )
 
 // ChurnResult holds, per event, how long the spot path took on the local
@@ -28,15 +30,10 @@ type ChurnResult struct {
 // member's node with the given notice (0: a hard loss), waits until training
 // resumed with 3, adds a spot node and waits until training runs with 4 again.
 func Churn(ctx context.Context, o Options, events int) (*ChurnResult, error) {
-	cs, err := o.Cluster.Clientset()
+	s, err := newStory(o)
 	if err != nil {
 		return nil, err
 	}
-	s := &story{Options: o, cs: cs, res: &Result{}, seconds: map[string]float64{}, prices: map[string]float64{}}
-	if s.c, err = newClient(o); err != nil {
-		return nil, err
-	}
-	s.start = time.Now()
 	if err := s.submitSized(ctx, 4); err != nil {
 		return nil, err
 	}
@@ -45,15 +42,15 @@ func Churn(ctx context.Context, o Options, events int) (*ChurnResult, error) {
 	}
 	out := &ChurnResult{}
 	for i := range events {
-		if err := s.waitSteps(ctx, s.maxStep()+o.StepsBeforeLoss, 5*time.Minute); err != nil {
+		if err := s.waitSteps(ctx, s.d.MaxStep()+o.StepsBeforeLoss, 5*time.Minute); err != nil {
 			return out, err
 		}
 		victims, err := s.workerNodes(ctx, 1)
 		if err != nil {
 			return out, err
 		}
-		lines, _ := ReadLogs(o.Cluster.Dir, o.Namespace, o.Job)
-		before := len(Resumes(lines))
+		lines, _ := s.d.Logs()
+		before := len(driver.Resumes(lines))
 		t0 := time.Now()
 		s.say("event %d: reclaiming %s (notice %s)", i+1, victims[0], o.Notice)
 		done := make(chan error, 1)
@@ -61,7 +58,7 @@ func Churn(ctx context.Context, o Options, events int) (*ChurnResult, error) {
 		if err := s.waitResumes(ctx, before+1, 4*time.Minute); err != nil {
 			return out, err
 		}
-		lines, _ = ReadLogs(o.Cluster.Dir, o.Namespace, o.Job)
+		lines, _ = s.d.Logs()
 		stop, pause, lost := measureLoss(lines, t0)
 		if stop > 0 {
 			out.NoticeToStop = append(out.NoticeToStop, stop)
@@ -72,7 +69,7 @@ func Churn(ctx context.Context, o Options, events int) (*ChurnResult, error) {
 		if err := <-done; err != nil {
 			return out, err
 		}
-		before = len(Resumes(lines))
+		before = len(driver.Resumes(lines))
 		tAdd := time.Now()
 		name, err := o.Cluster.AddNode(ctx, "", true)
 		if err != nil {
@@ -81,7 +78,7 @@ func Churn(ctx context.Context, o Options, events int) (*ChurnResult, error) {
 		if err := s.waitWorld(ctx, 4, tAdd, 4*time.Minute); err != nil {
 			return out, err
 		}
-		lines, _ = ReadLogs(o.Cluster.Dir, o.Namespace, o.Job)
+		lines, _ = s.d.Logs()
 		join, jlost := measureJoin(lines, tAdd, before)
 		out.JoinToTraining = append(out.JoinToTraining, join)
 		out.JoinLostSteps = append(out.JoinLostSteps, jlost)
@@ -92,7 +89,7 @@ func Churn(ctx context.Context, o Options, events int) (*ChurnResult, error) {
 
 // measureLoss finds, after t0, the agreed stop (if any), the training pause
 // around the restart and the steps lost.
-func measureLoss(lines []LogLine, t0 time.Time) (noticeToStop, pause time.Duration, lost int) {
+func measureLoss(lines []driver.LogLine, t0 time.Time) (noticeToStop, pause time.Duration, lost int) {
 	start := float64(t0.UnixNano()) / 1e9
 	lastStep, reached := 0.0, 0
 	for i, l := range lines {
@@ -123,7 +120,7 @@ func measureLoss(lines []LogLine, t0 time.Time) (noticeToStop, pause time.Durati
 
 // measureJoin: time from tAdd to the first step with a larger world than
 // before, and the steps the join's restart lost.
-func measureJoin(lines []LogLine, tAdd time.Time, resumesBefore int) (time.Duration, int) {
+func measureJoin(lines []driver.LogLine, tAdd time.Time, resumesBefore int) (time.Duration, int) {
 	start := float64(tAdd.UnixNano()) / 1e9
 	world := 0
 	for _, l := range lines {
@@ -139,7 +136,7 @@ func measureJoin(lines []LogLine, tAdd time.Time, resumesBefore int) (time.Durat
 		}
 	}
 	lost := 0
-	if rs := Resumes(lines); len(rs) > resumesBefore {
+	if rs := driver.Resumes(lines); len(rs) > resumesBefore {
 		lost = rs[len(rs)-1].Lost
 	}
 	return join, lost
@@ -147,8 +144,8 @@ func measureJoin(lines []LogLine, tAdd time.Time, resumesBefore int) (time.Durat
 
 func (s *story) waitWorld(ctx context.Context, world int, after time.Time, timeout time.Duration) error {
 	start := float64(after.UnixNano()) / 1e9
-	return s.waitFor(ctx, fmt.Sprintf("training with %d workers", world), timeout, func() (bool, error) {
-		lines, err := ReadLogs(s.Cluster.Dir, s.Namespace, s.Job)
+	return s.d.WaitFor(ctx, fmt.Sprintf("training with %d workers", world), timeout, func() (bool, error) {
+		lines, err := s.d.Logs()
 		if err != nil {
 			return false, err
 		}

@@ -8,7 +8,6 @@
 package demo
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -25,15 +24,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/driver"
 	"github.com/etjob/etjob/internal/localcluster"
-	"github.com/etjob/etjob/internal/scheme"
 )
 
 // Options configure the story.
@@ -66,7 +60,7 @@ type Result struct {
 	Steps            int
 	LedgerOK         bool
 	LedgerDetail     string
-	Resumes          []Resume
+	Resumes          []driver.Resume
 	Timeline         []string
 	// Cost is worker node time × node price; OnDemandCost the same time at the
 	// on-demand price.
@@ -79,8 +73,7 @@ type Result struct {
 
 type story struct {
 	Options
-	cs    *kubernetes.Clientset
-	c     client.Client
+	d     *driver.Driver
 	start time.Time
 	res   *Result
 	mu    sync.Mutex
@@ -96,14 +89,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	return s.res, s.run(ctx)
-}
-
-func newClient(o Options) (client.Client, error) {
-	cfg, err := o.Cluster.RESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	return client.New(cfg, client.Options{Scheme: scheme.New()})
 }
 
 func (s *story) say(format string, args ...any) {
@@ -154,7 +139,7 @@ func (s *story) run(ctx context.Context) error {
 		return err
 	}
 	s.say("training resumed with %d members", s.members(ctx))
-	if err := s.waitSteps(ctx, s.maxStep()+s.StepsBeforeLoss, 5*time.Minute); err != nil {
+	if err := s.waitSteps(ctx, s.d.MaxStep()+s.StepsBeforeLoss, 5*time.Minute); err != nil {
 		return err
 	}
 
@@ -209,52 +194,8 @@ func (s *story) submit(ctx context.Context) error { return s.submitSized(ctx, 4)
 // submitSized submits the example with the given desired workers (min 2, max
 // replicas+2).
 func (s *story) submitSized(ctx context.Context, replicas int) error {
-	raw, err := os.ReadFile(filepath.Join(s.RepoRoot, "examples/digits/elasticjob.yaml"))
-	if err != nil {
-		return err
-	}
-	shared := filepath.Join(s.Cluster.Dir, "shared", s.Job)
-	_ = os.RemoveAll(shared)
-	if err := os.MkdirAll(shared, 0o755); err != nil {
-		return err
-	}
-	text := os.Expand(string(raw), func(k string) string {
-		switch k {
-		case "ETJOB_REPO":
-			return s.RepoRoot
-		case "ETJOB_SHARED":
-			return shared
-		case "EPOCHS":
-			return strconv.Itoa(s.Epochs)
-		case "WIDTH":
-			return strconv.Itoa(s.Width)
-		}
-		return "${" + k + "}"
-	})
-	text = strings.ReplaceAll(text, "name: digits-ckpt", "name: "+s.Job+"-ckpt")
-	text = strings.ReplaceAll(text, "claimName: digits-ckpt", "claimName: "+s.Job+"-ckpt")
-	text = strings.ReplaceAll(text, "volumeName: digits-ckpt", "volumeName: "+s.Job+"-ckpt")
-	text = strings.ReplaceAll(text, "\n  name: digits\n", "\n  name: "+s.Job+"\n")
-	text = strings.Replace(text, "\n  replicas: 4\n", fmt.Sprintf("\n  replicas: %d\n", replicas), 1)
-	text = strings.Replace(text, "\n  maxReplicas: 6\n", fmt.Sprintf("\n  maxReplicas: %d\n", replicas+2), 1)
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(text)), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err == io.EOF {
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("examples/digits/elasticjob.yaml: %w", err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if u.GetKind() != "PersistentVolume" {
-			u.SetNamespace(s.Namespace)
-		}
-		if err := s.c.Create(ctx, u); err != nil {
-			return fmt.Errorf("creating %s %s: %w", u.GetKind(), u.GetName(), err)
-		}
-	}
+	return s.d.SubmitDigits(ctx, driver.Digits{Repo: s.RepoRoot, Shared: filepath.Join(s.Cluster.Dir, "shared", s.Job),
+		Epochs: s.Epochs, Width: s.Width, Replicas: int32(replicas)})
 }
 
 var accRe = regexp.MustCompile(`final accuracy=([\d.]+)`)
@@ -300,7 +241,7 @@ func (s *story) meter(ctx context.Context) {
 		time.Sleep(time.Second)
 		dt := time.Since(last).Seconds()
 		last = time.Now()
-		pods, err := s.cs.CoreV1().Pods(s.Namespace).List(ctx, metav1.ListOptions{LabelSelector: etjobv1.LabelJobName + "=" + s.Job})
+		pods, err := s.d.Clientset.CoreV1().Pods(s.Namespace).List(ctx, metav1.ListOptions{LabelSelector: etjobv1.LabelJobName + "=" + s.Job})
 		if err != nil {
 			continue
 		}
@@ -310,7 +251,7 @@ func (s *story) meter(ctx context.Context) {
 			}
 			s.mu.Lock()
 			if _, ok := s.prices[p.Spec.NodeName]; !ok {
-				if n, err := s.cs.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{}); err == nil {
+				if n, err := s.d.Clientset.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{}); err == nil {
 					s.prices[p.Spec.NodeName], _ = strconv.ParseFloat(n.Labels["etjob.dev/price-per-hour"], 64)
 				}
 			}
@@ -322,13 +263,13 @@ func (s *story) meter(ctx context.Context) {
 
 func (s *story) collect(ctx context.Context) error {
 	s.res.Wall = time.Since(s.start)
-	lines, err := ReadLogs(s.Cluster.Dir, s.Namespace, s.Job)
+	lines, err := s.d.Logs()
 	if err != nil {
 		return err
 	}
-	s.res.Accuracy, s.res.Steps, s.res.Completed = Final(lines)
-	s.res.LedgerOK, s.res.LedgerDetail = LedgerOK(lines)
-	s.res.Resumes = Resumes(lines)
+	s.res.Accuracy, s.res.Steps, s.res.Completed = driver.Final(lines)
+	s.res.LedgerOK, s.res.LedgerDetail = driver.LedgerOK(lines)
+	s.res.Resumes = driver.Resumes(lines)
 	onDemand, _ := strconv.ParseFloat(localcluster.OnDemandPrice, 64)
 	s.mu.Lock()
 	for node, sec := range s.seconds {
@@ -336,8 +277,7 @@ func (s *story) collect(ctx context.Context) error {
 		s.res.OnDemandCost += sec / 3600 * onDemand
 	}
 	s.mu.Unlock()
-	job := &etjobv1.ElasticJob{}
-	if err := s.c.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Job}, job); err == nil {
+	if job, err := s.d.Get(ctx); err == nil {
 		s.res.Job = job
 	}
 	s.writeTimeline(lines)
@@ -383,13 +323,8 @@ func (r *Result) Summary(w io.Writer) {
 
 // Waiting helpers.
 
-func (s *story) job(ctx context.Context) (*etjobv1.ElasticJob, error) {
-	j := &etjobv1.ElasticJob{}
-	return j, s.c.Get(ctx, types.NamespacedName{Namespace: s.Namespace, Name: s.Job}, j)
-}
-
 func (s *story) members(ctx context.Context) int {
-	j, err := s.job(ctx)
+	j, err := s.d.Get(ctx)
 	if err != nil {
 		return 0
 	}
@@ -397,7 +332,7 @@ func (s *story) members(ctx context.Context) int {
 }
 
 func (s *story) conditionMessage(ctx context.Context, t string) string {
-	j, err := s.job(ctx)
+	j, err := s.d.Get(ctx)
 	if err != nil {
 		return ""
 	}
@@ -407,40 +342,13 @@ func (s *story) conditionMessage(ctx context.Context, t string) string {
 	return ""
 }
 
-func (s *story) waitFor(ctx context.Context, what string, timeout time.Duration, f func() (bool, error)) error {
-	return WaitFor(ctx, what, timeout, 500*time.Millisecond, f)
-}
-
-// WaitFor calls f every interval until it reports true or an error, the
-// timeout passes (an error naming what was awaited) or ctx ends.
-func WaitFor(ctx context.Context, what string, timeout, interval time.Duration, f func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := f()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(interval):
-		}
-	}
-}
-
 func (s *story) waitMembers(ctx context.Context, n int, timeout time.Duration) error {
-	return s.waitFor(ctx, fmt.Sprintf("%d members", n), timeout, func() (bool, error) {
-		j, err := s.job(ctx)
+	return s.d.WaitFor(ctx, fmt.Sprintf("%d members", n), timeout, func() (bool, error) {
+		j, err := s.d.Get(ctx)
 		if err != nil {
 			return false, err
 		}
-		if err := Failed(j); err != nil {
+		if err := driver.Failed(j); err != nil {
 			return false, err
 		}
 		return int(j.Status.Members) >= n, nil
@@ -448,12 +356,12 @@ func (s *story) waitMembers(ctx context.Context, n int, timeout time.Duration) e
 }
 
 func (s *story) waitCondition(ctx context.Context, cond, reason string, timeout time.Duration) error {
-	return s.waitFor(ctx, "condition "+cond, timeout, func() (bool, error) {
-		j, err := s.job(ctx)
+	return s.d.WaitFor(ctx, "condition "+cond, timeout, func() (bool, error) {
+		j, err := s.d.Get(ctx)
 		if err != nil {
 			return false, err
 		}
-		if err := Failed(j); cond != etjobv1.ConditionFailed && err != nil {
+		if err := driver.Failed(j); cond != etjobv1.ConditionFailed && err != nil {
 			return false, err
 		}
 		c := meta.FindStatusCondition(j.Status.Conditions, cond)
@@ -461,39 +369,25 @@ func (s *story) waitCondition(ctx context.Context, cond, reason string, timeout 
 	})
 }
 
-// Failed returns the job's Failed condition as an error, nil while it has
-// not failed.
-func Failed(j *etjobv1.ElasticJob) error {
-	if c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed); c != nil && c.Status == metav1.ConditionTrue {
-		return fmt.Errorf("the job failed: %s: %s", c.Reason, c.Message)
-	}
-	return nil
-}
-
-func (s *story) maxStep() int {
-	lines, _ := ReadLogs(s.Cluster.Dir, s.Namespace, s.Job)
-	return MaxStep(lines)
-}
-
 func (s *story) waitSteps(ctx context.Context, step int, timeout time.Duration) error {
-	return s.waitFor(ctx, fmt.Sprintf("training step %d", step), timeout, func() (bool, error) {
-		j, err := s.job(ctx)
+	return s.d.WaitFor(ctx, fmt.Sprintf("training step %d", step), timeout, func() (bool, error) {
+		j, err := s.d.Get(ctx)
 		if err == nil {
-			if err := Failed(j); err != nil {
+			if err := driver.Failed(j); err != nil {
 				return false, err
 			}
 		}
-		return s.maxStep() >= step, nil
+		return s.d.MaxStep() >= step, nil
 	})
 }
 
 func (s *story) waitResumes(ctx context.Context, n int, timeout time.Duration) error {
-	return s.waitFor(ctx, fmt.Sprintf("%d training restarts", n), timeout, func() (bool, error) {
-		lines, err := ReadLogs(s.Cluster.Dir, s.Namespace, s.Job)
+	return s.d.WaitFor(ctx, fmt.Sprintf("%d training restarts", n), timeout, func() (bool, error) {
+		lines, err := s.d.Logs()
 		if err != nil {
 			return false, err
 		}
-		rs := Resumes(lines)
+		rs := driver.Resumes(lines)
 		if len(rs) < n {
 			return false, nil
 		}
@@ -511,7 +405,7 @@ func (s *story) waitResumes(ctx context.Context, n int, timeout time.Duration) e
 // cloud not reclaimed yet (in this story or in Options.Reclaimed) first, then
 // the highest worker index first. It records their clouds as reclaimed.
 func (s *story) workerNodes(ctx context.Context, n int) ([]string, error) {
-	j, err := s.job(ctx)
+	j, err := s.d.Get(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -528,7 +422,7 @@ func (s *story) workerNodes(ctx context.Context, n int) ([]string, error) {
 		if w.State != etjobv1.WorkerMember || !strings.HasPrefix(w.Node, "spot-") {
 			continue
 		}
-		node, err := s.cs.CoreV1().Nodes().Get(ctx, w.Node, metav1.GetOptions{})
+		node, err := s.d.Clientset.CoreV1().Nodes().Get(ctx, w.Node, metav1.GetOptions{})
 		if err != nil {
 			return nil, err
 		}
@@ -573,13 +467,9 @@ func Submit(ctx context.Context, o Options, replicas int) error {
 }
 
 func newStory(o Options) (*story, error) {
-	cs, err := o.Cluster.Clientset()
+	d, err := driver.New(o.Cluster, o.Namespace, o.Job, 500*time.Millisecond)
 	if err != nil {
 		return nil, err
 	}
-	c, err := newClient(o)
-	if err != nil {
-		return nil, err
-	}
-	return &story{Options: o, cs: cs, c: c, start: time.Now(), res: &Result{}, seconds: map[string]float64{}, prices: map[string]float64{}}, nil
+	return &story{Options: o, d: d, start: time.Now(), res: &Result{}, seconds: map[string]float64{}, prices: map[string]float64{}}, nil
 }

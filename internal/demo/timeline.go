@@ -7,6 +7,7 @@ import (
 	"time"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/driver"
 	"github.com/etjob/etjob/internal/timeline"
 	"github.com/etjob/etjob/internal/timeline/chart"
 )
@@ -14,7 +15,7 @@ import (
 // writeTimeline draws the run into <cluster dir>/timeline.png (issue #6)
 // and says where. A drawing that fails is said, not returned: the run's
 // result stands without its picture.
-func (s *story) writeTimeline(lines []LogLine) {
+func (s *story) writeTimeline(lines []driver.LogLine) {
 	path := filepath.Join(s.Cluster.Dir, "timeline.png")
 	if err := chart.SavePNG(path, s.runTimeline(lines, time.Now())); err != nil {
 		s.say("could not draw the timeline: %v", err)
@@ -26,7 +27,7 @@ func (s *story) writeTimeline(lines []LogLine) {
 // runTimeline is the run as the job's status recorded it, with what the
 // ranks logged and the reclamations the story made: status.timeline has no
 // entry for a notice itself, only for the leave after it.
-func (s *story) runTimeline(lines []LogLine, now time.Time) timeline.Timeline {
+func (s *story) runTimeline(lines []driver.LogLine, now time.Time) timeline.Timeline {
 	tl := timeline.Timeline{Job: s.Job}
 	if s.res.Job != nil {
 		tl = timeline.FromStatus(s.res.Job, now)
@@ -42,7 +43,7 @@ func (s *story) runTimeline(lines []LogLine, now time.Time) timeline.Timeline {
 }
 
 // trainingLogs turns the ranks' log lines into the timeline's.
-func trainingLogs(lines []LogLine) []timeline.TrainingLog {
+func trainingLogs(lines []driver.LogLine) []timeline.TrainingLog {
 	out := make([]timeline.TrainingLog, 0, len(lines))
 	for _, l := range lines {
 		out = append(out, timeline.TrainingLog{At: time.Unix(0, int64(l.T*1e9)).UTC(), Kind: l.Kind, Step: l.Step, World: l.World})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etjob/etjob/internal/driver"
 	"github.com/etjob/etjob/internal/localcluster"
 )
 
@@ -22,7 +23,7 @@ func TestWriteTimeline(t *testing.T) {
 		Timeline: []string{"   0.0s  submitted ElasticJob default/digits", "  42.5s  reclaiming spot-3 with a 30s notice", "  90.0s  the job completed"},
 	}}
 	t0 := float64(start.Unix())
-	lines := []LogLine{
+	lines := []driver.LogLine{
 		{Pod: "digits-worker-0", Kind: "resume", Step: 0, World: 2, T: t0 + 5},
 		{Pod: "digits-worker-0", Kind: "step", Step: 1, World: 2, T: t0 + 6},
 		{Pod: "digits-worker-0", Kind: "stop", Step: 1, T: t0 + 45},

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
-	"github.com/etjob/etjob/internal/demo"
+	"github.com/etjob/etjob/internal/driver"
 )
 
 // TestCLIStory drives a spot story through the etjob CLI only, with Arena's
@@ -176,17 +176,17 @@ func TestCLIStory(t *testing.T) {
 		t.Errorf("failures %d preemptions %d restarts %d: the reclaimed worker and the moved launcher are preemptions, the move one restart",
 			j.Status.Failures, j.Status.Preemptions, j.Status.Restarts)
 	}
-	lines, err := demo.ReadLogs(dir, "default", "digits-cli")
+	lines, err := driver.ReadLogs(dir, "default", "digits-cli")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ok := demo.Final(lines); !ok {
+	if _, _, ok := driver.Final(lines); !ok {
 		t.Fatal("training did not finish")
 	}
-	if ok, detail := demo.LedgerOK(lines); !ok {
+	if ok, detail := driver.LedgerOK(lines); !ok {
 		t.Errorf("sampler ledger: %s", detail)
 	}
-	for i, r := range demo.Resumes(lines) {
+	for i, r := range driver.Resumes(lines) {
 		if r.Lost != 0 {
 			t.Errorf("restart %d (resumed at %d after reaching %d) lost %d committed steps", i+1, r.From, r.Reached, r.Lost)
 		}
