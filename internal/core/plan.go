@@ -48,8 +48,10 @@ type Signal struct {
 
 // Event is a Kubernetes Event about the job.
 type Event struct {
+	// Warning makes it a Warning Event; else it is Normal.
 	Warning bool
-	Reason  string
+	// Reason is one of the etjobv1.Event* reasons.
+	Reason  etjobv1.EventReason
 	Message string
 }
 

@@ -4,6 +4,15 @@
 // simulator and the tests all drive this same function with what they observed.
 // Everything that is a decision (is this exit a preemption? who leaves on a
 // scale-in? is the job below min?) is made here and nowhere else.
+//
+// decide.go holds Decide and the one order of its steps; each policy has its
+// own file and test file: launcher.go (the launcher, its move, horovodrun),
+// failures.go (failures, preemptions, backoffLimit, restarts), leaving.go
+// (workers told to leave and their grace), completion.go (completion,
+// activeDeadlineSeconds, cleanup and TTL), scaling.go (the job's size),
+// membership.go (the published membership, join batching), capacity.go
+// (below minReplicas), suspend.go (spec.suspend) and status.go (conditions
+// and the status summary). scale.go decides ScaleOut and ScaleIn requests.
 package core
 
 import (

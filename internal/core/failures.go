@@ -1,0 +1,100 @@
+package core
+
+import (
+	"fmt"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+)
+
+// deleteStale deletes the pods of earlier attempts: a restart goes on, with
+// new pods, once they are gone.
+func (d *decision) deleteStale() {
+	for _, v := range d.stale {
+		d.restarting = true
+		d.delete(v, etjobv1.ReasonRestarting)
+	}
+}
+
+// handleWorkers classifies finished, lost and leaving workers. It reports
+// ended when the job restarted or finished.
+func (d *decision) handleWorkers() outcome {
+	for _, w := range d.workers {
+		if w.deleting {
+			continue
+		}
+		switch {
+		case w.terminal && w.succeeded:
+			// completion, below
+		case w.released:
+			d.delete(w, w.leaveReason)
+		case w.terminal && w.preempted:
+			d.preempted(w, w.preemptReason)
+		case w.terminal:
+			if d.workerFailed(w) {
+				return ended
+			}
+		case w.lost:
+			d.preempted(w, w.lostReason)
+		case d.lostOnNotReadyNode(w):
+			d.preempted(w, "NodeNotReady")
+		case w.leaving():
+			d.leave(w)
+		}
+	}
+	return proceed
+}
+
+// preempted deletes a worker lost to a preemption, counted as one and never
+// as a failure.
+func (d *decision) preempted(w *podView, reason string) {
+	d.delete(w, reason)
+	d.st.Preemptions++
+	d.record(etjobv1.TimelineLeave, fmt.Sprintf("%s preempted (%s)", w.pod.Name, reason))
+	d.event(false, etjobv1.EventPreempted, fmt.Sprintf("worker %s preempted (%s); not counted as a failure", w.pod.Name, reason))
+}
+
+// workerFailed applies workerRestartPolicy to a worker that failed for a reason
+// other than a preemption. It reports whether the job restarted or failed.
+func (d *decision) workerFailed(w *podView) bool {
+	d.st.Failures++
+	msg := fmt.Sprintf("worker %s failed with exit code %d", w.pod.Name, w.exitCode)
+	if d.st.Failures > BackoffLimit(d.spec) {
+		d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.st.Failures, BackoffLimit(d.spec)))
+		return true
+	}
+	retry := false
+	switch d.spec.WorkerRestartPolicy {
+	case etjobv1.WorkerRestartAlways, etjobv1.WorkerRestartOnFailure:
+		retry = true
+	case etjobv1.WorkerRestartExitCode:
+		retry = retryableExit(w.exitCode)
+	}
+	switch {
+	case retry:
+		d.delete(w, etjobv1.ReasonWorkerFailed)
+		d.record(etjobv1.TimelineLeave, msg)
+		d.event(true, etjobv1.EventWorkerFailed, msg+"; replacing it under a new name")
+		return false
+	case d.spec.RestartPolicy == etjobv1.RestartPolicyOnFailure:
+		d.restart(msg)
+	default:
+		d.fail(etjobv1.ReasonWorkerFailed, msg+fmt.Sprintf("; spec.workerRestartPolicy is %s and spec.restartPolicy is Never", d.spec.WorkerRestartPolicy))
+	}
+	return true
+}
+
+// restart restarts the whole job: every pod of this attempt goes, and the next
+// attempt (a new rendezvous id) starts once they are gone.
+func (d *decision) restart(msg string) {
+	d.st.Restarts++
+	for _, v := range d.all() {
+		d.delete(v, etjobv1.ReasonRestarting)
+	}
+	d.setHosts(nil)
+	d.st.BelowMinSince = nil
+	d.record(etjobv1.TimelineRestart, msg)
+	d.event(true, etjobv1.EventRestarting, fmt.Sprintf("restarting the job (restart %d): %s", d.st.Restarts, msg))
+	d.setCondition(etjobv1.ConditionRunning, false, etjobv1.ReasonRestarting, msg)
+	d.setCondition(etjobv1.ConditionResizing, false, etjobv1.ReasonRestarting, msg)
+	d.workers = nil
+}

@@ -1,0 +1,225 @@
+package core
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+)
+
+// handleLauncher creates a missing launcher and deals with a finished, lost
+// or noticed one. It reports ended when the job restarted or finished, hold
+// while the launcher moves (moveLauncher).
+func (d *decision) handleLauncher() outcome {
+	l := d.launcher
+	if l == nil {
+		// horovodrun starts once its workers are there (startHorovodLauncher).
+		if !d.restarting && d.spec.Framework != etjobv1.FrameworkHorovod {
+			d.plan.CreateLauncher = true
+		}
+		return proceed
+	}
+	if l.deleting {
+		d.restarting = true // wait for the name to be free
+		return proceed
+	}
+	if l.terminal && l.succeeded && d.spec.Framework == etjobv1.FrameworkHorovod {
+		d.complete("launcher exited 0")
+		return ended
+	}
+	if l.noticed && !l.terminal && !l.lost {
+		return d.moveLauncher(l)
+	}
+	if !l.terminal && !l.lost && !d.lostOnNotReadyNode(l) {
+		return proceed
+	}
+	if l.terminal && d.spec.Framework == etjobv1.FrameworkHorovod && (l.released || d.horovodStopped()) {
+		return d.releaseLauncher(l)
+	}
+	preempted := l.preempted || l.lost || !l.terminal
+	reason := l.preemptReason
+	if l.lost {
+		reason = l.lostReason
+	} else if !l.terminal {
+		reason = "NodeNotReady"
+	} else if !preempted {
+		reason = "exit code " + strconv.Itoa(int(l.exitCode))
+	}
+	d.delete(l, reason)
+	if preempted {
+		d.st.Preemptions++
+	}
+	if why := logSummary(l.message); why != "" && !preempted {
+		reason += ": " + why
+	}
+	// DESIGN: losing the rendezvous store / horovodrun without warning counts
+	// against backoffLimit; a launcher whose node was noticed is a preemption
+	// only (its node went before the move finished).
+	if !l.noticed && !d.launcherMoving() {
+		d.st.Failures++
+	}
+	msg := fmt.Sprintf("launcher %s lost (%s)", l.pod.Name, reason)
+	switch {
+	case !preempted && (l.exitCode == 126 || l.exitCode == 127):
+		// The shell's "not executable" and "not found": the launcher image
+		// lacks the command (horovodrun not installed). A retry cannot help.
+		d.fail(etjobv1.ReasonLauncherFailed, fmt.Sprintf("launcher %s could not run its command (exit code %d: the image does not have it, or it is not executable): %s",
+			l.pod.Name, l.exitCode, logSummary(l.message)))
+	case d.st.Failures > BackoffLimit(d.spec):
+		d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.st.Failures, BackoffLimit(d.spec)))
+	case preempted || d.spec.RestartPolicy == etjobv1.RestartPolicyOnFailure:
+		d.restart(msg)
+	default:
+		d.fail(etjobv1.ReasonLauncherFailed, msg+"; spec.restartPolicy is Never")
+	}
+	return ended
+}
+
+// moveLauncher handles a reclamation notice on the launcher's node. The
+// launcher hosts the torchrun rendezvous store (or horovodrun), which cannot
+// move under running workers: every worker is told to checkpoint at the step
+// all ranks agree on and stop; once they have (or their grace period is over)
+// the job restarts from that checkpoint with a new launcher, which the
+// scheduler places off the tainted node. Neither the move nor the workers'
+// exits count as failures. It reports hold while workers still checkpoint
+// (the pass then publishes the membership without them), ended once the job
+// restarted.
+func (d *decision) moveLauncher(l *podView) outcome {
+	told, waiting := 0, false
+	for _, w := range d.workers {
+		if w.deleting || w.terminal || w.lost {
+			continue
+		}
+		if w.leaveAt.IsZero() {
+			if !w.ready {
+				continue // not training: nothing to save
+			}
+			w.leaveAt = d.now
+			d.signal(w, etjobv1.ReasonLauncherMoving)
+			told++
+		}
+		if at := d.leaveDeadline(w.leaveAt, l.noticeDeadline); d.now.Before(at) {
+			d.requeueAt(at)
+			waiting = true
+		}
+	}
+	msg := fmt.Sprintf("the node of launcher %s is being reclaimed (%s)", l.pod.Name, l.noticeReason)
+	if waiting {
+		if told > 0 {
+			d.record(etjobv1.TimelineMove, fmt.Sprintf("%s: %d workers told to checkpoint and stop", msg, told))
+			d.event(false, etjobv1.EventLauncherMoving, msg+": the workers checkpoint and stop, then the job restarts on other capacity")
+		}
+		d.setCondition(etjobv1.ConditionRunning, false, etjobv1.ReasonLauncherMoving, msg)
+		d.setCondition(etjobv1.ConditionResizing, true, etjobv1.ReasonLauncherMoving, msg)
+		return hold
+	}
+	d.delete(l, l.noticeReason)
+	d.st.Preemptions++
+	d.restart(msg + ": restarting from the last checkpoint with a new launcher")
+	return ended
+}
+
+// launcherMoving reports whether the last pass was moving the launcher: its
+// node may be gone by now, and the notice with it.
+func (d *decision) launcherMoving() bool {
+	c := meta.FindStatusCondition(d.s.Job.Status.Conditions, etjobv1.ConditionRunning)
+	return c != nil && c.Reason == etjobv1.ReasonLauncherMoving
+}
+
+// releaseLauncher deletes a horovod launcher that ended after etjob stopped
+// the job below minReplicas, counting it as neither a failure nor a
+// preemption. horovodrun cannot wait below its minimum (a new one waits for
+// -np slots and, without --network-interface, two hosts), so the job goes on
+// as a restart: a new launcher once enough workers are ready again, resuming
+// from the checkpoint of the agreed stop. It reports ended: nothing else runs
+// this pass.
+func (d *decision) releaseLauncher(l *podView) outcome {
+	d.delete(l, etjobv1.ReasonWaitingForCapacity)
+	msg := fmt.Sprintf("launcher %s ended after the stop below spec.minReplicas (%s); a new one starts when %d workers are ready",
+		l.pod.Name, "exit code "+strconv.Itoa(int(l.exitCode)), d.spec.MinReplicas)
+	d.restart(msg)
+	d.setCondition(etjobv1.ConditionSuspended, true, etjobv1.ReasonWaitingForCapacity, msg)
+	return ended
+}
+
+// horovodStopped reports whether etjob stopped this horovod job's training:
+// it fell below minReplicas and its workers were told to checkpoint and stop.
+// horovodrun then exits non-zero (every rank left), and that exit is etjob's
+// doing, not a failure.
+func (d *decision) horovodStopped() bool {
+	c := meta.FindStatusCondition(d.s.Job.Status.Conditions, etjobv1.ConditionSuspended)
+	return d.spec.Framework == etjobv1.FrameworkHorovod && c != nil && c.Status == metav1.ConditionTrue &&
+		c.Reason == etjobv1.ReasonWaitingForCapacity
+}
+
+// startHorovodLauncher asks for the launcher of a horovod job once at least
+// minReplicas workers are published members and no joiner is held back: the
+// launcher's `workers` (-np in Arena's command line) is then the number of
+// members, which horovodrun finds at once, instead of spec.replicas, which it
+// would wait for up to its --elastic-timeout (600 s) when capacity is short.
+func (d *decision) startHorovodLauncher() {
+	if d.spec.Framework != etjobv1.FrameworkHorovod || d.launcher != nil || d.restarting {
+		return
+	}
+	if len(d.members) < max(int(d.spec.MinReplicas), 1) || len(d.joining) > 0 {
+		return
+	}
+	// Workers that are bound and still starting get JoinBatchWindow from the
+	// first member's readiness, so that a job whose workers start together
+	// starts horovodrun with all of them instead of resetting it at once.
+	first := time.Time{}
+	for _, w := range d.members {
+		if !w.readySince.IsZero() && (first.IsZero() || w.readySince.Before(first)) {
+			first = w.readySince
+		}
+	}
+	for _, w := range d.workers {
+		if w.active() && w.scheduled && !w.ready && !d.deleted[w.pod.Name] && !first.IsZero() && d.now.Before(first.Add(JoinBatchWindow)) {
+			d.requeueAt(first.Add(JoinBatchWindow))
+			return
+		}
+	}
+	d.plan.CreateLauncher = true
+}
+
+// invalidHorovodLauncher says why a horovod job's launcher cannot work, or
+// "": its container must run horovodrun (spec.framework horovod means the
+// launcher runs it and the workers wait for its ranks), else the workers
+// would idle for ever while the launcher trains alone, or does nothing.
+func (d *decision) invalidHorovodLauncher() string {
+	if d.spec.Framework != etjobv1.FrameworkHorovod || d.spec.LauncherTemplate == nil {
+		return ""
+	}
+	runs := false
+	for _, c := range d.spec.LauncherTemplate.Spec.Containers {
+		line := strings.Join(append(append([]string{}, c.Command...), c.Args...), " ")
+		if !strings.Contains(line, "horovodrun") {
+			continue
+		}
+		runs = true
+		// etjob's scripts are the only files in /etc/edl and /etc/mpi (its
+		// ConfigMap, mounted read-only): any other name there cannot exist,
+		// and horovodrun would only say so in a traceback.
+		if m := discoveryScriptFlag.FindStringSubmatch(line); m != nil {
+			script := strings.Trim(m[1], `"'`)
+			if (strings.HasPrefix(script, "/etc/edl/") || strings.HasPrefix(script, "/etc/mpi/")) && path.Base(script) != "discover_hosts.sh" {
+				return fmt.Sprintf("spec.launcherTemplate: --host-discovery-script %s does not exist: etjob provides /etc/edl/discover_hosts.sh", script)
+			}
+		}
+	}
+	if runs {
+		return ""
+	}
+	return "spec.launcherTemplate: a horovod job's launcher must run horovodrun (its command or args name none); " +
+		"put `horovodrun ... --host-discovery-script /etc/edl/discover_hosts.sh python train.py` there, or use spec.framework torchrun"
+}
+
+// discoveryScriptFlag finds horovodrun's --host-discovery-script argument.
+var discoveryScriptFlag = regexp.MustCompile(`--host-discovery-script[= ]+(\S+)`)

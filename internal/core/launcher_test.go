@@ -1,0 +1,240 @@
+package core_test
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/core"
+	. "github.com/etjob/etjob/internal/testutil"
+)
+
+// TestDecideLauncher runs the Decide cases of the launcher: its loss, its move
+// off a noticed node, horovodrun's start, stop and release (launcher.go).
+func TestDecideLauncher(t *testing.T) {
+	runDecideCases(t, map[string]decideCase{
+		"a failed launcher restarts the whole job under OnFailure": {
+			job: base().RestartPolicy(etjobv1.RestartPolicyOnFailure).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3,
+				Membership: etjobv1.MembershipStatus{Generation: 2, Hosts: []string{"j-worker-0:1", "j-worker-1:1"}}})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Node("od").Exited(1, t0).Obj(),
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+				MakeWorker(base().Obj(), 1).Ready("n1").Obj(),
+			},
+			nodes:          nodes("od", "n0", "n1"),
+			wantDelete:     []string{"j-launcher", "j-worker-0", "j-worker-1"},
+			wantGeneration: 3,
+			wantRestarts:   1,
+			wantFailures:   1,
+			wantCondReason: map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonRestarting},
+			wantSummary:    "Restarting",
+			wantEvents: []wantEvent{
+				warning(etjobv1.EventRestarting, "restarting the job (restart 1): launcher j-launcher lost (exit code 1)"),
+				normal(etjobv1.EventMembershipChanged, "generation 3: 0 members"),
+			},
+		},
+		"a preempted launcher restarts the job even under restartPolicy Never": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("gone").Obj(),
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+				MakeWorker(base().Obj(), 1).Ready("n1").Obj(),
+			},
+			nodes:           nodes("n0", "n1"),
+			wantDelete:      []string{"j-launcher", "j-worker-0", "j-worker-1"},
+			wantRestarts:    1,
+			wantFailures:    1,
+			wantPreemptions: 1,
+			wantCondReason:  map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonRestarting},
+			wantSummary:     "Restarting",
+			wantEvents:      []wantEvent{warning(etjobv1.EventRestarting, "restarting the job (restart 1): launcher j-launcher lost (NodeLost)")},
+		},
+		"a notice on the launcher's node tells every ready worker to checkpoint and stop": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3,
+				Membership: etjobv1.MembershipStatus{Generation: 2, Hosts: []string{"j-worker-0:1", "j-worker-1:1"}}})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Obj(),
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+				MakeWorker(base().Obj(), 1).Ready("n1").Obj(),
+				MakeWorker(base().Obj(), 2).Node("n2").Obj(),
+			},
+			nodes: map[string]*corev1.Node{"od": MakeNode("od").Notice(t0.Add(2*time.Minute), "aws").Obj(),
+				"n0": MakeNode("n0").Obj(), "n1": MakeNode("n1").Obj(), "n2": MakeNode("n2").Obj()},
+			wantSignal:     []string{"j-worker-0", "j-worker-1"},
+			wantGeneration: 3,
+			wantCondTrue:   []string{etjobv1.ConditionResizing},
+			wantCondReason: map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonLauncherMoving},
+			wantRequeue:    30 * time.Second,
+			wantSummary:    "LauncherMoving",
+			wantEvents: []wantEvent{
+				normal(etjobv1.EventLauncherMoving, "the node of launcher j-launcher is being reclaimed (ReclaimNotice(aws)): the workers"),
+				normal(etjobv1.EventMembershipChanged, "generation 3: 0 members"),
+			},
+		},
+		"the launcher moves once its workers stopped: a restart, not a failure": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Obj(),
+				MakeWorker(base().Obj(), 0).Told(t0.Add(-5*time.Second), etjobv1.ReasonLauncherMoving).Exited(etjobv1.ExitCodePreempted, t0).Obj(),
+				MakeWorker(base().Obj(), 1).Told(t0.Add(-5*time.Second), etjobv1.ReasonLauncherMoving).Exited(etjobv1.ExitCodePreempted, t0).Obj(),
+			},
+			nodes:           map[string]*corev1.Node{"od": MakeNode("od").Notice(t0.Add(2*time.Minute), "aws").Obj()},
+			wantDelete:      []string{"j-launcher", "j-worker-0", "j-worker-1"},
+			wantRestarts:    1,
+			wantPreemptions: 1,
+			wantCondReason:  map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonRestarting},
+			wantSummary:     "Restarting",
+			wantEvents:      []wantEvent{warning(etjobv1.EventRestarting, "the node of launcher j-launcher is being reclaimed (ReclaimNotice(aws)): restarting from the last checkpoint")},
+		},
+		"the launcher waits for a worker still within its grace period": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Obj(),
+				MakeWorker(base().Obj(), 0).Told(t0.Add(-5*time.Second), etjobv1.ReasonLauncherMoving).Exited(etjobv1.ExitCodePreempted, t0).Obj(),
+				MakeWorker(base().Obj(), 1).Told(t0.Add(-5*time.Second), etjobv1.ReasonLauncherMoving).Ready("n1").Obj(),
+			},
+			nodes:          map[string]*corev1.Node{"od": MakeNode("od").Notice(t0.Add(10*time.Second), "aws").Obj(), "n1": MakeNode("n1").Obj()},
+			wantCondTrue:   []string{etjobv1.ConditionResizing},
+			wantCondReason: map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonLauncherMoving},
+			wantRequeue:    25 * time.Second,
+			wantSummary:    "LauncherMoving",
+		},
+		"the launcher waits for a worker until its node's deadline when that is later than the grace period": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Obj(),
+				MakeWorker(base().Obj(), 0).Told(t0.Add(-5*time.Second), etjobv1.ReasonLauncherMoving).Exited(etjobv1.ExitCodePreempted, t0).Obj(),
+				MakeWorker(base().Obj(), 1).Told(t0.Add(-5*time.Second), etjobv1.ReasonLauncherMoving).Ready("n1").Obj(),
+			},
+			nodes:          map[string]*corev1.Node{"od": MakeNode("od").Notice(t0.Add(2*time.Minute), "aws").Obj(), "n1": MakeNode("n1").Obj()},
+			wantCondTrue:   []string{etjobv1.ConditionResizing},
+			wantCondReason: map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonLauncherMoving},
+			wantRequeue:    2 * time.Minute,
+			wantSummary:    "LauncherMoving",
+		},
+		"a noticed launcher lost before the move finished is a preemption, not a failure": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 1})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Exited(137, t0).Obj(),
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+			},
+			nodes:           map[string]*corev1.Node{"od": MakeNode("od").Notice(t0, "gcp").Obj(), "n0": MakeNode("n0").Obj()},
+			wantDelete:      []string{"j-launcher", "j-worker-0"},
+			wantRestarts:    1,
+			wantPreemptions: 1,
+			wantCondReason:  map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonRestarting},
+			wantSummary:     "Restarting",
+			wantEvents:      []wantEvent{warning(etjobv1.EventRestarting, "restarting the job (restart 1): launcher j-launcher lost (ReclaimNotice(gcp))")},
+		},
+		"a launcher whose node went during the move is not a failure either": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 1, Conditions: []metav1.Condition{
+				{Type: etjobv1.ConditionRunning, Status: metav1.ConditionFalse, Reason: etjobv1.ReasonLauncherMoving}}})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("gone").Obj(),
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+			},
+			nodes:           nodes("n0"),
+			wantDelete:      []string{"j-launcher", "j-worker-0"},
+			wantRestarts:    1,
+			wantPreemptions: 1,
+			wantCondReason:  map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonRestarting},
+			wantSummary:     "Restarting",
+			wantEvents:      []wantEvent{warning(etjobv1.EventRestarting, "restarting the job (restart 1): launcher j-launcher lost (NodeLost)")},
+		},
+		"a new horovod job waits for its workers before starting horovodrun": {
+			job:         base().Framework(etjobv1.FrameworkHorovod).Obj(),
+			wantCreate:  []int32{0, 1, 2},
+			wantSummary: "Pending",
+		},
+		"horovodrun starts once min workers are members": {
+			job: base().Framework(etjobv1.FrameworkHorovod).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2})).Obj(),
+			pods: []*corev1.Pod{
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+				MakeWorker(base().Obj(), 1).Ready("n1").Obj(),
+			},
+			nodes:          nodes("n0", "n1"),
+			wantLauncher:   true,
+			wantCreate:     []int32{2},
+			wantHosts:      []string{"j-worker-0:1", "j-worker-1:1"},
+			wantGeneration: 1,
+			wantCondTrue:   []string{etjobv1.ConditionRunning, etjobv1.ConditionResizing},
+			wantSummary:    "Resizing",
+			wantEvents:     []wantEvent{normal(etjobv1.EventMembershipChanged, "generation 1: 2 members")},
+		},
+		"horovodrun waits JoinBatchWindow for workers that are still starting": {
+			job: base().Framework(etjobv1.FrameworkHorovod).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3})).Obj(),
+			pods: []*corev1.Pod{
+				MakeWorker(base().Obj(), 0).ReadySince("n0", t0.Add(-time.Second)).Obj(),
+				MakeWorker(base().Obj(), 1).ReadySince("n1", t0.Add(-time.Second)).Obj(),
+				MakeWorker(base().Obj(), 2).Node("n2").Obj(),
+			},
+			nodes:          nodes("n0", "n1", "n2"),
+			wantHosts:      []string{"j-worker-0:1", "j-worker-1:1"},
+			wantGeneration: 1,
+			wantCondTrue:   []string{etjobv1.ConditionRunning, etjobv1.ConditionResizing},
+			wantSummary:    "Resizing",
+			wantRequeue:    core.JoinBatchWindow - time.Second,
+			wantEvents:     []wantEvent{normal(etjobv1.EventMembershipChanged, "generation 1: 2 members")},
+		},
+		"a launcher that cannot run its command fails the job at once, quoting its log": {
+			job: base().Framework(etjobv1.FrameworkHorovod).RestartPolicy(etjobv1.RestartPolicyOnFailure).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Node("od").ExitedWith(127, t0, "sh: 1: horovodrun: not found").Obj(),
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+				MakeWorker(base().Obj(), 1).Ready("n1").Obj(),
+			},
+			nodes:          nodes("od", "n0", "n1"),
+			wantDelete:     []string{"j-launcher", "j-worker-0", "j-worker-1"},
+			wantFailures:   1,
+			wantCondTrue:   []string{etjobv1.ConditionFailed},
+			wantCondReason: map[string]string{etjobv1.ConditionFailed: etjobv1.ReasonLauncherFailed},
+			wantSummary:    "Failed",
+			wantEvents:     []wantEvent{warning(etjobv1.EventFailed, "could not run its command (exit code 127: the image does not have it, or it is not executable): sh: 1: horovodrun: not found")},
+		},
+		"a horovod launcher that does not run horovodrun fails the job": {
+			job:            base().Framework(etjobv1.FrameworkHorovod).LauncherCommand("python", "train.py").Obj(),
+			wantCondTrue:   []string{etjobv1.ConditionFailed},
+			wantCondReason: map[string]string{etjobv1.ConditionFailed: etjobv1.ReasonInvalidLauncher},
+			wantSummary:    "Failed",
+			wantEvents:     []wantEvent{warning(etjobv1.EventFailed, "a horovod job's launcher must run horovodrun")},
+		},
+		"a discovery script etjob does not provide fails the job at once": {
+			job:            base().Framework(etjobv1.FrameworkHorovod).LauncherCommand("sh", "-c", "horovodrun -np 2 --host-discovery-script /etc/edl/discover.sh python t.py").Obj(),
+			wantCondTrue:   []string{etjobv1.ConditionFailed},
+			wantCondReason: map[string]string{etjobv1.ConditionFailed: etjobv1.ReasonInvalidLauncher},
+			wantSummary:    "Failed",
+			wantEvents:     []wantEvent{warning(etjobv1.EventFailed, "--host-discovery-script /etc/edl/discover.sh does not exist")},
+		},
+		"horovodrun told to stop below min: its exit is a release even after capacity returned": {
+			job: base().Framework(etjobv1.FrameworkHorovod).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 5})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Node("od").Told(t0.Add(-5*time.Second), etjobv1.ReasonWaitingForCapacity).Exited(1, t0).Obj(),
+				MakeWorker(base().Obj(), 3).Ready("n3").Obj(),
+				MakeWorker(base().Obj(), 4).Ready("n4").Obj(),
+			},
+			nodes:          nodes("od", "n3", "n4"),
+			wantDelete:     []string{"j-launcher", "j-worker-3", "j-worker-4"},
+			wantRestarts:   1,
+			wantCondReason: map[string]string{etjobv1.ConditionSuspended: etjobv1.ReasonWaitingForCapacity},
+			wantSummary:    "WaitingForCapacity",
+			wantEvents:     []wantEvent{warning(etjobv1.EventRestarting, "launcher j-launcher ended after the stop below spec.minReplicas (exit code 1)")},
+		},
+		"horovodrun's exit after the stop below min is a release, not a failure": {
+			job: base().Framework(etjobv1.FrameworkHorovod).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3,
+				Conditions: []metav1.Condition{{Type: etjobv1.ConditionSuspended, Status: metav1.ConditionTrue, Reason: etjobv1.ReasonWaitingForCapacity}}})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Node("od").Exited(1, t0).Obj(),
+				MakeWorker(base().Obj(), 2).Ready("n2").Told(t0.Add(-2*time.Second), etjobv1.ReasonWaitingForCapacity).Obj(),
+			},
+			nodes:          nodes("od", "n2"),
+			wantDelete:     []string{"j-launcher", "j-worker-2"},
+			wantRestarts:   1,
+			wantCondReason: map[string]string{etjobv1.ConditionSuspended: etjobv1.ReasonWaitingForCapacity},
+			wantSummary:    "WaitingForCapacity",
+			wantEvents:     []wantEvent{warning(etjobv1.EventRestarting, "launcher j-launcher ended after the stop below spec.minReplicas (exit code 1)")},
+		},
+	})
+}

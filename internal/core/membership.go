@@ -1,0 +1,131 @@
+package core
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+)
+
+// publish computes the membership: ready workers that are not leaving, by
+// index, at most maxReplicas. A change bumps the generation, which never goes
+// back.
+func (d *decision) publish() {
+	slots := SlotsPerWorker(d.spec)
+	d.members = d.members[:0]
+	for _, w := range d.workers {
+		if w.ready && w.active() && !d.deleted[w.pod.Name] && !d.signaled[w.pod.Name] {
+			d.members = append(d.members, w)
+		}
+	}
+	if len(d.members) > int(d.spec.MaxReplicas) {
+		d.members = d.members[:d.spec.MaxReplicas]
+	}
+	d.batchJoiners()
+	hosts := make([]string, 0, len(d.members))
+	for _, w := range d.members {
+		hosts = append(hosts, FormatHost(w.pod.Name, slots))
+	}
+	d.setHosts(hosts)
+}
+
+// batchJoiners holds back workers that became ready less than
+// JoinBatchWindow ago while others are bound and still starting, so that a
+// scale-out joins at once. Only a job that keeps minReplicas members without
+// them waits: a job below min resumes the moment it can.
+func (d *decision) batchJoiners() {
+	published := map[string]bool{}
+	for _, h := range d.s.Job.Status.Membership.Hosts {
+		published[HostName(h)] = true
+	}
+	var staying, joining []*podView
+	for _, w := range d.members {
+		if published[w.pod.Name] {
+			staying = append(staying, w)
+		} else {
+			joining = append(joining, w)
+		}
+	}
+	d.joining = nil
+	if len(joining) == 0 || len(staying) < int(d.spec.MinReplicas) {
+		return
+	}
+	starting := false
+	for _, w := range d.workers {
+		if w.active() && w.scheduled && !w.ready && !d.deleted[w.pod.Name] {
+			starting = true
+		}
+	}
+	first := time.Time{}
+	for _, w := range joining {
+		if !w.readySince.IsZero() && (first.IsZero() || w.readySince.Before(first)) {
+			first = w.readySince
+		}
+	}
+	if !starting || first.IsZero() || !d.now.Before(first.Add(JoinBatchWindow)) {
+		return
+	}
+	d.members = staying
+	d.joining = map[string]bool{}
+	for _, w := range joining {
+		d.joining[w.pod.Name] = true
+	}
+	d.requeueAt(first.Add(JoinBatchWindow))
+}
+
+// setHosts sets the membership this pass publishes. The generation is the
+// last published one plus one if the hosts differ from it, however many times
+// a pass recomputes them.
+func (d *decision) setHosts(hosts []string) {
+	orig := d.s.Job.Status.Membership
+	if slices.Equal(orig.Hosts, hosts) {
+		d.st.Membership = *orig.DeepCopy()
+		return
+	}
+	if len(hosts) == 0 {
+		hosts = nil
+	}
+	d.st.Membership = etjobv1.MembershipStatus{Generation: orig.Generation + 1, Hosts: hosts, ChangeTime: &metav1.Time{Time: d.now}}
+}
+
+// recordMembership emits the plan's membership, a timeline entry and an Event
+// when this pass changed it. Only its first call in a pass does anything
+// (run calls it before its conditions, Decide again for the other paths),
+// so no membership is recorded twice.
+func (d *decision) recordMembership() {
+	orig, m := d.s.Job.Status.Membership, d.st.Membership
+	if m.Generation == orig.Generation || d.plan.Membership != nil {
+		return
+	}
+	d.plan.Membership = &m
+	joined, left := diff(orig.Hosts, m.Hosts)
+	switch {
+	case len(joined) > 0 && len(left) == 0:
+		d.record(etjobv1.TimelineJoin, "joined: "+strings.Join(joined, ", "))
+	case len(left) > 0 && len(joined) == 0:
+		d.record(etjobv1.TimelineLeave, "left: "+strings.Join(left, ", "))
+	default:
+		d.record(etjobv1.TimelineChange, fmt.Sprintf("joined: %s; left: %s", strings.Join(joined, ", "), strings.Join(left, ", ")))
+	}
+	d.event(false, etjobv1.EventMembershipChanged, fmt.Sprintf("generation %d: %d members", m.Generation, len(m.Hosts)))
+}
+
+// diff returns the names of the hosts that joined and that left between two
+// memberships.
+func diff(old, cur []string) (joined, left []string) {
+	for _, h := range cur {
+		if !slices.Contains(old, h) {
+			joined = append(joined, HostName(h))
+		}
+	}
+	for _, h := range old {
+		if !slices.Contains(cur, h) {
+			left = append(left, HostName(h))
+		}
+	}
+	return joined, left
+}
