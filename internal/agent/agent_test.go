@@ -40,7 +40,7 @@ func TestAgent(t *testing.T) {
 	defer cancel()
 	cs := startAPIServer(t)
 
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"karpenter.sh/capacity-type": "spot"}}}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{etjobv1.LabelCapacityType: etjobv1.CapacityTypeSpot}}}
 	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

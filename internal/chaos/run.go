@@ -617,7 +617,7 @@ func (r *runner) liveSpot(ctx context.Context) ([]string, error) {
 	var nodes *corev1.NodeList
 	err := r.d.WaitFor(ctx, "the node list", time.Minute, func() (bool, error) {
 		var err error
-		nodes, err = r.d.Clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "karpenter.sh/capacity-type=spot"})
+		nodes, err = r.d.Clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: etjobv1.LabelCapacityType + "=" + etjobv1.CapacityTypeSpot})
 		return err == nil, nil
 	})
 	if err != nil {

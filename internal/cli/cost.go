@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -17,9 +16,6 @@ import (
 	"github.com/etjob/etjob/internal/render"
 )
 
-// LabelPricePerHour is the node label that holds the node's price per hour.
-const LabelPricePerHour = "etjob.dev/price-per-hour"
-
 const labelInstanceType = "node.kubernetes.io/instance-type"
 
 // CostOptions are the flags and arguments of `etjob cost`.
@@ -28,7 +24,7 @@ type CostOptions struct {
 	Names []string
 	// OnDemandPrice is --on-demand-price, the hourly on-demand price used when
 	// no on-demand node of the same instance type is in the cluster.
-	OnDemandPrice float64
+	OnDemandPrice etjobv1.PricePerHour
 	// Now is the clock (tests fix it).
 	Now func() time.Time
 
@@ -64,7 +60,7 @@ controller does not accumulate cost yet, so deleted pods (replaced, preempted, s
 			return o.Run(cmd.Context())
 		},
 	}
-	cmd.Flags().Float64Var(&o.OnDemandPrice, "on-demand-price", 0, "hourly on-demand price when the cluster has no on-demand node of the instance type")
+	cmd.Flags().Float64Var((*float64)(&o.OnDemandPrice), "on-demand-price", 0, "hourly on-demand price when the cluster has no on-demand node of the instance type")
 	return cmd
 }
 
@@ -115,12 +111,12 @@ type CostRow struct {
 	// Capacity is spot, on-demand or unknown (the node is gone).
 	Capacity string
 	// PricePerHour is the node price (0 when unknown).
-	PricePerHour float64
+	PricePerHour etjobv1.PricePerHour
 	// Hours are worker-hours.
 	Hours float64
 	// OnDemandPrice is the on-demand price of the same instance type (0 when
 	// unknown).
-	OnDemandPrice float64
+	OnDemandPrice etjobv1.PricePerHour
 }
 
 // Cost is the cost of one job's existing worker pods.
@@ -135,14 +131,14 @@ type Cost struct {
 
 // JobCost computes the worker-hours of the job's worker pods that still exist
 // by capacity type and node price. It is pure.
-func JobCost(job *etjobv1.ElasticJob, pods []corev1.Pod, nodes []corev1.Node, onDemandPrice float64, now time.Time) Cost {
+func JobCost(job *etjobv1.ElasticJob, pods []corev1.Pod, nodes []corev1.Node, onDemandPrice etjobv1.PricePerHour, now time.Time) Cost {
 	byName := map[string]*corev1.Node{}
-	odByType := map[string]float64{}
+	odByType := map[string]etjobv1.PricePerHour{}
 	for i := range nodes {
 		n := &nodes[i]
 		byName[n.Name] = n
-		if capacityType(n) == "on-demand" {
-			if p, err := strconv.ParseFloat(n.Labels[LabelPricePerHour], 64); err == nil {
+		if capacityType(n) == etjobv1.CapacityTypeOnDemand {
+			if p, ok := etjobv1.NodePricePerHour(n.Labels); ok {
 				odByType[n.Labels[labelInstanceType]] = max(odByType[n.Labels[labelInstanceType]], p)
 			}
 		}
@@ -158,16 +154,16 @@ func JobCost(job *etjobv1.ElasticJob, pods []corev1.Pod, nodes []corev1.Node, on
 		row := CostRow{Capacity: "unknown"}
 		if n := byName[p.Spec.NodeName]; n != nil {
 			row.Capacity = capacityType(n)
-			row.PricePerHour, _ = strconv.ParseFloat(n.Labels[LabelPricePerHour], 64)
+			row.PricePerHour, _ = etjobv1.NodePricePerHour(n.Labels)
 			row.OnDemandPrice = odByType[n.Labels[labelInstanceType]]
-			if row.Capacity == "on-demand" && row.PricePerHour > 0 {
+			if row.Capacity == etjobv1.CapacityTypeOnDemand && row.PricePerHour > 0 {
 				row.OnDemandPrice = row.PricePerHour
 			}
 		}
 		if row.OnDemandPrice == 0 {
 			row.OnDemandPrice = onDemandPrice
 		}
-		k := [2]string{row.Capacity, strconv.FormatFloat(row.PricePerHour, 'f', -1, 64) + "/" + strconv.FormatFloat(row.OnDemandPrice, 'f', -1, 64)}
+		k := [2]string{row.Capacity, row.PricePerHour.String() + "/" + row.OnDemandPrice.String()}
 		if rows[k] == nil {
 			r := row
 			rows[k] = &r
@@ -192,10 +188,10 @@ func JobCost(job *etjobv1.ElasticJob, pods []corev1.Pod, nodes []corev1.Node, on
 func capacityType(n *corev1.Node) string {
 	for k, v := range render.CapacityTypeLabels {
 		if n.Labels[k] == v {
-			return "spot"
+			return etjobv1.CapacityTypeSpot
 		}
 	}
-	return "on-demand"
+	return etjobv1.CapacityTypeOnDemand
 }
 
 // podRunTime is how long the pod's containers ran: from the pod's start to
@@ -230,12 +226,12 @@ func printCost(out io.Writer, c Cost) {
 	for _, r := range c.Rows {
 		price := "N/A"
 		if r.PricePerHour > 0 {
-			price = fmt.Sprintf("%.4f", r.PricePerHour)
+			price = fmt.Sprintf("%.4f", float64(r.PricePerHour))
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%.3f\t%.4f\n", r.Capacity, price, r.Hours, r.Hours*r.PricePerHour)
+		fmt.Fprintf(tw, "  %s\t%s\t%.3f\t%.4f\n", r.Capacity, price, r.Hours, r.PricePerHour.Cost(r.Hours))
 		hours += r.Hours
-		total += r.Hours * r.PricePerHour
-		onDemand += r.Hours * r.OnDemandPrice
+		total += r.PricePerHour.Cost(r.Hours)
+		onDemand += r.OnDemandPrice.Cost(r.Hours)
 		if r.OnDemandPrice == 0 {
 			knownOD = false
 		}

@@ -122,7 +122,7 @@ func node(name string, spot bool, price string) *corev1.Node {
 		capacity = "spot"
 	}
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-		"karpenter.sh/capacity-type": capacity, LabelPricePerHour: price, labelInstanceType: "p3.2xlarge"}}}
+		etjobv1.LabelCapacityType: capacity, etjobv1.LabelPricePerHour: price, labelInstanceType: "p3.2xlarge"}}}
 }
 
 func testFactory(objs ...runtime.Object) (*factory, *bytes.Buffer, *bytes.Buffer) {

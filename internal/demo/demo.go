@@ -79,7 +79,7 @@ type story struct {
 	mu    sync.Mutex
 	// workerSeconds by node, and node prices.
 	seconds map[string]float64
-	prices  map[string]float64
+	prices  map[string]etjobv1.PricePerHour
 }
 
 // Run tells the story and returns what happened.
@@ -252,7 +252,7 @@ func (s *story) meter(ctx context.Context) {
 			s.mu.Lock()
 			if _, ok := s.prices[p.Spec.NodeName]; !ok {
 				if n, err := s.d.Clientset.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{}); err == nil {
-					s.prices[p.Spec.NodeName], _ = strconv.ParseFloat(n.Labels["etjob.dev/price-per-hour"], 64)
+					s.prices[p.Spec.NodeName], _ = etjobv1.NodePricePerHour(n.Labels)
 				}
 			}
 			s.seconds[p.Spec.NodeName] += dt
@@ -270,11 +270,10 @@ func (s *story) collect(ctx context.Context) error {
 	s.res.Accuracy, s.res.Steps, s.res.Completed = driver.Final(lines)
 	s.res.LedgerOK, s.res.LedgerDetail = driver.LedgerOK(lines)
 	s.res.Resumes = driver.Resumes(lines)
-	onDemand, _ := strconv.ParseFloat(localcluster.OnDemandPrice, 64)
 	s.mu.Lock()
 	for node, sec := range s.seconds {
-		s.res.Cost += sec / 3600 * s.prices[node]
-		s.res.OnDemandCost += sec / 3600 * onDemand
+		s.res.Cost += s.prices[node].Cost(sec / 3600)
+		s.res.OnDemandCost += localcluster.OnDemandPrice.Cost(sec / 3600)
 	}
 	s.mu.Unlock()
 	if job, err := s.d.Get(ctx); err == nil {
@@ -471,5 +470,5 @@ func newStory(o Options) (*story, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &story{Options: o, d: d, start: time.Now(), res: &Result{}, seconds: map[string]float64{}, prices: map[string]float64{}}, nil
+	return &story{Options: o, d: d, start: time.Now(), res: &Result{}, seconds: map[string]float64{}, prices: map[string]etjobv1.PricePerHour{}}, nil
 }

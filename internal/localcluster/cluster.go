@@ -214,7 +214,7 @@ type NodeSpec struct {
 	Name         string
 	Spot         bool
 	InstanceType string
-	PricePerHour string
+	PricePerHour etjobv1.PricePerHour
 	// Provider is the cloud whose metadata service the node emulates
 	// (alibaba, aws, gcp, azure) and whose notices its agent reads.
 	Provider string
@@ -242,15 +242,15 @@ func (n NodeSpec) MetadataURL() string { return fmt.Sprintf("http://%s:%d", n.No
 // labels real clouds use are listed in internal/render.CapacityTypeLabels),
 // instance type, price, zone.
 func (n NodeSpec) Labels() map[string]string {
-	ct := "on-demand"
+	ct := etjobv1.CapacityTypeOnDemand
 	if n.Spot {
-		ct = "spot"
+		ct = etjobv1.CapacityTypeSpot
 	}
 	return map[string]string{
-		"karpenter.sh/capacity-type":       ct,
+		etjobv1.LabelCapacityType:          ct,
 		"node.kubernetes.io/instance-type": n.InstanceType,
 		"topology.kubernetes.io/zone":      "local-a",
-		"etjob.dev/price-per-hour":         n.PricePerHour,
+		etjobv1.LabelPricePerHour:          n.PricePerHour.String(),
 		etjobv1.LabelCloudProvider:         n.Provider,
 	}
 }

@@ -20,12 +20,12 @@ import (
 // p3.2xlarge as Bamboo (NSDI'23) priced it, so that local cost reports can be
 // set beside published numbers; launcher nodes are CPU-only m5.xlarge.
 const (
-	InstanceType        = "p3.2xlarge"
-	SpotPrice           = "0.91"
-	OnDemandPrice       = "3.06"
-	LauncherType        = "m5.xlarge"
-	LauncherPrice       = "0.192"
-	launcherIndexOffset = 1
+	InstanceType                             = "p3.2xlarge"
+	SpotPrice           etjobv1.PricePerHour = 0.91
+	OnDemandPrice       etjobv1.PricePerHour = 3.06
+	LauncherType                             = "m5.xlarge"
+	LauncherPrice       etjobv1.PricePerHour = 0.192
+	launcherIndexOffset                      = 1
 )
 
 // Providers are the clouds whose metadata services nodes emulate, in the

@@ -26,19 +26,19 @@ const AgentPort = 9477
 // capacity to their spot value. Workers of spot jobs prefer nodes matching any;
 // launchers of spot jobs require nodes matching none.
 var CapacityTypeLabels = map[string]string{
-	"karpenter.sh/capacity-type":                 "spot",         // Karpenter (any cloud), and etjob's local cluster
-	"eks.amazonaws.com/capacityType":             "SPOT",         // EKS managed node groups
-	"cloud.google.com/gke-spot":                  "true",         // GKE Spot VMs
-	"cloud.google.com/gke-preemptible":           "true",         // GKE preemptible VMs
-	"kubernetes.azure.com/scalesetpriority":      "spot",         // AKS spot node pools
-	"node.alibabacloud.com/instance-charge-type": "SpotInstance", // ACK spot node pools
+	etjobv1.LabelCapacityType:                    etjobv1.CapacityTypeSpot, // Karpenter (any cloud), and etjob's local cluster
+	"eks.amazonaws.com/capacityType":             "SPOT",                   // EKS managed node groups
+	"cloud.google.com/gke-spot":                  "true",                   // GKE Spot VMs
+	"cloud.google.com/gke-preemptible":           "true",                   // GKE preemptible VMs
+	"kubernetes.azure.com/scalesetpriority":      "spot",                   // AKS spot node pools
+	"node.alibabacloud.com/instance-charge-type": "SpotInstance",           // ACK spot node pools
 }
 
 // spotTolerations are the taints that providers put on spot nodes.
 var spotTolerations = []corev1.Toleration{
 	{Key: "cloud.google.com/gke-spot", Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule},
 	{Key: "kubernetes.azure.com/scalesetpriority", Operator: corev1.TolerationOpEqual, Value: "spot", Effect: corev1.TaintEffectNoSchedule},
-	{Key: "karpenter.sh/capacity-type", Operator: corev1.TolerationOpEqual, Value: "spot", Effect: corev1.TaintEffectNoSchedule},
+	{Key: etjobv1.LabelCapacityType, Operator: corev1.TolerationOpEqual, Value: etjobv1.CapacityTypeSpot, Effect: corev1.TaintEffectNoSchedule},
 }
 
 // ConfigMapName is the name of the job's membership ConfigMap.

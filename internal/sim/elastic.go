@@ -140,7 +140,7 @@ func newElastic(tr *Trace, p Params) *elastic {
 	}
 	w.job = simJob(p)
 	w.nodes[launcherNode] = &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: launcherNode, Labels: map[string]string{"karpenter.sh/capacity-type": "on-demand"}},
+		ObjectMeta: metav1.ObjectMeta{Name: launcherNode, Labels: map[string]string{etjobv1.LabelCapacityType: etjobv1.CapacityTypeOnDemand}},
 		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
 	}
 	failures := 0
@@ -224,7 +224,7 @@ func (w *elastic) addNode(name string) {
 	prov := w.p.Provider
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-			"karpenter.sh/capacity-type": "spot", etjobv1.LabelCloudProvider: prov.Name,
+			etjobv1.LabelCapacityType: etjobv1.CapacityTypeSpot, etjobv1.LabelCloudProvider: prov.Name,
 		}},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
 	}

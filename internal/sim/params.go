@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 )
 
 // Provider is a cloud's reclamation notice as the simulator replays it: the
@@ -100,8 +102,8 @@ type Params struct {
 	// checkpoints this often against failures no notice announces.
 	MaxCheckpointInterval time.Duration
 	// SpotPrice and OnDemandPrice are $ per node-hour.
-	SpotPrice     float64
-	OnDemandPrice float64
+	SpotPrice     etjobv1.PricePerHour
+	OnDemandPrice etjobv1.PricePerHour
 	// CheckInvariants checks every plan of the decision core against the
 	// running invariant and the plan rules (tests turn it on).
 	CheckInvariants bool

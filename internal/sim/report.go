@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 )
 
 // Options say what Compare runs beside Params.
@@ -54,10 +56,10 @@ type Row struct {
 
 // Scenario is the strategies side by side under one price and notice.
 type Scenario struct {
-	Name          string  `json:"name"`
-	SpotPrice     float64 `json:"spotPrice"`
-	OnDemandPrice float64 `json:"onDemandPrice"`
-	Rows          []Row   `json:"rows"`
+	Name          string               `json:"name"`
+	SpotPrice     etjobv1.PricePerHour `json:"spotPrice"`
+	OnDemandPrice etjobv1.PricePerHour `json:"onDemandPrice"`
+	Rows          []Row                `json:"rows"`
 }
 
 // Goal is one target of issue #6 and whether the simulation met it.
@@ -185,14 +187,14 @@ func Compare(tr *Trace, o Options) (*Comparison, error) {
 		return nil, err
 	}
 	c.Scenarios = append(c.Scenarios, Scenario{
-		Name:      fmt.Sprintf("spot $%.2f/h vs on-demand $%.2f/h, %s notice", p.SpotPrice, p.OnDemandPrice, p.Provider),
+		Name:      fmt.Sprintf("spot $%.2f/h vs on-demand $%.2f/h, %s notice", float64(p.SpotPrice), float64(p.OnDemandPrice), p.Provider),
 		SpotPrice: p.SpotPrice, OnDemandPrice: p.OnDemandPrice,
 		Rows: []Row{row(el, od), row(fixed, od), row(restart, od), row(grow, od), row(od, od)},
 	})
 
 	cheap := p
 	cheap.Provider = o.CheapProvider
-	cheap.SpotPrice = p.OnDemandPrice * o.CheapFraction
+	cheap.SpotPrice = p.OnDemandPrice * etjobv1.PricePerHour(o.CheapFraction)
 	elCheap, err := RunElastic(tr, cheap)
 	if err != nil {
 		return nil, err

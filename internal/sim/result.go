@@ -1,6 +1,10 @@
 package sim
 
-import "time"
+import (
+	"time"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+)
 
 // Strategy names.
 const (
@@ -32,9 +36,9 @@ type Result struct {
 	// WorkerSeconds are the worker-seconds spent training, lost work included.
 	WorkerSeconds float64 `json:"workerSeconds"`
 	// NodeSeconds are the node-seconds paid for, at PricePerHour per hour.
-	NodeSeconds  float64 `json:"nodeSeconds"`
-	PricePerHour float64 `json:"pricePerHour"`
-	Cost         float64 `json:"cost"`
+	NodeSeconds  float64              `json:"nodeSeconds"`
+	PricePerHour etjobv1.PricePerHour `json:"pricePerHour"`
+	Cost         float64              `json:"cost"`
 	// CostPerMillion is Cost per million committed samples.
 	CostPerMillion float64 `json:"costPerMillionSamples"`
 	// BelowMinSeconds is the time the job did not train for want of
@@ -79,9 +83,9 @@ type Result struct {
 }
 
 // AtPrice returns the result with its cost at another price per node-hour.
-func (r Result) AtPrice(price float64) Result {
+func (r Result) AtPrice(price etjobv1.PricePerHour) Result {
 	r.PricePerHour = price
-	r.Cost = r.NodeSeconds / 3600 * price
+	r.Cost = price.Cost(r.NodeSeconds / 3600)
 	r.CostPerMillion = 0
 	if r.Samples > 0 {
 		r.CostPerMillion = r.Cost / r.Samples * 1e6
@@ -150,7 +154,7 @@ func (l *ledger) state(now time.Duration, waiting, pausing bool) {
 	l.pausing, l.pauseSince = pausing, now
 }
 
-func (l *ledger) result(strategy, trace string, span time.Duration, nodeSeconds, price float64) Result {
+func (l *ledger) result(strategy, trace string, span time.Duration, nodeSeconds float64, price etjobv1.PricePerHour) Result {
 	l.state(span, false, false)
 	r := Result{
 		Strategy: strategy, Trace: trace, SpanSeconds: span.Seconds(),

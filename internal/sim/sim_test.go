@@ -350,7 +350,7 @@ func TestRestartFixedHandTraces(t *testing.T) {
 			}
 			// Spot cost: every trace node-hour, as for the other strategies.
 			if r.Strategy != StrategyRestartFixed || r.FixedSize != tc.size || r.NodeSeconds != tr.Stats().NodeSeconds ||
-				!near(r.Cost, tr.Stats().NodeSeconds/3600*p.SpotPrice) {
+				!near(r.Cost, p.SpotPrice.Cost(tr.Stats().NodeSeconds/3600)) {
 				t.Errorf("strategy %q size %d node-s %v cost %v", r.Strategy, r.FixedSize, r.NodeSeconds, r.Cost)
 			}
 		})
@@ -402,7 +402,7 @@ func TestOnDemand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Samples != 2000 || r.Cost != 2*1000.0/3600*p.OnDemandPrice {
+	if r.Samples != 2000 || r.Cost != p.OnDemandPrice.Cost(2*1000.0/3600) {
 		t.Errorf("on-demand: %+v", r)
 	}
 }
@@ -511,7 +511,7 @@ func TestCompare(t *testing.T) {
 		t.Errorf("on-demand row: %+v", od)
 	}
 	cheap := c.Scenarios[1]
-	if !near(cheap.SpotPrice, 0.306) || !near(cheap.Rows[1].PricePerHour, 0.306) || !near(cheap.Rows[2].PricePerHour, 0.306) ||
+	if !near(float64(cheap.SpotPrice), 0.306) || !near(float64(cheap.Rows[1].PricePerHour), 0.306) || !near(float64(cheap.Rows[2].PricePerHour), 0.306) ||
 		cheap.Rows[0].Notice != "alibaba 300s" {
 		t.Errorf("cheap scenario: %+v", cheap)
 	}

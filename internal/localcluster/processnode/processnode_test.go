@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/localcluster/processnode"
 	"github.com/etjob/etjob/internal/testutil"
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
@@ -40,7 +41,7 @@ func TestProcessNode(t *testing.T) {
 		Client:   cs,
 		NodeName: nodeName,
 		NodeIP:   "127.0.9.1",
-		Labels:   map[string]string{"karpenter.sh/capacity-type": "spot", "etjob.dev/price-per-hour": "0.91"},
+		Labels:   map[string]string{etjobv1.LabelCapacityType: etjobv1.CapacityTypeSpot, etjobv1.LabelPricePerHour: "0.91"},
 		WorkDir:  t.TempDir(),
 	})
 	if err != nil {
@@ -63,7 +64,7 @@ func TestProcessNode(t *testing.T) {
 			return false
 		}
 		gpu := node.Status.Allocatable[processnode.ResourceGPU]
-		return nodeReady(node) && node.Labels["karpenter.sh/capacity-type"] == "spot" && gpu.Value() == 1
+		return nodeReady(node) && node.Labels[etjobv1.LabelCapacityType] == etjobv1.CapacityTypeSpot && gpu.Value() == 1
 	})
 	if _, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, nodeName, metav1.GetOptions{}); err != nil {
 		t.Errorf("node lease: %v", err)

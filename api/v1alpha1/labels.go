@@ -1,0 +1,52 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// The node labels etjob reads to tell spot capacity from on-demand and to
+// price it. Clouds spell capacity in several ways (internal/render lists
+// them); LabelCapacityType is the one etjob's own nodes and reports use.
+const (
+	// LabelCapacityType is Karpenter's capacity label, on any cloud and on
+	// etjob's local cluster: CapacityTypeSpot or CapacityTypeOnDemand.
+	LabelCapacityType    = "karpenter.sh/capacity-type"
+	CapacityTypeSpot     = "spot"
+	CapacityTypeOnDemand = "on-demand"
+
+	// LabelPricePerHour on a node is its price in US dollars per hour, a
+	// decimal number ("0.91"): what `etjob cost` and the demo charge.
+	LabelPricePerHour = "etjob.dev/price-per-hour"
+)
+
+// PricePerHour is a price in US dollars per node-hour: a node's, in its
+// LabelPricePerHour label, or a simulated one.
+type PricePerHour float64
+
+// ParsePricePerHour reads a LabelPricePerHour value.
+func ParsePricePerHour(s string) (PricePerHour, error) {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, fmt.Errorf("price per hour %q: want a decimal number of US dollars, 0 or more", s)
+	}
+	return PricePerHour(f), nil
+}
+
+// NodePricePerHour is the price in a node's labels; ok is false when the
+// label is missing or not a price.
+func NodePricePerHour(labels map[string]string) (p PricePerHour, ok bool) {
+	v, found := labels[LabelPricePerHour]
+	if !found {
+		return 0, false
+	}
+	p, err := ParsePricePerHour(v)
+	return p, err == nil
+}
+
+// String is the label value: the shortest decimal that reads back the same.
+func (p PricePerHour) String() string { return strconv.FormatFloat(float64(p), 'f', -1, 64) }
+
+// Cost is the price of hours node-hours.
+func (p PricePerHour) Cost(hours float64) float64 { return hours * float64(p) }

@@ -1,0 +1,29 @@
+package v1alpha1
+
+import "testing"
+
+func TestPricePerHour(t *testing.T) {
+	for _, s := range []string{"0.91", "3.06", "0", "0.192", "12"} {
+		p, err := ParsePricePerHour(s)
+		if err != nil || p.String() != s {
+			t.Errorf("ParsePricePerHour(%q) = %v, %v; want it back", s, p, err)
+		}
+	}
+	for _, s := range []string{"", "-1", "abc", "NaN", "+Inf", "1,5"} {
+		if _, err := ParsePricePerHour(s); err == nil {
+			t.Errorf("ParsePricePerHour(%q): no error", s)
+		}
+	}
+	if p, ok := NodePricePerHour(map[string]string{LabelPricePerHour: "0.91"}); !ok || p != 0.91 {
+		t.Errorf("NodePricePerHour = %v, %v", p, ok)
+	}
+	if _, ok := NodePricePerHour(map[string]string{}); ok {
+		t.Error("no label: ok")
+	}
+	if _, ok := NodePricePerHour(map[string]string{LabelPricePerHour: "cheap"}); ok {
+		t.Error("a label that is no price: ok")
+	}
+	if c := PricePerHour(3.06).Cost(2); c != 6.12 {
+		t.Errorf("Cost(2h) = %v", c)
+	}
+}
