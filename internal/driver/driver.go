@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -99,14 +98,4 @@ func Failed(j *etjobv1.ElasticJob) error {
 		return fmt.Errorf("the job failed: %s: %s", c.Reason, c.Message)
 	}
 	return nil
-}
-
-// NodeReady reports whether the node's Ready condition is True.
-func NodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

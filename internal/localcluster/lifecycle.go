@@ -240,11 +240,9 @@ func (c *Cluster) WaitNodesReady(ctx context.Context, want int) error {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		var ready []string
 		if err == nil {
-			for _, n := range nodes.Items {
-				for _, cond := range n.Status.Conditions {
-					if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-						ready = append(ready, n.Name)
-					}
+			for i := range nodes.Items {
+				if NodeReady(&nodes.Items[i]) {
+					ready = append(ready, nodes.Items[i].Name)
 				}
 			}
 		}
@@ -261,4 +259,14 @@ func (c *Cluster) WaitNodesReady(ctx context.Context, want int) error {
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
+}
+
+// NodeReady reports whether the node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

@@ -22,10 +22,12 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/virtual-kubelet/virtual-kubelet/node/api"
+
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/localcluster"
 	"github.com/etjob/etjob/internal/localcluster/processnode"
 	"github.com/etjob/etjob/internal/testutil"
-	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 )
 
 const nodeName = "process-node-1"
@@ -64,7 +66,7 @@ func TestProcessNode(t *testing.T) {
 			return false
 		}
 		gpu := node.Status.Allocatable[processnode.ResourceGPU]
-		return nodeReady(node) && node.Labels[etjobv1.LabelCapacityType] == etjobv1.CapacityTypeSpot && gpu.Value() == 1
+		return localcluster.NodeReady(node) && node.Labels[etjobv1.LabelCapacityType] == etjobv1.CapacityTypeSpot && gpu.Value() == 1
 	})
 	if _, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, nodeName, metav1.GetOptions{}); err != nil {
 		t.Errorf("node lease: %v", err)
@@ -554,15 +556,6 @@ func podLog(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name
 		return "" // the node does not know the pod yet
 	}
 	return string(b)
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func podReady(p *corev1.Pod) bool {
