@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/etjob/etjob/internal/agent/notice"
+	"github.com/etjob/etjob/internal/logging"
 )
 
 // Main runs the agent with command-line args and returns the exit code;
@@ -49,8 +49,9 @@ func run(ctx context.Context, args []string) error {
 		azureVM      = fs.String("azure-vm-name", "", "this VM's name in Azure scheduled events (default: accept events for any VM)")
 		audiences    = fs.String("token-audiences", "", "comma-separated audiences pod tokens must carry (default the API server's)")
 		insecure     = fs.Bool("insecure-skip-pod-auth", false, "serve any caller as the pod it names, without a token (local debugging only)")
-		verbose      = fs.Bool("v", false, "log debug messages")
 	)
+	var logOpts logging.Options
+	logOpts.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -63,14 +64,12 @@ func run(ctx context.Context, args []string) error {
 	if *confirm < 1 {
 		return fmt.Errorf("--confirm %d: must be at least 1", *confirm)
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
+	log, err := logOpts.New(os.Stderr)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	var cfg *rest.Config
-	var err error
 	if *kubeconfig != "" {
 		cfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	} else {

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/logging"
 	"github.com/etjob/etjob/internal/scheme"
 )
 
@@ -68,24 +70,22 @@ func (f *factory) Clients() (*Clients, error) {
 	return f.clients, nil
 }
 
-var logLevels = map[string]int{"debug": 0, "info": 1, "warn": 2, "warning": 2, "error": 3}
-
 func (f *factory) validateLogLevel() error {
-	if _, ok := logLevels[strings.ToLower(f.logLevel)]; !ok {
-		return fmt.Errorf("--loglevel %q: must be debug, info, warn or error", f.logLevel)
+	if _, err := logging.ParseLevel(f.logLevel); err != nil {
+		return fmt.Errorf("--loglevel %w", err)
 	}
 	return nil
 }
 
-// logf prints an Arena-style (logrus) line, e.g. "INFO[0003] msg", to the
-// error stream, so that stdout stays a clean object (-o yaml) or table.
-func (f *factory) logf(level, format string, args ...any) {
-	if logLevels[strings.ToLower(level)] < logLevels[strings.ToLower(f.logLevel)] {
-		return
+// log is the command's logger: Arena-style (logrus) lines, e.g.
+// "INFO[0003] msg", on the error stream, so that stdout stays a clean object
+// (-o yaml) or table.
+func (f *factory) log() *slog.Logger {
+	level, err := logging.ParseLevel(f.logLevel)
+	if err != nil {
+		level = slog.LevelInfo // validateLogLevel refused it before any command ran
 	}
-	tag := map[string]string{"debug": "DEBU", "info": "INFO", "warn": "WARN", "error": "ERRO"}[level]
-	secs := int(time.Since(f.start).Seconds())
-	fmt.Fprintf(f.streams.ErrOut, "%s[%04d] %s\n", tag, secs, fmt.Sprintf(format, args...))
+	return slog.New(logging.NewArenaHandler(f.streams.ErrOut, level, f.start))
 }
 
 // out is the command's standard output.

@@ -92,7 +92,7 @@ func (o *LifecycleOptions) one(ctx context.Context, name string) error {
 	past := map[string]string{"delete": "deleted", "suspend": "suspended", "resume": "resumed"}[o.Verb]
 	fmt.Fprintf(o.factory.out(), "%s %s\n", jobRef(name), past)
 	if o.Verb == "delete" {
-		o.factory.logf("info", "The training job %s has been deleted successfully", name)
+		o.factory.log().Info(fmt.Sprintf("The training job %s has been deleted successfully", name))
 	}
 	return nil
 }

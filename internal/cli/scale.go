@@ -246,7 +246,7 @@ func (o *ScaleOptions) Run(ctx context.Context) error {
 	}
 	fmt.Fprintf(f.out(), "%s scaled (%d -> %d workers)\n", jobRef(job.Name), prev, target)
 	if o.Verb != verbScale {
-		f.logf("info", "The %s of %s from %d to %d workers has been submitted successfully", o.Verb, job.Name, prev, target)
+		f.log().Info(fmt.Sprintf("The %s of %s from %d to %d workers has been submitted successfully", o.Verb, job.Name, prev, target))
 	}
 	if o.Timeout <= 0 {
 		return nil
@@ -335,7 +335,7 @@ func (o *ScaleOptions) request(ctx context.Context, job *etjobv1.ElasticJob, pre
 		return fmt.Errorf("creating the %s request: %w", kind, err)
 	}
 	fmt.Fprintf(f.out(), "%s.etjob.dev/%s created\n", kind, req.GetName())
-	f.logf("info", "The %s job %s has been submitted successfully (%s: %d -> %d workers)", kind, req.GetName(), job.Name, prev, target)
+	f.log().Info(fmt.Sprintf("The %s job %s has been submitted successfully (%s: %d -> %d workers)", kind, req.GetName(), job.Name, prev, target))
 	// The controller decides the outcome; wait a little longer than its timeout.
 	deadline := time.Now().Add(time.Duration(spec.TimeoutSeconds)*time.Second + 15*time.Second)
 	lastMembers := int32(-1)
@@ -346,12 +346,12 @@ func (o *ScaleOptions) request(ctx context.Context, job *etjobv1.ElasticJob, pre
 		_, st := req.Request()
 		var cur etjobv1.ElasticJob
 		if err := c.Get(ctx, client.ObjectKeyFromObject(job), &cur); err == nil && cur.Status.Members != lastMembers {
-			f.logf("info", "%s: %d of %d workers are members, %d leaving", job.Name, cur.Status.Members, target, cur.Status.LeavingReplicas)
+			f.log().Info(fmt.Sprintf("%s: %d of %d workers are members, %d leaving", job.Name, cur.Status.Members, target, cur.Status.LeavingReplicas))
 			lastMembers = cur.Status.Members
 		}
 		switch st.Phase {
 		case etjobv1.ScaleRequestSucceeded:
-			f.logf("info", "%s %s succeeded: %s", kind, req.GetName(), st.Message)
+			f.log().Info(fmt.Sprintf("%s %s succeeded: %s", kind, req.GetName(), st.Message))
 			return nil
 		case etjobv1.ScaleRequestRefused, etjobv1.ScaleRequestRolledBack, etjobv1.ScaleRequestTimedOut:
 			return fmt.Errorf("%s %s %s: %s", kind, req.GetName(), strings.ToLower(string(st.Phase)), st.Message)
@@ -401,7 +401,7 @@ func (o *ScaleOptions) wait(ctx context.Context, job *etjobv1.ElasticJob, prev, 
 		}
 		st := cur.Status
 		if st.Members != lastMembers || st.LeavingReplicas != lastLeaving {
-			f.logf("info", "%s: %d of %d workers are members, %d leaving", job.Name, st.Members, target, st.LeavingReplicas)
+			f.log().Info(fmt.Sprintf("%s: %d of %d workers are members, %d leaving", job.Name, st.Members, target, st.LeavingReplicas))
 			lastMembers, lastLeaving = st.Members, st.LeavingReplicas
 		}
 		done := st.Members >= target
@@ -409,7 +409,7 @@ func (o *ScaleOptions) wait(ctx context.Context, job *etjobv1.ElasticJob, prev, 
 			done = st.Members <= target && st.LeavingReplicas == 0
 		}
 		if done && st.ObservedGeneration >= cur.Generation {
-			f.logf("info", "%s has %d members", job.Name, st.Members)
+			f.log().Info(fmt.Sprintf("%s has %d members", job.Name, st.Members))
 			return nil
 		}
 		if s := jobStatus(&cur); s == "SUCCEEDED" || s == "FAILED" {
@@ -431,6 +431,6 @@ func (o *ScaleOptions) wait(ctx context.Context, job *etjobv1.ElasticJob, prev, 
 	if err := setReplicas(ctx, c, &cur, prev); err != nil {
 		return fmt.Errorf("%s; restoring the previous %d replicas failed: %w", msg, prev, err)
 	}
-	f.logf("warn", "%s; restored the previous %d replicas", msg, prev)
+	f.log().Warn(fmt.Sprintf("%s; restored the previous %d replicas", msg, prev))
 	return fmt.Errorf("%s; replicas restored to %d", msg, prev)
 }

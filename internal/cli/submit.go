@@ -340,9 +340,9 @@ func (o *SubmitOptions) Validate() error {
 func (o *SubmitOptions) Run(ctx context.Context) error {
 	f := o.factory
 	job := o.job
-	f.logf("debug", "framework %s, %d workers (%d-%d), %d GPUs each, command: %s", job.Spec.Framework, job.Spec.Replicas, job.Spec.MinReplicas, job.Spec.MaxReplicas, o.GPUs, o.Command)
+	f.log().Debug(fmt.Sprintf("framework %s, %d workers (%d-%d), %d GPUs each, command: %s", job.Spec.Framework, job.Spec.Replicas, job.Spec.MinReplicas, job.Spec.MaxReplicas, o.GPUs, o.Command))
 	if w := checkpointWarning(*o); w != "" {
-		f.logf("warn", "%s", w)
+		f.log().Warn(w)
 	}
 	if o.DryRun == "client" {
 		if o.Output != "" {
@@ -370,8 +370,8 @@ func (o *SubmitOptions) Run(ctx context.Context) error {
 		return nil
 	}
 	fmt.Fprintf(f.out(), "%s created\n", jobRef(job.Name))
-	f.logf("info", "The Job %s has been submitted successfully", job.Name)
-	f.logf("info", "You can run `%s get %s -n %s` to check the job status", f.prog, job.Name, job.Namespace)
+	f.log().Info(fmt.Sprintf("The Job %s has been submitted successfully", job.Name))
+	f.log().Info(fmt.Sprintf("You can run `%s get %s -n %s` to check the job status", f.prog, job.Name, job.Namespace))
 	return nil
 }
 

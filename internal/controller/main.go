@@ -3,11 +3,14 @@ package controller
 import (
 	"context"
 	"flag"
+	"fmt"
+	"os"
 
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/etjob/etjob/internal/logging"
 )
 
 // Main runs the controller with command-line args and returns the exit code.
@@ -26,12 +29,17 @@ func Main(args []string, version string) int {
 		burst         = fs.Int("kube-api-burst", 100, "client-side burst towards the API server")
 		decisionsFile = fs.String("record-decisions", "", "append every decision (snapshot, time, plan) as JSON lines to this file, for `etjob-local chaos --replay`")
 	)
-	opts := zap.Options{}
-	opts.BindFlags(fs)
+	var logOpts logging.Options
+	logOpts.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	logger, err := logOpts.New(os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "etjob-controller:", err)
+		return 2
+	}
+	logging.Install(logger)
 	log := ctrl.Log.WithName("setup")
 
 	cfg, err := ctrl.GetConfig()

@@ -22,6 +22,7 @@ import (
 
 	"github.com/etjob/etjob/internal/agent/metadata"
 	"github.com/etjob/etjob/internal/localcluster/processnode"
+	"github.com/etjob/etjob/internal/logging"
 )
 
 // NodeMain runs one process node with command-line args and returns the exit
@@ -42,11 +43,12 @@ func runNode(args []string) error {
 		nodeIP     = fs.String("node-ip", "", "the node's IPv4 loopback address, e.g. 127.0.1.1; pod IPs come from its /24 (required)")
 		labels     = fs.String("labels", "", "extra node labels, k=v,k2=v2 (e.g. karpenter.sh/capacity-type=spot,etjob.dev/price-per-hour=0.91)")
 		workDir    = fs.String("work-dir", "", "directory for per-pod directories and container logs (required)")
-		verbose    = fs.Bool("v", false, "log debug messages")
 		gpus       = fs.Int("gpus", 1, "emulated accelerators (nvidia.com/gpu) the node advertises")
 		mdListen   = fs.String("metadata-listen", "", "serve the node's emulated cloud metadata service (all four providers) and its control endpoints here")
 		imagesFile = fs.String("images", "", "the node's image table, a JSON list of {image, env, files} (processnode.Image): what each container image brings")
 	)
+	var logOpts logging.Options
+	logOpts.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -78,11 +80,13 @@ func runNode(args []string) error {
 	if err != nil {
 		return fmt.Errorf("--kubeconfig: server %q: %w", cfg.Host, err)
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
+	logger, err := logOpts.New(os.Stderr)
+	if err != nil {
+		return err
 	}
-	vklog.L = vkslog.FromSlog(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("node", *nodeName))
+	logger = logger.With("node", *nodeName)
+	slog.SetDefault(logger)
+	vklog.L = vkslog.FromSlog(logger)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

@@ -7,6 +7,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,16 +17,15 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/etjob/etjob/internal/controller"
+	"github.com/etjob/etjob/internal/logging"
 	"github.com/etjob/etjob/internal/scheme"
 	"github.com/etjob/etjob/internal/testutil"
 )
@@ -145,7 +145,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapLevel())))
+	logging.Install(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: testLogLevel()})))
 	root, err := testutil.RepoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -196,11 +196,11 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-func zapLevel() zapcore.Level {
+func testLogLevel() slog.Level {
 	if os.Getenv("ETJOB_TEST_VERBOSE") != "" {
-		return -1
+		return slog.LevelDebug
 	}
-	return 3 // DPanic: the controller's retried conflicts are expected here
+	return slog.LevelError + 4 // nothing: the controller's retried conflicts are expected here
 }
 
 // kubelet stands in for the kubelets that do not run here: it finishes the
