@@ -41,6 +41,10 @@ test: ## The README's test command (CI): lint, unit, worker library, integration
 test-unit: ## Unit tests (the decision core, builders, CLI, the Go supervisor package).
 	$(GO) test ./internal/... ./api/... ./pkg/... ./cmd/... ./hack/...
 
+.PHONY: walls
+walls: ## Check the import walls (hack/walls): pure core, api/ and the agent on their own, the user's binaries clients of <= 60 MB.
+	$(GO) test -count=1 -v -run 'Walls|ClockCalls|UserBinarySize' ./hack/walls/
+
 .PHONY: test-integration
 test-integration: controlplane ## Integration tests against a real kube-apiserver and etcd.
 	KUBEBUILDER_ASSETS=$$(hack/build-controlplane.sh) $(GO) test -p 1 -timeout 20m ./test/integration/...
