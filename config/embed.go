@@ -1,5 +1,5 @@
 // Package config embeds the generated manifests that binaries install
-// themselves (the local cluster installs the CRDs at `etjob cluster up`).
+// themselves (the local cluster installs the CRDs at `etjob-local cluster up`).
 package config
 
 import (

@@ -167,4 +167,3 @@ func TestTextGolden(t *testing.T) {
 		})
 	}
 }
-
