@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -19,7 +20,6 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
-	"github.com/virtual-kubelet/virtual-kubelet/log"
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -188,7 +188,7 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 	var why string
 	p.unshare, why = detectSandbox()
 	if p.unshare == "" {
-		log.L.WithField("reason", why).Warn("pods run as plain processes without namespaces of their own: no per-pod hostname, /etc/hosts or volume mounts, and a process that starts its own session escapes its pod")
+		slog.Warn("pods run as plain processes without namespaces of their own: no per-pod hostname, /etc/hosts or volume mounts, and a process that starts its own session escapes its pod", "reason", why)
 	}
 	if p.client != nil {
 		factory := informers.NewSharedInformerFactory(p.client, 0)
@@ -278,7 +278,7 @@ func (p *Provider) setupAndStart(ctx context.Context, pr *podRun) bool {
 		}
 		p.mu.Unlock()
 		if changed {
-			log.G(ctx).WithField("pod", pod.Name).WithError(err).Info("pod waits for its volumes")
+			slog.InfoContext(ctx, "pod waits for its volumes", "pod", pod.Name, "err", err)
 			p.publish(pr)
 		}
 		return false
@@ -486,7 +486,7 @@ func (p *Provider) startLocked(ctx context.Context, pr *podRun, cr *containerRun
 	// The pid is also the process group ID; whoever cleans up after a node
 	// that died without stopping its pods kills the group it names.
 	if err := os.WriteFile(cr.pidPath, []byte(strconv.Itoa(cr.pid)+"\n"), 0o644); err != nil {
-		log.G(ctx).WithError(err).Warn("writing pid file")
+		slog.WarnContext(ctx, "writing pid file", "err", err)
 	}
 	*cs = corev1.ContainerStatus{
 		Name:                 cs.Name,
@@ -499,7 +499,7 @@ func (p *Provider) startLocked(ctx context.Context, pr *podRun, cr *containerRun
 		RestartCount:         cr.restarts,
 	}
 	setConditions(pr.pod, started)
-	log.G(ctx).WithField("pod", pr.pod.Name).WithField("container", cr.name).WithField("pid", cr.pid).Info("started container process")
+	slog.InfoContext(ctx, "started container process", "pod", pr.pod.Name, "container", cr.name, "pid", cr.pid)
 	go p.wait(pr, cr, cmd, started)
 }
 
@@ -732,7 +732,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		}
 		setConditions(pr.pod, now)
 		grace := gracePeriod(pod)
-		log.G(ctx).WithField("pod", pod.Name).WithField("grace", grace).Info("stopping pod processes")
+		slog.InfoContext(ctx, "stopping pod processes", "pod", pod.Name, "grace", grace)
 		pr.killTimer = time.AfterFunc(grace, func() { p.kill(pr) })
 		p.maybeForgetLocked(pr)
 	}

@@ -2,9 +2,9 @@ package processnode
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
-	"github.com/virtual-kubelet/virtual-kubelet/log"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -64,7 +64,7 @@ func (p *Provider) refreshHosts() {
 		pods = append(pods, pod)
 	}
 	if _, err := writeInPlace(p.hostsPath, renderHosts(pods)); err != nil {
-		log.L.WithError(err).Warn("writing the hosts file")
+		slog.Warn("writing the hosts file", "err", err)
 	}
 }
 
@@ -85,7 +85,7 @@ func (p *Provider) refreshAllVolumes() {
 	for _, it := range items {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := p.refreshVolumes(ctx, it.pr, it.pod); err != nil {
-			log.L.WithField("pod", it.pod.Namespace+"/"+it.pod.Name).WithError(err).Debug("refreshing volumes")
+			slog.Debug("refreshing volumes", "pod", it.pod.Namespace+"/"+it.pod.Name, "err", err)
 		}
 		cancel()
 	}
