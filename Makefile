@@ -34,7 +34,7 @@ controlplane: ## Build kube-apiserver, scheduler, controller-manager, kubectl an
 	hack/build-controlplane.sh
 
 .PHONY: test
-test: ## The README's test command (CI): lint, unit, worker library, integration (real kube-apiserver), end-to-end.
+test: ## The README's test command (CI): lint, walls, unit, worker library, integration (real kube-apiserver), end-to-end.
 	hack/test.sh
 
 .PHONY: test-unit
