@@ -50,10 +50,10 @@ func NewElasticJobReconciler(c client.Client, rec events.EventRecorder, clk cloc
 // +kubebuilder:rbac:groups=etjob.dev,resources=elasticjobs,verbs=get;list;watch;update;patch;delete
 // +kubebuilder:rbac:groups=etjob.dev,resources=elasticjobs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
-// +kubebuilder:rbac:groups="",resources=pods/exec,verbs=create;get
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=etjob-launcher
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=get;list;watch;create;patch
 
@@ -257,8 +257,8 @@ func (r *ElasticJobReconciler) ensureSupporting(ctx context.Context, job *etjobv
 		if err := r.publishHosts(ctx, job, plan); err != nil {
 			return err
 		}
-		sa, role, rb := render.LauncherRBAC(job)
-		objs = append(objs, sa, role, rb)
+		sa, rb := render.LauncherRBAC(job)
+		objs = append(objs, sa, rb)
 	}
 	for _, o := range objs {
 		existing := o.DeepCopyObject().(client.Object)

@@ -41,7 +41,6 @@ func ManagerOptions(metricsAddr, probeAddr string, leaderElect bool, leaderElect
 				&corev1.ConfigMap{}:      {Label: sel},
 				&corev1.Service{}:        {Label: sel},
 				&corev1.ServiceAccount{}: {Label: sel},
-				&rbacv1.Role{}:           {Label: sel},
 				&rbacv1.RoleBinding{}:    {Label: sel},
 				// Pod-level reclamation notices (ECI, ACS) arrive as Events on pods.
 				&corev1.Event{}: {Field: NoticeEventSelector()},

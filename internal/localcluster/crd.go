@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -31,6 +32,9 @@ func (c *Cluster) installCRD(ctx context.Context) error {
 	if err := apiextensionsv1.AddToScheme(s); err != nil {
 		return err
 	}
+	if err := rbacv1.AddToScheme(s); err != nil {
+		return err
+	}
 	cl, err := client.New(cfg, client.Options{Scheme: s})
 	if err != nil {
 		return err
@@ -48,6 +52,20 @@ func (c *Cluster) installCRD(ctx context.Context) error {
 			return err
 		}
 	}
+	// The ClusterRole the controller binds every horovod launcher to.
+	raw, err := config.LauncherClusterRole()
+	if err != nil {
+		return err
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.Unmarshal(raw, role); err != nil {
+		return fmt.Errorf("parsing the embedded launcher ClusterRole: %w", err)
+	}
+	role.TypeMeta.APIVersion, role.TypeMeta.Kind = "rbac.authorization.k8s.io/v1", "ClusterRole"
+	if err := cl.Patch(ctx, role, client.Apply, client.FieldOwner("etjob-cluster"), client.ForceOwnership); err != nil { //nolint:staticcheck // SSA of a typed object
+		return fmt.Errorf("installing the ClusterRole %s: %w", role.Name, err)
+	}
+	c.logf("  %-26s installed", "ClusterRole "+role.Name)
 	return nil
 }
 

@@ -410,7 +410,7 @@ exec cat /etc/edl/hosts
 // KubexecScript is /etc/mpi/kubexec.sh (and /etc/edl/kubexec.sh), the
 // launcher-to-worker transport (OMPI_MCA_plm_rsh_agent): `kubexec.sh POD
 // COMMAND...` runs COMMAND in the worker pod through the API with the
-// launcher's namespaced Role. It runs kubexec.py beside it (etjob's own exec
+// launcher's RoleBinding of LauncherClusterRole. It runs kubexec.py beside it (etjob's own exec
 // client, python/etjob/kubexec.py) with the launcher image's Python, which
 // horovodrun itself needs: the image needs no kubectl.
 func KubexecScript(namespace, container string) string {
@@ -445,26 +445,25 @@ func Service(job *etjobv1.ElasticJob) *corev1.Service {
 	}
 }
 
-// LauncherRBAC builds the horovod launcher's ServiceAccount, Role and
-// RoleBinding: read its own membership ConfigMap (live discovery), list and
-// exec into the job's pods (the kubexec transport). Nothing cluster-wide.
-func LauncherRBAC(job *etjobv1.ElasticJob) (*corev1.ServiceAccount, *rbacv1.Role, *rbacv1.RoleBinding) {
+// LauncherClusterRole is the ClusterRole every horovod launcher is bound to
+// in its namespace (config/rbac/launcher_role.yaml): read the membership
+// ConfigMap (live discovery), list and exec into pods (the kubexec
+// transport). The controller holds `bind` on it alone, so it needs neither
+// pods/exec nor the right to create Roles.
+const LauncherClusterRole = "etjob-launcher"
+
+// LauncherRBAC builds the horovod launcher's ServiceAccount and the
+// RoleBinding of LauncherClusterRole to it in the job's namespace. Nothing
+// cluster-wide.
+func LauncherRBAC(job *etjobv1.ElasticJob) (*corev1.ServiceAccount, *rbacv1.RoleBinding) {
 	name := LauncherServiceAccountName(job.Name)
 	om := metav1.ObjectMeta{Name: name, Namespace: job.Namespace, Labels: map[string]string{etjobv1.LabelJobName: job.Name}, OwnerReferences: owner(job)}
 	sa := &corev1.ServiceAccount{ObjectMeta: om}
-	role := &rbacv1.Role{ObjectMeta: *om.DeepCopy(), Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{ConfigMapName(job.Name)}, Verbs: []string{"get", "watch"}},
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
-		// An exec over WebSocket is a GET upgrade: authorized as get, and
-		// also as create where AuthorizePodWebsocketUpgradeCreatePermission
-		// is on (Kubernetes 1.35+).
-		{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"create", "get"}},
-	}}
 	rb := &rbacv1.RoleBinding{ObjectMeta: *om.DeepCopy(),
-		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: LauncherClusterRole},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: job.Namespace}},
 	}
-	return sa, role, rb
+	return sa, rb
 }
 
 func merge(a, b map[string]string) map[string]string {

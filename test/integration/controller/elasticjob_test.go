@@ -651,9 +651,12 @@ func TestHorovodDiscoveryAndRBAC(t *testing.T) {
 	if cm.Data["hostfile"] != "h-worker-0 slots=1\nh-worker-1 slots=1\n" || !strings.Contains(cm.Data["discover_hosts.sh"], "/configmaps/h-etjob") {
 		t.Errorf("configmap data %v", cm.Data)
 	}
-	role := &rbacv1.Role{}
-	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "h-launcher"}, role); err != nil {
-		t.Fatalf("launcher Role: %v", err)
+	rb := &rbacv1.RoleBinding{}
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "h-launcher"}, rb); err != nil {
+		t.Fatalf("launcher RoleBinding: %v", err)
+	}
+	if rb.RoleRef.Kind != "ClusterRole" || rb.RoleRef.Name != render.LauncherClusterRole || len(rb.Subjects) != 1 || rb.Subjects[0].Name != "h-launcher" {
+		t.Errorf("launcher RoleBinding %+v: want the ServiceAccount h-launcher bound to ClusterRole %s", rb, render.LauncherClusterRole)
 	}
 	// The launcher exiting 0 completes a horovod job.
 	exitPod(t, ns, "h-launcher", 0)

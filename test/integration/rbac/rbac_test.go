@@ -1,0 +1,441 @@
+// Package rbac tests the shipped identities (config/rbac, config/agent)
+// against a real kube-apiserver with RBAC and admission on: `kubectl auth
+// can-i` for what each may do, and real requests made with each identity's
+// own credentials (impersonation for the controller, a pod-bound
+// service-account token for the agent, as its DaemonSet pod gets).
+package rbac
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/agent"
+	"github.com/etjob/etjob/internal/agent/metadata"
+	"github.com/etjob/etjob/internal/agent/notice"
+	"github.com/etjob/etjob/internal/render"
+	"github.com/etjob/etjob/internal/scheme"
+	"github.com/etjob/etjob/internal/testutil"
+)
+
+const (
+	controllerSA = "system:serviceaccount:etjob-system:etjob-controller"
+	agentSA      = "system:serviceaccount:etjob-system:etjob-agent"
+)
+
+var (
+	env   *envtest.Environment
+	admin *rest.Config
+	cs    *kubernetes.Clientset
+	root  string
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	var err error
+	if root, err = testutil.RepoRoot(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	assets, err := testutil.ControlPlaneAssets()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	os.Setenv("KUBEBUILDER_ASSETS", assets)
+	env = &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
+	if admin, err = env.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "starting kube-apiserver and etcd:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	if cs, err = kubernetes.NewForConfig(admin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// The shipped manifests, as `kubectl apply -k config/default` installs
+	// them (the Deployment and DaemonSet objects too; nothing runs them here).
+	for _, dir := range []string{"rbac", "agent", "manager"} {
+		if err := applyDir(filepath.Join(root, "config", dir)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// applyDir creates every object of every YAML file in dir, the namespace
+// etjob-system first.
+func applyDir(dir string) error {
+	c, err := client.New(admin, client.Options{Scheme: scheme.New()})
+	if err != nil {
+		return err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "etjob-system"}}
+	if err := c.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); err == io.EOF {
+				break
+			} else if err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			if len(u.Object) == 0 || u.GetKind() == "Namespace" {
+				continue
+			}
+			if err := c.Create(context.Background(), u); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("%s: creating %s %s: %w", f, u.GetKind(), u.GetName(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// canI runs `kubectl auth can-i VERB RESOURCE --as USER [-n NS]` with the
+// control plane's own kubectl and reports its answer. pods/exec is the exec
+// subresource (kubectl reads TYPE/NAME, so it passes --subresource).
+func canI(t *testing.T, user, ns, verb, resource string) bool {
+	t.Helper()
+	kc := env.ControlPlane.KubeCtl()
+	args := []string{"auth", "can-i", verb, resource, "--as", user}
+	if r, sub, ok := strings.Cut(resource, "/"); ok && (sub == "exec" || sub == "log" || sub == "status") {
+		args = []string{"auth", "can-i", verb, r, "--subresource", sub, "--as", user}
+	}
+	if strings.HasPrefix(user, "system:serviceaccount:") {
+		parts := strings.Split(user, ":")
+		args = append(args, "--as-group", "system:serviceaccounts", "--as-group", "system:serviceaccounts:"+parts[2], "--as-group", "system:authenticated")
+	}
+	if ns != "" {
+		args = append(args, "-n", ns)
+	}
+	stdout, stderr, err := kc.Run(args...)
+	out, _ := io.ReadAll(stdout)
+	answer := strings.TrimSpace(string(out))
+	if answer != "yes" && answer != "no" {
+		errOut, _ := io.ReadAll(stderr)
+		t.Fatalf("kubectl %s: %q %v %s", strings.Join(args, " "), answer, err, errOut)
+	}
+	t.Logf("kubectl %s -> %s", strings.Join(args, " "), answer)
+	return answer == "yes"
+}
+
+// as is a client acting as the service account user (impersonation: the
+// authorizer sees exactly that user and its groups).
+func as(t *testing.T, user string) *kubernetes.Clientset {
+	t.Helper()
+	cfg := rest.CopyConfig(admin)
+	parts := strings.Split(user, ":")
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + parts[2], "system:authenticated"}}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func namespace(t *testing.T, prefix string) string {
+	t.Helper()
+	ns, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// TestControllerIdentity (finding H1): the controller can bind the launcher
+// ClusterRole and nothing else, holds no pods/exec and creates no Roles.
+func TestControllerIdentity(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, "tenant-")
+	for _, c := range []struct {
+		verb, resource, ns string
+		want               bool
+	}{
+		{"create", "pods/exec", ns, false},
+		{"get", "pods/exec", ns, false},
+		{"create", "roles.rbac.authorization.k8s.io", ns, false},
+		{"escalate", "roles.rbac.authorization.k8s.io", ns, false},
+		{"bind", "clusterroles.rbac.authorization.k8s.io/" + render.LauncherClusterRole, "", true},
+		{"bind", "clusterroles.rbac.authorization.k8s.io/cluster-admin", "", false},
+		{"bind", "clusterroles.rbac.authorization.k8s.io/admin", "", false},
+		{"create", "rolebindings.rbac.authorization.k8s.io", ns, true},
+		{"create", "pods", ns, true},
+	} {
+		if got := canI(t, controllerSA, c.ns, c.verb, c.resource); got != c.want {
+			t.Errorf("controller: can-i %s %s -n %q = %t, want %t", c.verb, c.resource, c.ns, got, c.want)
+		}
+	}
+
+	// Real requests as the controller: the launcher's RoleBinding goes
+	// through; a binding of anything else, or a Role, is refused.
+	ctl := as(t, controllerSA)
+	job := &etjobv1.ElasticJob{ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: ns, UID: types.UID("00000000-0000-0000-0000-000000000001")}}
+	sa, rb := render.LauncherRBAC(job)
+	sa.OwnerReferences, rb.OwnerReferences = nil, nil // no such job object here
+	if _, err := ctl.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("controller creates the launcher ServiceAccount: %v", err)
+	}
+	if _, err := ctl.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("controller binds %s to the launcher: %v", render.LauncherClusterRole, err)
+	}
+	evil := rb.DeepCopy()
+	evil.Name, evil.RoleRef.Name = "evil", "cluster-admin"
+	if _, err := ctl.RbacV1().RoleBindings(ns).Create(ctx, evil, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("controller binds cluster-admin: %v, want Forbidden", err)
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: ns}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"create"}}}}
+	if _, err := ctl.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("controller creates a Role: %v, want Forbidden", err)
+	}
+
+	// The launcher it bound may exec into pods of its own namespace only.
+	launcher := "system:serviceaccount:" + ns + ":" + sa.Name
+	bound := false
+	for deadline := time.Now().Add(10 * time.Second); !bound && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		bound = canI(t, launcher, ns, "create", "pods/exec") // the authorizer's cache sees the new binding within moments
+	}
+	if !bound || !canI(t, launcher, ns, "get", "pods/exec") || !canI(t, launcher, ns, "get", "configmaps") {
+		t.Error("the launcher cannot exec into its job's pods or read its ConfigMap")
+	}
+	other := namespace(t, "other-")
+	if canI(t, launcher, other, "create", "pods/exec") || canI(t, launcher, ns, "delete", "pods") {
+		t.Error("the launcher may exec outside its namespace, or delete pods")
+	}
+}
+
+// agentToken is the token the agent's DaemonSet pod on node gets: bound to a
+// pod of ServiceAccount etjob-system/etjob-agent bound to that node.
+func agentToken(t *testing.T, node string) *kubernetes.Clientset {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "etjob-agent-", Namespace: "etjob-system"},
+		Spec:       corev1.PodSpec{NodeName: node, ServiceAccountName: "etjob-agent", Containers: []corev1.Container{{Name: "agent", Image: "etjob-agent"}}},
+	}
+	pod, err := cs.CoreV1().Pods("etjob-system").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiry := int64(3600)
+	tr, err := cs.CoreV1().ServiceAccounts("etjob-system").CreateToken(ctx, "etjob-agent", &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+		ExpirationSeconds: &expiry,
+		BoundObjectRef:    &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(admin)
+	cfg.BearerToken = tr.Status.Token
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func mergePatch(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestAgentIdentity (finding C1): with its own node's token, the agent marks
+// its own Node and the pods bound to it, with etjob.dev/ keys only; another
+// node, a label, a foreign taint, a cordon or a pod's image are refused.
+func TestAgentIdentity(t *testing.T) {
+	ctx := context.Background()
+	for _, n := range []string{"spot-a", "spot-b"} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{etjobv1.LabelCapacityType: etjobv1.CapacityTypeSpot}}}
+		if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns := namespace(t, "tenant-")
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	pods := map[string]string{}
+	for _, n := range []string{"spot-a", "spot-b"} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "w-" + n, Namespace: ns},
+			Spec: corev1.PodSpec{NodeName: n, Containers: []corev1.Container{{Name: "worker", Image: "train:1"}}}}
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pods[n] = p.Name
+	}
+	for _, c := range []struct {
+		verb, resource string
+		want           bool
+	}{
+		{"patch", "nodes", true}, {"update", "nodes", false}, {"delete", "nodes", false},
+		{"patch", "pods", true}, {"update", "pods", false}, {"create", "pods", false}, {"delete", "pods", false},
+	} {
+		if got := canI(t, agentSA, ns, c.verb, c.resource); got != c.want {
+			t.Errorf("agent: can-i %s %s = %t, want %t", c.verb, c.resource, got, c.want)
+		}
+	}
+
+	agent := agentToken(t, "spot-a")
+	deadline := time.Now().Add(2 * time.Minute).UTC().Format(time.RFC3339)
+	node := func(name string, patch map[string]any) error {
+		_, err := agent.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, mergePatch(t, patch), metav1.PatchOptions{})
+		return err
+	}
+	pod := func(name string, patch map[string]any) error {
+		_, err := agent.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, mergePatch(t, patch), metav1.PatchOptions{})
+		return err
+	}
+	ann := func(k, v string) map[string]any {
+		return map[string]any{"metadata": map[string]any{"annotations": map[string]any{k: v}}}
+	}
+	// A taint list is replaced whole (the API server's admission gave every
+	// node node.kubernetes.io/not-ready): the agent keeps the others.
+	withTaint := func(name string, extra ...corev1.Taint) map[string]any {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return map[string]any{"spec": map[string]any{"taints": append(n.Spec.Taints, extra...)}}
+	}
+	allowed := map[string]error{
+		"mark its own node":                 node("spot-a", ann(etjobv1.AnnotationNodeNotice, deadline)),
+		"taint its own node etjob.dev/":     node("spot-a", withTaint("spot-a", corev1.Taint{Key: etjobv1.TaintReclaiming, Value: "aws", Effect: corev1.TaintEffectNoSchedule})),
+		"publish a checkpoint on its pod":   pod(pods["spot-a"], ann(etjobv1.AnnotationCheckpoint, `{"step":10}`)),
+		"withdraw the notice from its node": node("spot-a", map[string]any{"metadata": map[string]any{"annotations": map[string]any{etjobv1.AnnotationNodeNotice: nil}}}),
+	}
+	for what, err := range allowed {
+		if err != nil {
+			t.Errorf("the agent of spot-a cannot %s: %v", what, err)
+		}
+	}
+	refused := map[string]error{
+		"mark another node":               node("spot-b", ann(etjobv1.AnnotationNodeNotice, deadline)),
+		"label its own node":              node("spot-a", map[string]any{"metadata": map[string]any{"labels": map[string]any{etjobv1.LabelCapacityType: "on-demand"}}}),
+		"annotate its node outside etjob": node("spot-a", ann("example.com/owner", "me")),
+		"taint its own node NoExecute":    node("spot-a", withTaint("spot-a", corev1.Taint{Key: "evil", Effect: corev1.TaintEffectNoExecute})),
+		"drop another taint of its node":  node("spot-a", map[string]any{"spec": map[string]any{"taints": []any{}}}),
+		"cordon its own node":             node("spot-a", map[string]any{"spec": map[string]any{"unschedulable": true}}),
+		"annotate a pod on another node":  pod(pods["spot-b"], ann(etjobv1.AnnotationCheckpoint, `{"step":10}`)),
+		"change a pod's image":            pod(pods["spot-a"], map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "worker", "image": "evil:1"}}}}),
+		"tell a pod to leave":             pod(pods["spot-a"], map[string]any{"metadata": map[string]any{"labels": map[string]any{"x": "y"}}}),
+	}
+	for what, err := range refused {
+		if err == nil {
+			t.Errorf("the agent of spot-a may %s", what)
+		} else if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+			t.Errorf("%s: %v, want a refusal", what, err)
+		} else {
+			t.Logf("%s: refused: %v", what, err)
+		}
+	}
+	b, err := cs.CoreV1().Nodes().Get(ctx, "spot-b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Annotations[etjobv1.AnnotationNodeNotice] != "" {
+		t.Errorf("spot-b carries a forged notice: %v", b.Annotations)
+	}
+}
+
+// TestRealAgentUnderItsIdentity runs the real agent with its DaemonSet pod's
+// token, the shipped ClusterRole and admission policy in force: a cloud
+// notice still marks and taints its Node, and withdrawing it unmarks it.
+func TestRealAgentUnderItsIdentity(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const name = "spot-real"
+	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	emu := metadata.New()
+	mdsrv := httptest.NewServer(emu)
+	defer mdsrv.Close()
+	src, err := notice.New(notice.ProviderAWS, notice.Options{BaseURL: mdsrv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Options{Client: agentToken(t, name), NodeName: name, Source: src, PollInterval: 50 * time.Millisecond, Confirm: 1, Listener: l,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run() = %v", err)
+		}
+	}()
+	deadline := time.Now().Add(2 * time.Minute).UTC().Truncate(time.Second)
+	emu.SetReclaim(metadata.AWS, deadline)
+	marked := func(want bool) func() bool {
+		return func() bool {
+			n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			tainted := false
+			for _, taint := range n.Spec.Taints {
+				tainted = tainted || taint.Key == etjobv1.TaintReclaiming
+			}
+			return (n.Annotations[etjobv1.AnnotationNodeNotice] == deadline.Format(time.RFC3339)) == want && tainted == want
+		}
+	}
+	eventually(t, 20*time.Second, "the agent marks and taints its Node under its own identity", marked(true))
+	emu.Clear()
+	eventually(t, 20*time.Second, "the agent unmarks its Node when the notice is withdrawn", marked(false))
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !ok(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s: %s", timeout, what)
+		}
+	}
+}
