@@ -51,8 +51,8 @@ func NewElasticJobReconciler(c client.Client, rec events.EventRecorder, clk cloc
 // +kubebuilder:rbac:groups=etjob.dev,resources=elasticjobs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=etjob-launcher
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=get;list;watch;create;patch
@@ -263,14 +263,42 @@ func (r *ElasticJobReconciler) ensureSupporting(ctx context.Context, job *etjobv
 	for _, o := range objs {
 		existing := o.DeepCopyObject().(client.Object)
 		err := r.Get(ctx, client.ObjectKeyFromObject(o), existing)
-		if apierrors.IsNotFound(err) {
-			err = r.Create(ctx, o)
-		}
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		switch {
+		case apierrors.IsNotFound(err):
+			// AlreadyExists means the cache has not seen an object yet,
+			// maybe an earlier job's: the retry reads it and checks its owner.
+			if err := r.Create(ctx, o); err != nil {
+				return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+			}
+		case err != nil:
+			return err
+		default:
+			if err := r.ownOrReplace(ctx, job, existing); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// ownOrReplace checks that an object the job needs is the job's own. One
+// that an earlier job of the same name left behind (deleted, its children
+// not yet garbage collected) would otherwise be adopted, and later collected
+// under the new job: it is deleted, and the error retries the pass, which
+// creates the job's own.
+func (r *ElasticJobReconciler) ownOrReplace(ctx context.Context, job *etjobv1.ElasticJob, o client.Object) error {
+	if metav1.IsControlledBy(o, job) {
+		return nil
+	}
+	ref := metav1.GetControllerOf(o)
+	if ref == nil || ref.Kind != "ElasticJob" || ref.Name != job.Name {
+		return fmt.Errorf("%T %s exists and is not controlled by ElasticJob %s: delete or rename it", o, o.GetName(), job.Name)
+	}
+	uid := o.GetUID()
+	if err := r.Delete(ctx, o, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %T %s of an earlier job %s (uid %s): %w", o, o.GetName(), job.Name, ref.UID, err)
+	}
+	return fmt.Errorf("%T %s belonged to an earlier job %s (uid %s): deleted, creating the job's own", o, o.GetName(), job.Name, ref.UID)
 }
 
 // publishHosts creates the membership ConfigMap of a horovod job, or updates
@@ -280,11 +308,13 @@ func (r *ElasticJobReconciler) publishHosts(ctx context.Context, job *etjobv1.El
 	cm := &corev1.ConfigMap{}
 	switch err := r.Get(ctx, client.ObjectKeyFromObject(want), cm); {
 	case apierrors.IsNotFound(err):
-		if err := r.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := r.Create(ctx, want); err != nil {
 			return fmt.Errorf("creating ConfigMap %s: %w", want.Name, err)
 		}
 	case err != nil:
 		return err
+	case !metav1.IsControlledBy(cm, job):
+		return r.ownOrReplace(ctx, job, cm)
 	case !equality.Semantic.DeepEqual(cm.Data, want.Data):
 		cm.Data = want.Data
 		if err := r.Update(ctx, cm); err != nil {

@@ -705,3 +705,64 @@ func TestCreateRefusedByQuota(t *testing.T) {
 		return nil
 	})
 }
+
+// TestRecreateSameName (finding M4): a job deleted and created again under
+// the same name, before the garbage collector took the first one's children
+// (no garbage collector runs here: they stay), starts at once with objects of
+// its own, never adopting the old job's Service, ServiceAccount, RoleBinding
+// or ConfigMap, which would be collected under it.
+func TestRecreateSameName(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	first := create(t, newJob(ns, "again").Framework(etjobv1.FrameworkHorovod).Replicas(2).Min(2).Max(2).Obj())
+	startAll(t, waitPods(t, ns, "again", "again-worker-0", "again-worker-1"))
+	waitHosts(t, ns, "again", "again-worker-0:1", "again-worker-1:1")
+	children := []client.Object{&corev1.Service{}, &corev1.ServiceAccount{}, &rbacv1.RoleBinding{}, &corev1.ConfigMap{}}
+	keys := []string{"again", "again-launcher", "again-launcher", "again-etjob"}
+	for i, o := range children {
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: keys[i]}, o); err != nil {
+			t.Fatalf("%T %s of the first job: %v", o, keys[i], err)
+		}
+	}
+	if err := k8s.Delete(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the first job is gone", func() error {
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "again"}, &etjobv1.ElasticJob{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
+	// Its pods are deleted by hand (no garbage collector); its other
+	// children stay, as they do until the collector runs.
+	for name := range livePods(t, ns, "again") {
+		_ = k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, client.GracePeriodSeconds(0))
+	}
+	second := create(t, newJob(ns, "again").Framework(etjobv1.FrameworkHorovod).Replicas(2).Min(2).Max(2).Obj())
+	for i, o := range children {
+		eventually(t, fmt.Sprintf("%T %s controlled by the second job", o, keys[i]), func() error {
+			if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: keys[i]}, o); err != nil {
+				return err
+			}
+			if ref := metav1.GetControllerOf(o); ref == nil || ref.UID != second.UID {
+				return fmt.Errorf("controller %+v, want uid %s", ref, second.UID)
+			}
+			return nil
+		})
+	}
+	// The second job's workers (their names skip those the first job's
+	// terminating pods still held) run it.
+	eventually(t, "two workers of the second job", func() error {
+		if pods := livePods(t, ns, "again"); len(pods) != 2 {
+			return fmt.Errorf("pods %v", names(pods))
+		}
+		return nil
+	})
+	for _, p := range livePods(t, ns, "again") {
+		if ref := metav1.GetControllerOf(p); ref == nil || ref.UID != second.UID {
+			t.Errorf("pod %s controlled by %+v, want the second job", p.Name, ref)
+		}
+	}
+	startAll(t, livePods(t, ns, "again"))
+	waitCondition(t, ns, "again", etjobv1.ConditionRunning, "")
+}

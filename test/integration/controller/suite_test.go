@@ -145,7 +145,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	logging.Install(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: testLogLevel()})))
+	logging.Install(slog.New(quiet{slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: testLogLevel()})}))
 	root, err := testutil.RepoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -195,6 +195,20 @@ func run(m *testing.M) int {
 	go kubelet(ctx)
 	return m.Run()
 }
+
+// quiet drops records below its level, errors too: logr logs errors at any
+// verbosity, and the controller's retried errors are expected here.
+type quiet struct{ slog.Handler }
+
+func (q quiet) Handle(ctx context.Context, r slog.Record) error {
+	if !q.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return q.Handler.Handle(ctx, r)
+}
+
+func (q quiet) WithAttrs(a []slog.Attr) slog.Handler { return quiet{q.Handler.WithAttrs(a)} }
+func (q quiet) WithGroup(g string) slog.Handler      { return quiet{q.Handler.WithGroup(g)} }
 
 func testLogLevel() slog.Level {
 	if os.Getenv("ETJOB_TEST_VERBOSE") != "" {
