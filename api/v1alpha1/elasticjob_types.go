@@ -104,13 +104,16 @@ type ElasticJobSpec struct {
 	Framework Framework `json:"framework,omitempty"`
 
 	// workerTemplate is the pod template of every worker. Its first container
-	// runs the training command.
+	// runs the training command. Annotations under etjob.dev/ are etjob's.
+	// +kubebuilder:validation:XValidation:rule="!has(self.metadata) || !has(self.metadata.annotations) || self.metadata.annotations.all(k, !k.startsWith('etjob.dev/'))",message="spec.workerTemplate.metadata.annotations: etjob.dev/ keys are reserved for etjob (etjob.dev/leave would stop the workers for ever)",fieldPath=".metadata.annotations"
 	WorkerTemplate corev1.PodTemplateSpec `json:"workerTemplate"`
 
 	// launcherTemplate is the pod template of the launcher. Required for
 	// horovod (it runs horovodrun). For torchrun it hosts the rendezvous store on
 	// reliable capacity; when unset it defaults to the worker's first container
-	// image running `python3 -m etjob.rdzv`, without GPUs.
+	// image running `python3 -m etjob.rdzv`, without GPUs. Annotations under
+	// etjob.dev/ are etjob's.
+	// +kubebuilder:validation:XValidation:rule="!has(self.metadata) || !has(self.metadata.annotations) || self.metadata.annotations.all(k, !k.startsWith('etjob.dev/'))",message="spec.launcherTemplate.metadata.annotations: etjob.dev/ keys are reserved for etjob (etjob.dev/leave would stop the workers for ever)",fieldPath=".metadata.annotations"
 	// +optional
 	LauncherTemplate *corev1.PodTemplateSpec `json:"launcherTemplate,omitempty"`
 
@@ -374,6 +377,11 @@ type ElasticJobStatus struct {
 // ElasticJob is an elastic distributed training job that keeps training while
 // nodes come and go, checkpoints on reclamation notices, shrinks, suspends and
 // resumes.
+// Its name names the pods (<name>-worker-<index>, <name>-launcher), the
+// headless Service and the pods' subdomain: a DNS label of at most 45
+// characters (a worker's name stays a DNS label for any index).
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (lower-case letters, digits and '-', starting with a letter): it names the job's Service and pods"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 45",message="metadata.name must be at most 45 characters: the worker pods are named <name>-worker-<index> and stay DNS labels (63)"
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
@@ -391,6 +399,12 @@ type ElasticJob struct {
 	Spec   ElasticJobSpec   `json:"spec,omitempty"`
 	Status ElasticJobStatus `json:"status,omitempty"`
 }
+
+// MaxNameLength is the longest ElasticJob name: room in a 63-character pod
+// hostname for "-worker-" and a ten-digit worker index (indices are never
+// reused). The CRD's rule on metadata.name says the same number; the
+// validation test checks both ends.
+const MaxNameLength = 45
 
 // ElasticJobList is a list of ElasticJobs.
 // +kubebuilder:object:root=true

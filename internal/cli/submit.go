@@ -25,10 +25,6 @@ import (
 	"github.com/etjob/etjob/internal/render"
 )
 
-// maxJobNameLength leaves room in a 63-character pod hostname for
-// "-worker-" and a ten-digit worker index (indices are never reused).
-const maxJobNameLength = 45
-
 // horovodWorkerIdle is what a horovod worker's container runs: horovodrun in
 // the launcher starts the training processes in it through kubexec.sh (no
 // sshd, unlike et-operator). A worker told to stop exits 75, the reserved
@@ -384,8 +380,8 @@ func BuildElasticJob(o SubmitOptions) (*etjobv1.ElasticJob, error) {
 	if errs := validation.IsDNS1035Label(o.Name); len(errs) > 0 {
 		return nil, fmt.Errorf("--name %q: %s", o.Name, strings.Join(errs, "; "))
 	}
-	if len(o.Name) > maxJobNameLength {
-		return nil, fmt.Errorf("--name %q: at most %d characters (pod names add -worker-N)", o.Name, maxJobNameLength)
+	if len(o.Name) > etjobv1.MaxNameLength {
+		return nil, fmt.Errorf("--name %q: at most %d characters (pod names add -worker-N)", o.Name, etjobv1.MaxNameLength)
 	}
 	if o.Image == "" {
 		return nil, fmt.Errorf("--image must be set")

@@ -419,13 +419,17 @@ func KubexecScript(namespace, container string) string {
 here=$(dirname "$0")
 for py in python3 python; do
   if command -v "$py" >/dev/null 2>&1; then
-    exec "$py" "$here/kubexec.py" --namespace ` + namespace + ` --container ` + container + ` "$@"
+    exec "$py" "$here/kubexec.py" --namespace ` + shellQuote(namespace) + ` --container ` + shellQuote(container) + ` "$@"
   fi
 done
 echo "kubexec.sh: the launcher image has neither python3 nor python (horovodrun needs one too)" >&2
 exit 127
 `
 }
+
+// shellQuote quotes s for sh: a name from the job's template never becomes
+// shell syntax in a generated script.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // Service builds the job's headless Service: every pod is resolvable as
 // <pod>.<job>.<namespace>.svc, including the launcher's rendezvous store.

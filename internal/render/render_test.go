@@ -114,3 +114,12 @@ func TestConfigMap(t *testing.T) {
 		}
 	}
 }
+
+// TestKubexecScriptQuotes (finding M7): names from the job's template are
+// quoted in the generated script, never run as shell syntax.
+func TestKubexecScriptQuotes(t *testing.T) {
+	s := render.KubexecScript("team-a", "w'; touch /tmp/pwned; '")
+	if !strings.Contains(s, `--namespace 'team-a' --container 'w'\''; touch /tmp/pwned; '\'''`) {
+		t.Errorf("container name not quoted:\n%s", s)
+	}
+}

@@ -264,6 +264,32 @@ func TestValidation(t *testing.T) {
 			mutate: func(j *etjobv1.ElasticJob) { j.Spec.WorkerRestartPolicy = "Sometimes" },
 			want:   []string{"spec.workerRestartPolicy"},
 		},
+		// Finding M7: names every pod create would refuse, for ever.
+		"a name with a dot": {
+			mutate: func(j *etjobv1.ElasticJob) { j.Name = "a.b" },
+			want:   []string{"metadata.name must be a DNS label"},
+		},
+		"a name starting with a digit": {
+			mutate: func(j *etjobv1.ElasticJob) { j.Name = "1job" },
+			want:   []string{"metadata.name must be a DNS label"},
+		},
+		"a name too long for its workers": {
+			mutate: func(j *etjobv1.ElasticJob) { j.Name = strings.Repeat("a", etjobv1.MaxNameLength+1) },
+			want:   []string{"metadata.name must be at most 45 characters"},
+		},
+		"a reserved annotation on the workers": {
+			mutate: func(j *etjobv1.ElasticJob) {
+				j.Spec.WorkerTemplate.Annotations = map[string]string{etjobv1.AnnotationLeave: "true"}
+			},
+			want: []string{"spec.workerTemplate.metadata.annotations", "etjob.dev/ keys are reserved"},
+		},
+		"a reserved annotation on the launcher": {
+			mutate: func(j *etjobv1.ElasticJob) {
+				j.Spec.LauncherTemplate = j.Spec.WorkerTemplate.DeepCopy()
+				j.Spec.LauncherTemplate.Annotations = map[string]string{"etjob.dev/attempt": "9"}
+			},
+			want: []string{"spec.launcherTemplate.metadata.annotations", "etjob.dev/ keys are reserved"},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -280,6 +306,11 @@ func TestValidation(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the longest name and other annotations are accepted", func(t *testing.T) {
+		j := newJob(ns, strings.Repeat("l", etjobv1.MaxNameLength)).Obj()
+		j.Spec.WorkerTemplate.Annotations = map[string]string{"example.com/team": "ml", "etjob.dev.example.com/x": "y"}
+		create(t, j)
+	})
 	t.Run("Arena's defaults are accepted", func(t *testing.T) {
 		j := newJob(ns, "arena-defaults").Obj()
 		j.Spec.MaxReplicas, j.Spec.MinReplicas, j.Spec.Replicas = 0, 0, 0 // let the API server default them
