@@ -15,10 +15,11 @@ import (
 // DefaultAzureURL is the Azure Instance Metadata Service.
 const DefaultAzureURL = "http://169.254.169.254"
 
-// Scheduled Events path and header.
+// Scheduled Events and instance metadata paths, and the header.
 const (
-	azureEventsPath = "/metadata/scheduledevents?api-version=2020-07-01"
-	azureHeader     = "Metadata"
+	azureEventsPath   = "/metadata/scheduledevents?api-version=2020-07-01"
+	azureInstancePath = "/metadata/instance?api-version=2021-02-01"
+	azureHeader       = "Metadata"
 )
 
 // Azure reads Scheduled Events: Preempt (spot eviction) and Terminate are
@@ -29,8 +30,10 @@ type Azure struct {
 	BaseURL string
 	// Client is the HTTP client; nil means one with a 2 s timeout.
 	Client *http.Client
-	// VMName is this VM's name in the events' Resources; empty accepts an
-	// event for any VM.
+	// VMName is this VM's name in the events' Resources; empty reads it from
+	// the instance metadata (compute.name) at the first Poll. Events of other
+	// VMs are never taken: one VM's eviction in a scale set is not this
+	// node's notice, and acknowledging it would hurry another VM's.
 	VMName string
 }
 
@@ -51,8 +54,16 @@ type azureEvent struct {
 	NotBefore    string   `json:"NotBefore"`
 }
 
-// Poll reads the scheduled events once.
+// Poll reads the scheduled events once (and first this VM's name, when
+// VMName is empty).
 func (a *Azure) Poll(ctx context.Context) (Notice, error) {
+	if a.VMName == "" {
+		name, err := a.instanceName(ctx)
+		if err != nil {
+			return Notice{}, err
+		}
+		a.VMName = name
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base()+azureEventsPath, nil)
 	if err != nil {
 		return Notice{}, err
@@ -68,9 +79,32 @@ func (a *Azure) Poll(ctx context.Context) (Notice, error) {
 	return parseAzureEvents(body, a.VMName)
 }
 
+// instanceName reads this VM's name from the instance metadata.
+func (a *Azure) instanceName(ctx context.Context) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base()+azureInstancePath, nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set(azureHeader, "true")
+	body, _, err := do(httpClient(a.Client), req)
+	if err != nil {
+		return "", fmt.Errorf("azure instance metadata (this VM's name, for its scheduled events; or set --azure-vm-name): %w", err)
+	}
+	var doc struct {
+		Compute struct {
+			Name string `json:"name"`
+		} `json:"compute"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil || doc.Compute.Name == "" {
+		return "", fmt.Errorf("azure instance metadata %q: no compute.name (set --azure-vm-name): %v", body, err)
+	}
+	return doc.Compute.Name, nil
+}
+
 // parseAzureEvents reads a Scheduled Events document and returns the most
-// pressing notice for vmName (any VM when empty): a reclaim before an early
-// warning, the earliest reclaim first. Pure, for the fuzzer.
+// pressing notice for vmName: a reclaim before an early warning, the
+// earliest reclaim first. An empty vmName matches no event. Pure, for the
+// fuzzer.
 func parseAzureEvents(body []byte, vmName string) (Notice, error) {
 	var doc azureDocument
 	if err := json.Unmarshal(body, &doc); err != nil {
@@ -81,7 +115,7 @@ func parseAzureEvents(body []byte, vmName string) (Notice, error) {
 		if ev.EventStatus != "" && ev.EventStatus != "Scheduled" && ev.EventStatus != "Started" {
 			continue
 		}
-		if vmName != "" && !slices.Contains(ev.Resources, vmName) {
+		if vmName == "" || !slices.Contains(ev.Resources, vmName) {
 			continue
 		}
 		var n Notice

@@ -80,12 +80,13 @@ func source(t *testing.T, provider, base string) notice.Source {
 }
 
 const (
-	alibabaPath     = "/latest/meta-data/instance/spot/termination-time"
-	awsActionPath   = "/latest/meta-data/spot/instance-action"
-	awsRebalance    = "/latest/meta-data/events/recommendations/rebalance"
-	gcpPreempted    = "/computeMetadata/v1/instance/preempted"
-	gcpMaintenance  = "/computeMetadata/v1/instance/maintenance-event"
-	azureEventsPath = "/metadata/scheduledevents"
+	alibabaPath       = "/latest/meta-data/instance/spot/termination-time"
+	awsActionPath     = "/latest/meta-data/spot/instance-action"
+	awsRebalance      = "/latest/meta-data/events/recommendations/rebalance"
+	gcpPreempted      = "/computeMetadata/v1/instance/preempted"
+	gcpMaintenance    = "/computeMetadata/v1/instance/maintenance-event"
+	azureEventsPath   = "/metadata/scheduledevents"
+	azureInstancePath = "/metadata/instance"
 )
 
 // TestFixtures reads each provider's documented payloads.
@@ -242,12 +243,27 @@ func TestFixtures(t *testing.T) {
 	}
 }
 
-// TestAzureAnyVM accepts an event for any VM when no VM name is configured.
-func TestAzureAnyVM(t *testing.T) {
-	base := serve(t, fixtureServer{t: t, routes: map[string]string{azureEventsPath: "azure/scheduledevents-other-vm.json"}})
-	got, err := (&notice.Azure{BaseURL: base}).Poll(context.Background())
-	if err != nil || got.Kind != notice.Reclaim {
-		t.Fatalf("Poll() = %+v, %v, want a reclaim", got, err)
+// TestAzureOwnVM (finding H3): without a configured name the source reads
+// this VM's name from the instance metadata and takes only its events: another
+// VM's eviction in the scale set is no notice here.
+func TestAzureOwnVM(t *testing.T) {
+	routes := map[string]string{azureEventsPath: "azure/scheduledevents-other-vm.json", azureInstancePath: "azure/instance.json"}
+	src := &notice.Azure{BaseURL: serve(t, fixtureServer{t: t, routes: routes})}
+	got, err := src.Poll(context.Background())
+	if err != nil || got.Kind != notice.None {
+		t.Fatalf("another VM's Preempt: Poll() = %+v, %v, want none", got, err)
+	}
+	if src.VMName != "myspotvm" {
+		t.Errorf("VMName = %q, want myspotvm from the instance metadata", src.VMName)
+	}
+	routes[azureEventsPath] = "azure/scheduledevents-preempt.json"
+	if got, err := src.Poll(context.Background()); err != nil || got.Kind != notice.Reclaim {
+		t.Errorf("its own Preempt: Poll() = %+v, %v, want a reclaim", got, err)
+	}
+	// No name to be had: an error, never every VM's events.
+	delete(routes, azureInstancePath)
+	if got, err := (&notice.Azure{BaseURL: serve(t, fixtureServer{t: t, routes: routes})}).Poll(context.Background()); err == nil || !strings.Contains(err.Error(), "--azure-vm-name") {
+		t.Errorf("no instance metadata: Poll() = %+v, %v, want an error naming --azure-vm-name", got, err)
 	}
 }
 
