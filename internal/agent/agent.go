@@ -57,8 +57,13 @@ type Options struct {
 	// Listen is the signal endpoint's address; empty means the node's
 	// internal IP on port 9477.
 	Listen string
-	// Authenticator checks pod tokens; nil means TokenReview through Client.
+	// Authenticator checks pod tokens; nil means TokenReview through
+	// ReviewClient.
 	Authenticator Authenticator
+	// ReviewClient sends the TokenReviews; nil means Client. Its own client
+	// (QPS and burst), so that reviews never queue behind, or starve, the
+	// Node markings.
+	ReviewClient kubernetes.Interface
 	// InsecureSkipPodAuth serves any caller as the pod it names (local
 	// debugging only).
 	InsecureSkipPodAuth bool
@@ -115,7 +120,11 @@ func New(o Options) (*Agent, error) {
 		o.Log = slog.Default()
 	}
 	if o.Authenticator == nil {
-		o.Authenticator = NewTokenReviewAuthenticator(o.Client, nil, 60*time.Second, o.Now)
+		rc := o.ReviewClient
+		if rc == nil {
+			rc = o.Client
+		}
+		o.Authenticator = NewTokenReviewAuthenticator(rc, nil, 60*time.Second, o.Now)
 	}
 	return &Agent{o: o, log: o.Log.With("node", o.NodeName), kick: make(chan struct{}, 1), acked: map[string]bool{}, addr: make(chan string, 1)}, nil
 }

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
@@ -265,6 +269,15 @@ func hasEvent(ctx context.Context, cs kubernetes.Interface, reason, text string)
 
 func startAPIServer(t *testing.T) kubernetes.Interface {
 	t.Helper()
+	cs, err := kubernetes.NewForConfig(startAPIServerConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+func startAPIServerConfig(t *testing.T) *rest.Config {
+	t.Helper()
 	assets, err := testutil.ControlPlaneAssets()
 	if err != nil {
 		t.Skipf("no control plane binaries: %v", err)
@@ -278,11 +291,7 @@ func startAPIServer(t *testing.T) kubernetes.Interface {
 		t.Fatalf("starting kube-apiserver and etcd: %v", err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
+	return cfg
 }
 
 // newNamespace creates a namespace with the default and worker
@@ -312,3 +321,103 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestAgentTokenFlood (finding H2): junk and forged tokens cost no
+// TokenReview, or only their pod's small budget, so that a flood of them
+// never starves the reviews of real tokens: a worker with a fresh token
+// still hears its signal at once.
+func TestAgentTokenFlood(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := startAPIServerConfig(t)
+	var reviews atomic.Int64
+	counted := rest.CopyConfig(cfg)
+	counted.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/tokenreviews") {
+				reviews.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	cs, err := kubernetes.NewForConfig(counted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Options{Client: cs, NodeName: nodeName, PollInterval: 50 * time.Millisecond, Confirm: 1, Listener: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = a.Run(ctx) }()
+	base := "http://" + l.Addr().String()
+	ns := newNamespace(ctx, t, cs)
+	w0, tok0 := workerPod(ctx, t, cs, ns, "worker-0")
+	w1, tok1 := workerPod(ctx, t, cs, ns, "worker-1")
+	client := &http.Client{Timeout: 5 * time.Second}
+	signal := func(pod, token string) int {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/signal?namespace=%s&pod=%s", base, ns, pod), nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	eventually(t, 20*time.Second, "worker-0 is served", func() bool { return signal(w0.Name, tok0) == http.StatusOK })
+	before := reviews.Load()
+
+	// 300 junk tokens at once, and 300 forged ones naming worker-0 (a JWT
+	// with its claims and no valid signature).
+	forged := func(i int) string {
+		claims, _ := json.Marshal(map[string]any{"kubernetes.io": map[string]any{"namespace": ns, "pod": map[string]string{"name": w0.Name}}, "jti": i})
+		return "eyJhbGciOiJSUzI1NiJ9." + base64.RawURLEncoding.EncodeToString(claims) + ".c2lnbmF0dXJl"
+	}
+	var wg sync.WaitGroup
+	codes := make([]int, 600)
+	for i := range 600 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i < 300 {
+				codes[i] = signal(w0.Name, fmt.Sprintf("junk-%d", i))
+			} else {
+				codes[i] = signal(w0.Name, forged(i))
+			}
+		}()
+	}
+	// Meanwhile worker-1 asks with its own, never reviewed token.
+	start := time.Now()
+	if code := signal(w1.Name, tok1); code != http.StatusOK {
+		t.Errorf("worker-1 during the flood: %d, want 200", code)
+	}
+	t.Logf("worker-1 served in %s during the flood", time.Since(start).Round(time.Millisecond))
+	wg.Wait()
+	for i, c := range codes {
+		if c != http.StatusUnauthorized && c != http.StatusTooManyRequests {
+			t.Errorf("request %d (junk %t): %d, want 401 or 429", i, i < 300, c)
+			break
+		}
+	}
+	if n := reviews.Load() - before; n > agent.PodReviewBurst+2 {
+		t.Errorf("%d TokenReviews for the flood and one real token, want at most %d (the pod's budget and worker-1's)", n, agent.PodReviewBurst+2)
+	} else {
+		t.Logf("%d TokenReviews for 600 junk and forged tokens and one real one", n)
+	}
+	// worker-0's own, already reviewed token is still served.
+	if code := signal(w0.Name, tok0); code != http.StatusOK {
+		t.Errorf("worker-0 after the flood: %d, want 200", code)
+	}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -83,6 +83,14 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// TokenReviews get a client of their own: a flood of them never
+	// queues the Node markings behind it (client-go's default is 5 QPS).
+	rcfg := rest.CopyConfig(cfg)
+	rcfg.QPS, rcfg.Burst = ReviewsPerSecond, ReviewBurst
+	reviewClient, err := kubernetes.NewForConfig(rcfg)
+	if err != nil {
+		return err
+	}
 
 	no := notice.Options{BaseURL: *metadataURL, AzureVMName: *azureVM, GCPWindow: *gcpWindow}
 	var src notice.Source
@@ -114,7 +122,7 @@ func run(ctx context.Context, args []string) error {
 		Confirm:                *confirm,
 		KubernetesNoticeWindow: *window,
 		Listen:                 *listen,
-		Authenticator:          NewTokenReviewAuthenticator(client, auds, 60*time.Second, nil),
+		Authenticator:          NewTokenReviewAuthenticator(reviewClient, auds, 60*time.Second, nil),
 		InsecureSkipPodAuth:    *insecure,
 		Log:                    log,
 	})

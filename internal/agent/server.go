@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -11,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	authnv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,16 +39,35 @@ type Authenticator interface {
 
 // TokenReviewAuthenticator validates tokens with the TokenReview API and
 // caches each answer, so that pods polling every ~100 ms cost one review per
-// token per TTL.
+// token per TTL. Reviews of tokens it has not seen are budgeted, in all and
+// per pod (AuthenticateFor), so that a flood of forged tokens cannot starve
+// the reviews of real ones: over budget it answers ErrReviewBudget, or the
+// last positive answer for that token while it is at most StaleFor old.
 type TokenReviewAuthenticator struct {
 	client    kubernetes.Interface
 	audiences []string
 	ttl       time.Duration
 	now       func() time.Time
 
-	mu    sync.Mutex
-	cache map[[32]byte]reviewResult
+	mu     sync.Mutex
+	cache  map[[32]byte]reviewResult
+	all    *rate.Limiter
+	perPod map[string]*rate.Limiter
 }
+
+// Review budgets of a TokenReviewAuthenticator: in all, and per pod.
+const (
+	ReviewsPerSecond    = 20
+	ReviewBurst         = 40
+	PodReviewsPerSecond = 1
+	PodReviewBurst      = 5
+	staleFor            = 10 * time.Minute
+	maxPodLimiters      = 4096
+)
+
+// ErrReviewBudget: a token the agent has not seen cannot be reviewed now;
+// the caller retries (the agent answers 429 with Retry-After).
+var ErrReviewBudget = errors.New("too many token reviews for this pod or node: retry shortly")
 
 type reviewResult struct {
 	user    authnv1.UserInfo
@@ -60,17 +82,36 @@ func NewTokenReviewAuthenticator(client kubernetes.Interface, audiences []string
 	if now == nil {
 		now = time.Now
 	}
-	return &TokenReviewAuthenticator{client: client, audiences: audiences, ttl: ttl, now: now, cache: map[[32]byte]reviewResult{}}
+	return &TokenReviewAuthenticator{client: client, audiences: audiences, ttl: ttl, now: now, cache: map[[32]byte]reviewResult{},
+		all: rate.NewLimiter(ReviewsPerSecond, ReviewBurst), perPod: map[string]*rate.Limiter{}}
 }
 
 // Authenticate reviews token, from the cache when it was reviewed within the TTL.
 func (t *TokenReviewAuthenticator) Authenticate(ctx context.Context, token string) (authnv1.UserInfo, bool, error) {
+	return t.AuthenticateFor(ctx, token, "")
+}
+
+// AuthenticateFor is Authenticate for a request that names pod (namespace/
+// name; "" for none): a review it needs is charged to that pod's budget too.
+func (t *TokenReviewAuthenticator) AuthenticateFor(ctx context.Context, token, pod string) (authnv1.UserInfo, bool, error) {
 	key := sha256.Sum256([]byte(token))
 	now := t.now()
 	t.mu.Lock()
 	r, hit := t.cache[key]
+	allowed := hit && now.Before(r.expires)
+	if !allowed {
+		allowed = t.allow(pod)
+		if !allowed {
+			t.mu.Unlock()
+			if hit && r.ok && now.Before(r.expires.Add(staleFor)) {
+				return r.user, true, nil // the pod pod-UID check still applies
+			}
+			return authnv1.UserInfo{}, false, ErrReviewBudget
+		}
+		hit = false
+	}
 	t.mu.Unlock()
-	if hit && now.Before(r.expires) {
+	if hit {
 		return r.user, r.ok, nil
 	}
 	review, err := t.client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{
@@ -204,7 +245,7 @@ func (a *Agent) publishCheckpoint(ns, name string, p Progress, at time.Time) {
 
 func (a *Agent) listProgress(w http.ResponseWriter, r *http.Request) {
 	if !a.o.InsecureSkipPodAuth {
-		if _, ok := a.authenticate(w, r); !ok {
+		if _, ok := a.authenticate(w, r, "", ""); !ok {
 			return
 		}
 	}
@@ -223,7 +264,7 @@ func (a *Agent) authorizePod(w http.ResponseWriter, r *http.Request) (ns, name s
 	if a.o.InsecureSkipPodAuth {
 		return ns, name, true
 	}
-	user, ok := a.authenticate(w, r)
+	user, ok := a.authenticate(w, r, ns, name)
 	if !ok {
 		return "", "", false
 	}
@@ -257,14 +298,92 @@ func podClaimMatches(user authnv1.UserInfo, ns, name, uid string) error {
 	return nil
 }
 
-func (a *Agent) authenticate(w http.ResponseWriter, r *http.Request) (authnv1.UserInfo, bool) {
+// allow takes one review from the budget in all and pod's; t.mu is held.
+func (t *TokenReviewAuthenticator) allow(pod string) bool {
+	if pod != "" {
+		l := t.perPod[pod]
+		if l == nil {
+			if len(t.perPod) >= maxPodLimiters {
+				t.perPod = map[string]*rate.Limiter{} // bounded; a reset only refills budgets
+			}
+			l = rate.NewLimiter(PodReviewsPerSecond, PodReviewBurst)
+			t.perPod[pod] = l
+		}
+		if !l.Allow() {
+			return false
+		}
+	}
+	return t.all.Allow()
+}
+
+// podAuthenticator is an Authenticator that budgets reviews per pod.
+type podAuthenticator interface {
+	AuthenticateFor(ctx context.Context, token, pod string) (authnv1.UserInfo, bool, error)
+}
+
+// tokenClaims are the claims of a pod-bound service-account token that the
+// agent reads, unverified, before it spends a review on the token.
+type tokenClaims struct {
+	Kubernetes struct {
+		Namespace string `json:"namespace"`
+		Pod       struct {
+			Name string `json:"name"`
+		} `json:"pod"`
+	} `json:"kubernetes.io"`
+}
+
+// plausibleFor checks, without verifying it, that token is a JWT whose
+// claims name pod ns/name (pod "" for any): junk and tokens of other pods
+// are refused without a TokenReview. code is the HTTP status to answer.
+func plausibleFor(token, ns, name string) (code int, err error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return http.StatusUnauthorized, errors.New("the token is not a service-account token (a JWT)")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return http.StatusUnauthorized, errors.New("the token is not a service-account token (a JWT)")
+	}
+	var c tokenClaims
+	if err := json.Unmarshal(payload, &c); err != nil {
+		return http.StatusUnauthorized, errors.New("the token is not a service-account token (a JWT)")
+	}
+	if name != "" && (c.Kubernetes.Namespace != ns || c.Kubernetes.Pod.Name != name) {
+		return http.StatusForbidden, fmt.Errorf("the token names pod %s/%s, not %s/%s (use a projected service-account token of the pod itself)",
+			c.Kubernetes.Namespace, c.Kubernetes.Pod.Name, ns, name)
+	}
+	return 0, nil
+}
+
+// authenticate checks the request's token; pod is namespace/name of the pod
+// the request names ("" for none).
+func (a *Agent) authenticate(w http.ResponseWriter, r *http.Request, ns, name string) (authnv1.UserInfo, bool) {
 	token, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !found || strings.TrimSpace(token) == "" {
+	token = strings.TrimSpace(token)
+	if !found || token == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="etjob-agent"`)
 		httpError(w, http.StatusUnauthorized, "Authorization: Bearer <service-account token> is required")
 		return authnv1.UserInfo{}, false
 	}
-	user, ok, err := a.o.Authenticator.Authenticate(r.Context(), strings.TrimSpace(token))
+	if code, err := plausibleFor(token, ns, name); err != nil {
+		httpError(w, code, err.Error())
+		return authnv1.UserInfo{}, false
+	}
+	var (
+		user authnv1.UserInfo
+		ok   bool
+		err  error
+	)
+	if pa, keyed := a.o.Authenticator.(podAuthenticator); keyed && name != "" {
+		user, ok, err = pa.AuthenticateFor(r.Context(), token, ns+"/"+name)
+	} else {
+		user, ok, err = a.o.Authenticator.Authenticate(r.Context(), token)
+	}
+	if errors.Is(err, ErrReviewBudget) {
+		w.Header().Set("Retry-After", "1")
+		httpError(w, http.StatusTooManyRequests, err.Error())
+		return authnv1.UserInfo{}, false
+	}
 	if err != nil {
 		code := http.StatusServiceUnavailable
 		if apierrors.IsForbidden(err) {
