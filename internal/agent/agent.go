@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/netutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -67,10 +68,43 @@ type Options struct {
 	// InsecureSkipPodAuth serves any caller as the pod it names (local
 	// debugging only).
 	InsecureSkipPodAuth bool
+	// Limits bound the signal endpoint's connections; zero fields take
+	// DefaultLimits'.
+	Limits Limits
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Log is the logger; nil means slog.Default().
 	Log *slog.Logger
+}
+
+// Limits bound the signal endpoint's HTTP connections: a slow or idle
+// client holds one for at most ReadTimeout or IdleTimeout, and at most
+// MaxConnections are open at once (more wait to be accepted).
+type Limits struct {
+	ReadTimeout    time.Duration
+	WriteTimeout   time.Duration
+	IdleTimeout    time.Duration
+	MaxConnections int
+}
+
+// DefaultLimits are the endpoint's limits unless Options.Limits says
+// otherwise: workers poll every ~100 ms with small requests.
+var DefaultLimits = Limits{ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxConnections: 256}
+
+func (l Limits) orDefaults() Limits {
+	if l.ReadTimeout <= 0 {
+		l.ReadTimeout = DefaultLimits.ReadTimeout
+	}
+	if l.WriteTimeout <= 0 {
+		l.WriteTimeout = DefaultLimits.WriteTimeout
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = DefaultLimits.IdleTimeout
+	}
+	if l.MaxConnections <= 0 {
+		l.MaxConnections = DefaultLimits.MaxConnections
+	}
+	return l
 }
 
 // Agent is one node's agent. Create it with New and start it with Run.
@@ -182,7 +216,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	lim := a.o.Limits.orDefaults()
+	l = netutil.LimitListener(l, lim.MaxConnections)
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: lim.ReadTimeout, ReadTimeout: lim.ReadTimeout,
+		WriteTimeout: lim.WriteTimeout, IdleTimeout: lim.IdleTimeout, MaxHeaderBytes: 16 << 10}
 	a.addr <- l.Addr().String()
 	a.log.Info("serving pod signals", "addr", l.Addr().String(), "source", sourceName(a.o.Source))
 	srvErr := make(chan error, 1)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -421,3 +422,81 @@ func TestAgentTokenFlood(t *testing.T) {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestAgentConnectionLimits (finding M3): a client that sends a request body
+// slowly, or keeps an idle connection, is cut off; and the endpoint holds at
+// most Limits.MaxConnections at once.
+func TestAgentConnectionLimits(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := startAPIServer(t)
+	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := agent.Limits{ReadTimeout: 300 * time.Millisecond, WriteTimeout: time.Second, IdleTimeout: 300 * time.Millisecond, MaxConnections: 3}
+	a, err := agent.New(agent.Options{Client: cs, NodeName: nodeName, PollInterval: 50 * time.Millisecond, Confirm: 1, Listener: l, Limits: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = a.Run(ctx) }()
+	addr := l.Addr().String()
+	eventually(t, 20*time.Second, "the endpoint serves", func() bool {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	})
+	// closedWithin reports whether the server closes conn within d.
+	closedWithin := func(conn net.Conn, d time.Duration) bool {
+		_ = conn.SetReadDeadline(time.Now().Add(d))
+		buf := make([]byte, 4096)
+		for {
+			if _, err := conn.Read(buf); err != nil {
+				var ne net.Error
+				return !(errors.As(err, &ne) && ne.Timeout()) // EOF or reset: closed; deadline: still open
+			}
+		}
+	}
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	slow := dial()
+	fmt.Fprintf(slow, "POST /v1/progress?namespace=x&pod=y HTTP/1.1\r\nHost: agent\r\nContent-Length: 100\r\n\r\n{\"step\":")
+	if !closedWithin(slow, 3*time.Second) {
+		t.Error("a request body that never completes holds its connection past the read timeout")
+	}
+	idle := dial()
+	fmt.Fprintf(idle, "GET /healthz HTTP/1.1\r\nHost: agent\r\n\r\n")
+	if !closedWithin(idle, 3*time.Second) {
+		t.Error("an idle keep-alive connection stays open past the idle timeout")
+	}
+
+	// Three connections that send nothing hold every slot: a fourth
+	// request is not answered until the read timeout frees one.
+	for range lim.MaxConnections {
+		dial()
+	}
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatalf("the fourth connection is never served: %v", err)
+	}
+	resp.Body.Close()
+	if waited := time.Since(start); waited < 150*time.Millisecond {
+		t.Errorf("the fourth connection was served after %s, while %d others held every slot", waited, lim.MaxConnections)
+	} else {
+		t.Logf("the fourth connection waited %s for a slot", waited.Round(time.Millisecond))
+	}
+}
