@@ -132,12 +132,19 @@ def main(argv=None):
         log("resume step=%d world=%d restart=%s" % (step, world, os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
     ddp = nn.parallel.DistributedDataParallel(model)
 
-    def checkpoint():
+    def checkpoint(stopping=False):
         if rank == 0:
             began = time.time()
-            path = etorch.save_checkpoint(args.checkpoint_dir, {
-                "model": model.state_dict(), "optimizer": opt.state_dict(),
-                "sampler": sampler.state_dict(), "step": step, "time": time.time()})
+            ckpt = {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                    "sampler": sampler.state_dict(), "step": step, "time": time.time()}
+            if stopping:
+                # On the way out a failed write (a full disk) is said, and
+                # the exit is still 75: the job resumes from the previous one.
+                path = etorch.checkpoint_before_exit(args.checkpoint_dir, ckpt, log=log)
+                if path is None:
+                    return
+            else:
+                path = etorch.save_checkpoint(args.checkpoint_dir, ckpt)
             log("checkpoint step=%d" % step)
             # The controller shows it in status.lastCheckpoint, and warns when
             # writing it takes longer than the node's cloud gives notice.
@@ -146,7 +153,7 @@ def main(argv=None):
     while step < total:
         stop, early = etorch.agree(not sup.check_alive(), sup.should_checkpoint())
         if stop:
-            checkpoint()
+            checkpoint(stopping=True)
             dist.barrier()  # the checkpoint is on disk before anyone leaves
             if rank == 0:
                 log("stop step=%d reason=%s" % (step, sup.reason() or "peer"))

@@ -172,9 +172,16 @@ def main(argv=None):
         if not args.checkpoint_dir:
             return
         began = time.time()
-        path = etorch.save_checkpoint(args.checkpoint_dir, {
-            "model": state.model.state_dict(), "optimizer": state.optimizer.state_dict(),
-            "sampler": state.sampler.state_dict(), "step": state.step, "time": time.time()})
+        ckpt = {"model": state.model.state_dict(), "optimizer": state.optimizer.state_dict(),
+                "sampler": state.sampler.state_dict(), "step": state.step, "time": time.time()}
+        if why == "stop":
+            # On the way out a failed write (a full disk) is said, and the
+            # exit is still 75: the job resumes from the previous checkpoint.
+            path = etorch.checkpoint_before_exit(args.checkpoint_dir, ckpt, log=log)
+            if path is None:
+                return
+        else:
+            path = etorch.save_checkpoint(args.checkpoint_dir, ckpt)
         log("checkpoint step=%d why=%s" % (state.step, why))
         sup.report_progress(state.step, state.step, os.path.relpath(path, args.checkpoint_dir), time.time() - began)
 

@@ -2,8 +2,10 @@
 
 * agree(flag): one tiny all-reduce per step so that every rank takes the same
   decision at the same step (Determined's should_preempt pattern);
-* save_checkpoint / load_checkpoint: atomic (temp file, fsync, rename, then a
-  `latest` pointer, then fsync of the directory);
+* save_checkpoint / load_checkpoint: atomic (a temp file of its own, fsync,
+  rename, fsync of the directory, then a `latest` pointer the same way), old
+  checkpoints pruned, a torn or dangling `latest` falls back to the newest
+  checkpoint that loads; checkpoint_before_exit for the stop path never raises;
 * ElasticSampler: the global sample order of an epoch is a pure function of
   (seed, epoch), each step consumes one global batch split over the ranks of the
   moment, and its committed ledger (saved in every checkpoint) proves that each
@@ -12,6 +14,7 @@
 
 import json
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -29,42 +32,121 @@ def agree(*flags):
     return out[0] if len(out) == 1 else out
 
 
-def save_checkpoint(directory, state, name=None):
-    """save_checkpoint writes state atomically and points `latest` at it."""
-    os.makedirs(directory, exist_ok=True)
-    name = name or "ckpt-%08d.pt" % state.get("step", 0)
-    # Temp names of their own: ranks that stop together (Horovod's below-min
-    # stop) may write the same checkpoint at once, and a shared temp file
-    # would mix their bytes.
-    unique = "%d.%s" % (os.getpid(), os.urandom(4).hex())
-    tmp = os.path.join(directory, ".%s.%s.tmp" % (name, unique))
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(directory, name))
-    latest_tmp = os.path.join(directory, ".latest.%s.tmp" % unique)
-    with open(latest_tmp, "w") as f:
-        json.dump({"file": name, "step": state.get("step", 0)}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(latest_tmp, os.path.join(directory, "latest"))
+class CheckpointError(OSError):
+    """CheckpointError: a checkpoint could not be written (ENOSPC, a read-only
+    or vanished directory, ...). The message names the file and the cause; no
+    temp file is left behind and `latest` still names the previous one."""
+
+
+def _fsync_dir(directory):
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def save_checkpoint(directory, state, name=None, keep=3):
+    """save_checkpoint writes state atomically and points `latest` at it:
+    a temp file of its own (ranks that stop together may write the same
+    checkpoint at once), fsync, rename, fsync of the directory, then the same
+    for `latest`. It keeps the `keep` newest ckpt-*.pt files (0: all) and
+    raises CheckpointError when the checkpoint cannot be written."""
+    name = name or "ckpt-%08d.pt" % state.get("step", 0)
+    unique = "%d.%s" % (os.getpid(), os.urandom(4).hex())
+    tmps = [os.path.join(directory, ".%s.%s.tmp" % (name, unique)), os.path.join(directory, ".latest.%s.tmp" % unique)]
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(tmps[0], "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmps[0], os.path.join(directory, name))
+        _fsync_dir(directory)  # the checkpoint's name is durable before latest points at it
+        with open(tmps[1], "w") as f:
+            json.dump({"file": name, "step": state.get("step", 0)}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmps[1], os.path.join(directory, "latest"))
+        _fsync_dir(directory)
+    except OSError as e:
+        for t in tmps:
+            try:
+                os.remove(t)
+            except OSError:
+                pass
+        raise CheckpointError(e.errno, "checkpoint %s in %s: %s" % (name, directory, e.strerror or e)) from e
+    if keep > 0:
+        _prune(directory, keep, name)
     return os.path.join(directory, name)
 
 
-def load_checkpoint(directory):
-    """load_checkpoint returns the latest checkpoint's state, or None."""
+def _checkpoints(directory):
+    """The ckpt-*.pt files of directory, newest (highest step) first."""
     try:
-        with open(os.path.join(directory, "latest")) as f:
-            latest = json.load(f)
-    except (FileNotFoundError, ValueError):
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted((n for n in names if n.startswith("ckpt-") and n.endswith(".pt")), reverse=True)
+
+
+def _prune(directory, keep, current):
+    for n in _checkpoints(directory)[keep:]:
+        if n != current:
+            try:
+                os.remove(os.path.join(directory, n))
+            except OSError:
+                pass
+
+
+def checkpoint_before_exit(directory, state, log=None):
+    """checkpoint_before_exit is save_checkpoint for the stop path (a notice,
+    a leave): it never raises. When the checkpoint cannot be written it says
+    why and returns None, so that the process still exits 75 (a preemption,
+    resumed from the previous checkpoint) rather than 1 (a failure)."""
+    try:
+        return save_checkpoint(directory, state)
+    except CheckpointError as e:
+        (log or _warn)("checkpoint before exit failed, the job resumes from the previous one: %s" % e)
         return None
-    return torch.load(os.path.join(directory, latest["file"]))
+
+
+def _warn(msg):
+    sys.stderr.write("etjob: %s\n" % msg)
+    sys.stderr.flush()
+
+
+def load_checkpoint(directory):
+    """load_checkpoint returns the latest checkpoint's state, or None when the
+    directory holds none. When `latest` is torn, or names a file that is gone
+    or does not load, it warns and takes the newest ckpt-*.pt that loads,
+    never silently starting over at step 0."""
+    path = os.path.join(directory, "latest")
+    named = None
+    try:
+        with open(path) as f:
+            named = json.load(f)["file"]
+    except FileNotFoundError:
+        pass
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        _warn("%s is unreadable (%s): taking the newest checkpoint file" % (path, e))
+    if named is not None:
+        try:
+            return torch.load(os.path.join(directory, named))
+        except Exception as e:  # noqa: BLE001 - any failure to load falls back
+            _warn("%s names %s, which does not load (%s): taking the newest checkpoint file" % (path, named, e))
+    for n in _checkpoints(directory):
+        if n == named:
+            continue
+        try:
+            state = torch.load(os.path.join(directory, n))
+        except Exception as e:  # noqa: BLE001
+            _warn("%s does not load (%s)" % (n, e))
+            continue
+        if named is not None or os.path.exists(path):
+            _warn("resuming from %s" % n)
+        return state
+    return None
 
 
 def shard(t, rank, world):

@@ -1,3 +1,5 @@
+import errno
+import json
 import os
 import random
 import re
@@ -55,6 +57,51 @@ class SamplerTest(unittest.TestCase):
         etorch.save_checkpoint(d, {"step": 5, "x": 2})
         self.assertEqual(etorch.load_checkpoint(d)["step"], 5)
         self.assertFalse([f for f in os.listdir(d) if f.endswith(".tmp")])
+
+    def test_torn_or_dangling_latest_falls_back(self):
+        # Finding H4: a torn `latest` restarted training at step 0, silently;
+        # one naming a missing file crash-looped.
+        d = tempfile.mkdtemp()
+        etorch.save_checkpoint(d, {"step": 3})
+        etorch.save_checkpoint(d, {"step": 5})
+        with open(os.path.join(d, "latest"), "w") as f:
+            f.write('{"file": "ckpt-000')  # torn
+        self.assertEqual(etorch.load_checkpoint(d)["step"], 5)
+        with open(os.path.join(d, "latest"), "w") as f:
+            json.dump({"file": "ckpt-00000009.pt", "step": 9}, f)  # gone
+        self.assertEqual(etorch.load_checkpoint(d)["step"], 5)
+        with open(os.path.join(d, "ckpt-00000005.pt"), "wb") as f:
+            f.write(b"torn")  # not loadable: the next newest
+        self.assertEqual(etorch.load_checkpoint(d)["step"], 3)
+
+    def test_failed_save_cleans_up_and_says_why(self):
+        # Finding H4: ENOSPC on the stop path exited 1 (a failure) and left
+        # the temp file.
+        d = tempfile.mkdtemp()
+        etorch.save_checkpoint(d, {"step": 3})
+        real = os.fsync
+        def full(fd):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        os.fsync = full
+        try:
+            with self.assertRaises(etorch.CheckpointError) as ctx:
+                etorch.save_checkpoint(d, {"step": 4})
+            self.assertIn("No space left on device", str(ctx.exception))
+            self.assertIn(d, str(ctx.exception))
+            said = []
+            self.assertIsNone(etorch.checkpoint_before_exit(d, {"step": 4}, log=said.append))
+            self.assertIn("resumes from the previous one", said[0])
+        finally:
+            os.fsync = real
+        self.assertFalse([f for f in os.listdir(d) if f.endswith(".tmp")])
+        self.assertEqual(etorch.load_checkpoint(d)["step"], 3)
+
+    def test_old_checkpoints_are_pruned(self):
+        d = tempfile.mkdtemp()
+        for step in range(1, 7):
+            etorch.save_checkpoint(d, {"step": step}, keep=2)
+        self.assertEqual(sorted(f for f in os.listdir(d) if f.startswith("ckpt-")), ["ckpt-00000005.pt", "ckpt-00000006.pt"])
+        self.assertEqual(etorch.load_checkpoint(d)["step"], 6)
 
     def test_agree_without_a_process_group(self):
         self.assertTrue(etorch.agree(True))
