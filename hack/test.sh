@@ -33,6 +33,9 @@ cover=$(go test -count=1 -cover ./internal/core/ | sed -n 's/.*coverage: \([0-9.
 echo "decision core coverage: ${cover}%"
 awk -v c="$cover" 'BEGIN { exit !(c >= 85) }' || { echo "decision core coverage ${cover}% is below 85%"; exit 1; }
 
+step "fuzzing: every fuzz target for ${ETJOB_FUZZTIME:-10s} (their corpora ran with the unit tests)"
+make --no-print-directory fuzz FUZZTIME="${ETJOB_FUZZTIME:-10s}"
+
 step "worker library tests (Python stdlib unittest; real torchrun for the agreed stop)"
 PYTHONPATH="$PWD/python:$PWD/python/tests" /usr/bin/python3 -m unittest discover -s python/tests -t python/tests
 
