@@ -212,6 +212,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: the node and pod caches did not sync: %w", ctx.Err())
 	}
 
+	// The state is computed before the first pod is served: a restarted
+	// agent restores a live notice from its Node (sync) instead of telling
+	// the pods "none" until the cloud answers again.
+	if err := a.sync(ctx); err != nil && ctx.Err() == nil {
+		a.log.Error("updating the node", "err", err)
+	}
 	l, err := a.listen()
 	if err != nil {
 		return err
@@ -358,6 +364,13 @@ func (a *Agent) sync(ctx context.Context) error {
 		}
 	} else {
 		a.warnSince = time.Time{}
+	}
+	if !a.cloudSettled && st.Reclaim.Kind != notice.Reclaim {
+		// Until the cloud source has answered (a restart), the notice this
+		// agent left on its Node still holds: the pods keep hearing it.
+		if n, ok := markedNotice(node); ok {
+			st.Reclaim = n
+		}
 	}
 	a.state = st
 	settled, warnSince := a.cloudSettled, a.warnSince

@@ -500,3 +500,67 @@ func TestAgentConnectionLimits(t *testing.T) {
 		t.Logf("the fourth connection waited %s for a slot", waited.Round(time.Millisecond))
 	}
 }
+
+// blockedSource is a cloud source that has not answered yet (its metadata
+// service is slow after a restart).
+type blockedSource struct{ release chan struct{} }
+
+func (b blockedSource) Provider() string { return notice.ProviderAWS }
+func (b blockedSource) Poll(ctx context.Context) (notice.Notice, error) {
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+	return notice.Notice{}, ctx.Err()
+}
+
+// TestAgentRestartKeepsNotice (finding M5): an agent restarted during a live
+// notice serves it from its Node's markings before its cloud answers again,
+// instead of telling the pods "none".
+func TestAgentRestartKeepsNotice(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := startAPIServer(t)
+	deadline := time.Now().Add(2 * time.Minute).UTC().Truncate(time.Second).Format(time.RFC3339)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Annotations: map[string]string{
+		etjobv1.AnnotationNodeNotice: deadline, etjobv1.AnnotationNodeNoticeSource: "aws"}}}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(ctx, t, cs)
+	w0, tok0 := workerPod(ctx, t, cs, ns, "worker-0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := blockedSource{release: make(chan struct{})}
+	defer close(src.release)
+	a, err := agent.New(agent.Options{Client: cs, NodeName: nodeName, Source: src, PollInterval: 50 * time.Millisecond, Confirm: 1, Listener: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = a.Run(ctx) }()
+	addr, err := a.Addr(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The very first answer, before the cloud source said anything.
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/v1/signal?namespace=%s&pod=%s", addr, ns, w0.Name), nil)
+	req.Header.Set("Authorization", "Bearer "+tok0)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var s agent.Signal
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("signal: %d %v", resp.StatusCode, err)
+	}
+	if s.Action != agent.ActionLeave || s.Deadline != deadline || s.Source != "aws" {
+		t.Errorf("first signal after a restart during a notice: %+v, want leave from aws at %s", s, deadline)
+	}
+	n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil || n.Annotations[etjobv1.AnnotationNodeNotice] != deadline {
+		t.Errorf("the Node's notice after the restart: %v %v", n.Annotations, err)
+	}
+}

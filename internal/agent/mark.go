@@ -30,6 +30,20 @@ func observedMarks(node *corev1.Node) nodeMarks {
 	}
 }
 
+// markedNotice is the reclamation notice an agent left on node (its deadline
+// and source annotations), if any.
+func markedNotice(node *corev1.Node) (notice.Notice, bool) {
+	if node == nil {
+		return notice.Notice{}, false
+	}
+	d, err := time.Parse(time.RFC3339, node.Annotations[etjobv1.AnnotationNodeNotice])
+	if err != nil {
+		return notice.Notice{}, false
+	}
+	src := node.Annotations[etjobv1.AnnotationNodeNoticeSource]
+	return notice.Notice{Kind: notice.Reclaim, Deadline: d.UTC(), Source: src, Detail: "restored from the Node after a restart"}, true
+}
+
 // desiredMarks returns the markings for state st. Until the cloud source
 // has settled, markings are only added, never removed: after a restart the
 // agent does not yet know whether the notice it marked is still there.

@@ -283,6 +283,12 @@ func (s *Supervisor) PollOnce(ctx context.Context) error {
 		return err
 	}
 	s.mu.Lock()
+	if s.sig.Action == ActionLeave && got.Action != ActionLeave {
+		// A leave stands: the ranks are already stopping at an agreed
+		// step, and a restarted agent may not know the notice yet.
+		s.mu.Unlock()
+		return nil
+	}
 	changed := got.Action != s.sig.Action
 	s.sig = got
 	s.mu.Unlock()

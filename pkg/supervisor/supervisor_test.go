@@ -93,7 +93,9 @@ func TestSignals(t *testing.T) {
 		{"unknown action keeps the last one", 200, `{"action":"dance"}`, true, true, true, "EarlyWarning(aws-rebalance)"},
 		{"agent error keeps the last one", 503, `restarting`, true, true, true, "EarlyWarning(aws-rebalance)"},
 		{"leave", 200, `{"action":"leave","reason":"ReclaimNotice(gcp)","deadline":"2026-11-29T12:00:30Z","source":"gcp"}`, false, false, true, "ReclaimNotice(gcp)"},
-		{"withdrawn", 200, `{"action":"none"}`, false, true, false, ""},
+		// Finding M5: a leave stands. A later "none" (an agent restarted
+		// during the notice) must not send the rank back to training.
+		{"a later none does not undo a leave", 200, `{"action":"none"}`, false, false, true, "ReclaimNotice(gcp)"},
 	}
 	for _, st := range steps {
 		stub.set(st.status, st.answer)

@@ -139,6 +139,10 @@ class Supervisor:
             self._warn_once("bad-action", "the node agent answered an unknown action: %r" % (got,))
             return False
         with self._lock:
+            if self._signal.get("action") == "leave" and got.get("action") != "leave":
+                # A leave stands: the ranks are already stopping at an agreed
+                # step, and a restarted agent may not know the notice yet.
+                return True
             changed = got.get("action") != self._signal.get("action")
             self._signal = got
         if changed and got.get("action") != "none":

@@ -40,6 +40,17 @@ class SupervisorTest(unittest.TestCase):
         self.assertEqual(path, "/v1/signal?namespace=ns&pod=p-0")
         self.assertEqual(auth, "Bearer tok123")
 
+    def test_a_leave_stands(self):
+        # Finding M5: an agent restarted during the notice may answer "none";
+        # the rank must not go back to training.
+        s = self.sup()
+        self.agent.answer = {"action": "leave", "reason": "ReclaimNotice(aws)", "deadline": "2026-11-29T10:00:00Z", "source": "aws"}
+        s.poll_once()
+        self.agent.answer = {"action": "none"}
+        s.poll_once()
+        self.assertFalse(s.check_alive())
+        self.assertEqual(s.reason(), "ReclaimNotice(aws)")
+
     def test_early_warning_asks_for_a_checkpoint_only(self):
         s = self.sup()
         self.agent.answer = {"action": "checkpoint", "reason": "rebalance"}
