@@ -1,6 +1,9 @@
-# Multi-stage build of the etjob binaries; the flags are the Makefile's
-# (`make build` passes the same GOFLAGS_BUILD).
-FROM golang:1.26 AS build
+# The etjob images, from one build: `docker build --target agent` for the node
+# agent, the default (last) target for the controller. The flags are the
+# Makefile's (`make build` passes the same GOFLAGS_BUILD). Base images are
+# pinned by version (no registry is reachable from the build machines to
+# look up their digests; pin digests where you mirror them).
+FROM golang:1.26.8-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
@@ -8,9 +11,14 @@ COPY . .
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/etjob-controller ./cmd/etjob-agent
 
-FROM gcr.io/distroless/static:nonroot
-COPY --from=build /out/etjob-controller /etjob-controller
+# ghcr.io/etjob/etjob-agent: the node agent DaemonSet (config/agent).
+FROM gcr.io/distroless/static-debian12:nonroot AS agent
 COPY --from=build /out/etjob-agent /etjob-agent
 USER 65532:65532
-# The agent's image is the same one with ENTRYPOINT ["/etjob-agent"].
+ENTRYPOINT ["/etjob-agent"]
+
+# ghcr.io/etjob/etjob-controller: the controller Deployment (config/manager).
+FROM gcr.io/distroless/static-debian12:nonroot AS controller
+COPY --from=build /out/etjob-controller /etjob-controller
+USER 65532:65532
 ENTRYPOINT ["/etjob-controller"]

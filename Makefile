@@ -39,7 +39,7 @@ test: ## The README's test command (CI): lint, walls, unit, worker library, inte
 
 .PHONY: test-unit
 test-unit: ## Unit tests (the decision core, builders, CLI, the Go supervisor package).
-	$(GO) test ./internal/... ./api/... ./pkg/... ./cmd/... ./hack/...
+	$(GO) test ./internal/... ./api/... ./config/... ./pkg/... ./cmd/... ./hack/...
 
 .PHONY: walls
 walls: ## Check the import walls (hack/walls): pure core, api/ and the agent on their own, the user's binaries clients of <= 60 MB.

@@ -44,7 +44,7 @@ import (
 
 const (
 	controllerSA = "system:serviceaccount:etjob-system:etjob-controller"
-	agentSA      = "system:serviceaccount:etjob-system:etjob-agent"
+	agentSA      = "system:serviceaccount:etjob-agent:etjob-agent"
 )
 
 var (
@@ -79,8 +79,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	// The shipped manifests, as `kubectl apply -k config/default` installs
-	// them (the Deployment and DaemonSet objects too; nothing runs them here).
-	for _, dir := range []string{"rbac", "agent", "manager"} {
+	// them (the Deployment and DaemonSet objects too; nothing runs them
+	// here), the namespaces first.
+	for _, dir := range []string{"manager", "agent", "rbac"} {
 		if err := applyDir(filepath.Join(root, "config", dir)); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -89,15 +90,11 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// applyDir creates every object of every YAML file in dir, the namespace
-// etjob-system first.
+// applyDir creates every object of every YAML file in dir (each file that
+// has a Namespace holds it first).
 func applyDir(dir string) error {
 	c, err := client.New(admin, client.Options{Scheme: scheme.New()})
 	if err != nil {
-		return err
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "etjob-system"}}
-	if err := c.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
@@ -117,7 +114,7 @@ func applyDir(dir string) error {
 			} else if err != nil {
 				return fmt.Errorf("%s: %w", f, err)
 			}
-			if len(u.Object) == 0 || u.GetKind() == "Namespace" {
+			if len(u.Object) == 0 {
 				continue
 			}
 			if err := c.Create(context.Background(), u); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -241,20 +238,20 @@ func TestControllerIdentity(t *testing.T) {
 }
 
 // agentToken is the token the agent's DaemonSet pod on node gets: bound to a
-// pod of ServiceAccount etjob-system/etjob-agent bound to that node.
+// pod of ServiceAccount etjob-agent/etjob-agent bound to that node.
 func agentToken(t *testing.T, node string) *kubernetes.Clientset {
 	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "etjob-agent-", Namespace: "etjob-system"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "etjob-agent-", Namespace: "etjob-agent"},
 		Spec:       corev1.PodSpec{NodeName: node, ServiceAccountName: "etjob-agent", Containers: []corev1.Container{{Name: "agent", Image: "etjob-agent"}}},
 	}
-	pod, err := cs.CoreV1().Pods("etjob-system").Create(ctx, pod, metav1.CreateOptions{})
+	pod, err := cs.CoreV1().Pods("etjob-agent").Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	expiry := int64(3600)
-	tr, err := cs.CoreV1().ServiceAccounts("etjob-system").CreateToken(ctx, "etjob-agent", &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+	tr, err := cs.CoreV1().ServiceAccounts("etjob-agent").CreateToken(ctx, "etjob-agent", &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
 		ExpirationSeconds: &expiry,
 		BoundObjectRef:    &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
 	}}, metav1.CreateOptions{})

@@ -1,0 +1,103 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+// objects are every object of the manifests under config/ (kustomize trees).
+func objects(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
+	for _, dir := range []string{"manager", "agent", "rbac"} {
+		files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+		for _, f := range files {
+			if filepath.Base(f) == "kustomization.yaml" {
+				continue
+			}
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+			for {
+				u := &unstructured.Unstructured{}
+				if err := dec.Decode(&u.Object); err == io.EOF {
+					break
+				} else if err != nil {
+					t.Fatalf("%s: %v", f, err)
+				}
+				if len(u.Object) > 0 {
+					out = append(out, u)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("no %s %s in config/", kind, name)
+	return nil
+}
+
+// TestManifestsFitToDeploy (finding M6): pinned images, an agent image of its
+// own, the controller on reliable capacity with a PDB and spread replicas,
+// Pod Security labels, the agent non-root with a seccomp profile.
+func TestManifestsFitToDeploy(t *testing.T) {
+	objs := objects(t)
+	for _, o := range objs {
+		containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		for _, c := range containers {
+			img, _ := c.(map[string]any)["image"].(string)
+			if !strings.Contains(img, ":") || strings.HasSuffix(img, ":latest") {
+				t.Errorf("%s %s: image %q is not pinned to a version", o.GetKind(), o.GetName(), img)
+			}
+		}
+	}
+	agent := find(t, objs, "DaemonSet", "etjob-agent")
+	img, _, _ := unstructured.NestedSlice(agent.Object, "spec", "template", "spec", "containers")
+	if !strings.Contains(img[0].(map[string]any)["image"].(string), "etjob-agent") {
+		t.Errorf("the agent runs %v, not the agent image", img[0])
+	}
+	if v, _, _ := unstructured.NestedBool(agent.Object, "spec", "template", "spec", "securityContext", "runAsNonRoot"); !v {
+		t.Error("the agent does not run as non-root")
+	}
+	if v, _, _ := unstructured.NestedString(agent.Object, "spec", "template", "spec", "securityContext", "seccompProfile", "type"); v != "RuntimeDefault" {
+		t.Error("the agent has no seccomp profile")
+	}
+	ctl := find(t, objs, "Deployment", "etjob-controller")
+	if r, _, _ := unstructured.NestedFieldNoCopy(ctl.Object, "spec", "replicas"); fmt.Sprint(r) != "2" {
+		t.Errorf("controller replicas %v, want 2 (leader election)", r)
+	}
+	terms, _, _ := unstructured.NestedSlice(ctl.Object, "spec", "template", "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+	if len(terms) != 1 || !strings.Contains(fmt.Sprint(terms), "karpenter.sh/capacity-type NotIn [spot]") && !strings.Contains(fmt.Sprint(terms), "key:karpenter.sh/capacity-type operator:NotIn values:[spot]") {
+		t.Errorf("the controller may land on spot nodes: %v", terms)
+	}
+	if _, found, _ := unstructured.NestedMap(ctl.Object, "spec", "template", "spec", "affinity", "podAntiAffinity"); !found {
+		t.Error("the controller's replicas are not spread")
+	}
+	find(t, objs, "PodDisruptionBudget", "etjob-controller")
+	for ns, level := range map[string]string{"etjob-system": "restricted", "etjob-agent": "privileged"} {
+		if got := find(t, objs, "Namespace", ns).GetLabels()["pod-security.kubernetes.io/enforce"]; got != level {
+			t.Errorf("namespace %s enforces %q, want %s", ns, got, level)
+		}
+	}
+	if ds := agent.GetNamespace(); ds != "etjob-agent" {
+		t.Errorf("the agent runs in %s, want its own privileged namespace", ds)
+	}
+}
