@@ -127,6 +127,7 @@ type Agent struct {
 	acked        map[string]bool
 
 	progress progressStore
+	publishQ chan PodProgress
 	addr     chan string
 }
 
@@ -160,7 +161,8 @@ func New(o Options) (*Agent, error) {
 		}
 		o.Authenticator = NewTokenReviewAuthenticator(rc, nil, 60*time.Second, o.Now)
 	}
-	return &Agent{o: o, log: o.Log.With("node", o.NodeName), kick: make(chan struct{}, 1), acked: map[string]bool{}, addr: make(chan string, 1)}, nil
+	return &Agent{o: o, log: o.Log.With("node", o.NodeName), kick: make(chan struct{}, 1), acked: map[string]bool{}, addr: make(chan string, 1),
+		publishQ: make(chan PodProgress, 64)}, nil
 }
 
 // Addr returns the signal endpoint's address once it listens.
@@ -212,6 +214,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("agent: the node and pod caches did not sync: %w", ctx.Err())
 	}
 
+	go a.publishCheckpoints(ctx)
 	// The state is computed before the first pod is served: a restarted
 	// agent restores a live notice from its Node (sync) instead of telling
 	// the pods "none" until the cloud answers again.
@@ -333,6 +336,11 @@ func (a *Agent) sync(ctx context.Context) error {
 		node = nil
 	}
 	pods, _ := a.pods.List(labels.Everything())
+	live := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		live[p.Namespace+"/"+p.Name] = true
+	}
+	a.progress.keep(live) // the progress of pods gone from the node goes too
 	now := a.o.Now()
 	kind, src := KubernetesNotice(node, pods)
 

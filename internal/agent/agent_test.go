@@ -77,7 +77,7 @@ func TestAgent(t *testing.T) {
 	// Two worker pods on the node, each with a token bound to it.
 	ns := newNamespace(ctx, t, cs)
 	w0, tok0 := workerPod(ctx, t, cs, ns, "worker-0")
-	w1, _ := workerPod(ctx, t, cs, ns, "worker-1")
+	w1, tok1 := workerPod(ctx, t, cs, ns, "worker-1")
 
 	signal := func(pod, token string) (int, agent.Signal) {
 		t.Helper()
@@ -161,19 +161,44 @@ func TestAgent(t *testing.T) {
 		if resp.StatusCode != http.StatusNoContent {
 			t.Fatalf("POST /v1/progress: %d, want 204", resp.StatusCode)
 		}
-		req, _ = http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/progress", nil)
-		req.Header.Set("Authorization", "Bearer "+tok0)
+		get := func(query, token string) (int, []agent.PodProgress) {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/progress"+query, nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var got []agent.PodProgress
+			if resp.StatusCode == http.StatusOK {
+				if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return resp.StatusCode, got
+		}
+		code, got := get(fmt.Sprintf("?namespace=%s&pod=%s", ns, w0.Name), tok0)
+		if code != http.StatusOK || len(got) != 1 || got[0].Pod != w0.Name || got[0].Step != 120 || got[0].CheckpointPath != "/ckpt/step-100" {
+			t.Errorf("GET /v1/progress of worker-0 = %d %+v, want worker-0 at step 120", code, got)
+		}
+		// Finding M1: no pod reads another's progress, nor the whole list.
+		if code, got := get("", tok0); code != http.StatusBadRequest {
+			t.Errorf("GET /v1/progress of every pod: %d %+v, want 400", code, got)
+		}
+		if code, got := get(fmt.Sprintf("?namespace=%s&pod=%s", ns, w0.Name), tok1); code != http.StatusForbidden {
+			t.Errorf("worker-1 reads worker-0's progress: %d %+v, want 403", code, got)
+		}
+		// A pod of another node, with a valid token of its own, posts nothing here.
+		far, farTok := workerPodOn(ctx, t, cs, ns, "far-away", "other-node")
+		req, _ = http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("%s/v1/progress?namespace=%s&pod=%s", base, ns, far.Name), strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+farTok)
 		resp, err = http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		var got []agent.PodProgress
-		if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
-			t.Fatal(err)
-		}
-		if len(got) != 1 || got[0].Pod != w0.Name || got[0].Step != 120 || got[0].CheckpointPath != "/ckpt/step-100" {
-			t.Errorf("GET /v1/progress = %+v, want worker-0 at step 120", got)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("POST /v1/progress from a pod on another node: %d, want 403", resp.StatusCode)
 		}
 	})
 
@@ -221,10 +246,16 @@ func TestAgent(t *testing.T) {
 
 func workerPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string) (*corev1.Pod, string) {
 	t.Helper()
+	return workerPodOn(ctx, t, cs, ns, name, nodeName)
+}
+
+// workerPodOn is workerPod on another node.
+func workerPodOn(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name, node string) (*corev1.Pod, string) {
+	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
-			NodeName:           nodeName,
+			NodeName:           node,
 			ServiceAccountName: "worker",
 			Containers:         []corev1.Container{{Name: "main", Image: "worker"}},
 		},

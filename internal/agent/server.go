@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -157,24 +156,22 @@ func (s *progressStore) put(p PodProgress) {
 	s.byID[p.Namespace+"/"+p.Pod] = p
 }
 
+// keep drops the progress of every pod that live does not name.
+func (s *progressStore) keep(live map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.byID {
+		if !live[id] {
+			delete(s.byID, id)
+		}
+	}
+}
+
 func (s *progressStore) get(ns, pod string) (PodProgress, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p, ok := s.byID[ns+"/"+pod]
 	return p, ok
-}
-
-func (s *progressStore) list() []PodProgress {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]PodProgress, 0, len(s.byID))
-	for _, p := range s.byID {
-		out = append(out, p)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		return out[i].Namespace+"/"+out[i].Pod < out[j].Namespace+"/"+out[j].Pod
-	})
-	return out
 }
 
 // Handler returns the node-local endpoint:
@@ -192,7 +189,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /v1/signal", a.serveSignal)
 	mux.HandleFunc("POST /v1/progress", a.postProgress)
-	mux.HandleFunc("GET /v1/progress", a.listProgress)
+	mux.HandleFunc("GET /v1/progress", a.getProgress)
 	return mux
 }
 
@@ -225,7 +222,13 @@ func (a *Agent) postProgress(w http.ResponseWriter, r *http.Request) {
 	now := a.o.Now().UTC()
 	a.progress.put(PodProgress{Namespace: ns, Pod: name, Received: now, Progress: p})
 	if p.CheckpointStep > 0 && (!had || p.CheckpointStep != prev.CheckpointStep) {
-		go a.publishCheckpoint(ns, name, p, now)
+		// One publisher goroutine: a worker cannot make the agent spawn
+		// patches, and they never crowd out the Node markings.
+		select {
+		case a.publishQ <- PodProgress{Namespace: ns, Pod: name, Received: now, Progress: p}:
+		default:
+			a.log.Warn("checkpoint publications are queued up; dropping one", "pod", ns+"/"+name, "step", p.CheckpointStep)
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -243,13 +246,32 @@ func (a *Agent) publishCheckpoint(ns, name string, p Progress, at time.Time) {
 	}
 }
 
-func (a *Agent) listProgress(w http.ResponseWriter, r *http.Request) {
-	if !a.o.InsecureSkipPodAuth {
-		if _, ok := a.authenticate(w, r, "", ""); !ok {
+// publishCheckpoints publishes the queued checkpoints, one at a time, until
+// ctx ends.
+func (a *Agent) publishCheckpoints(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
 			return
+		case p := <-a.publishQ:
+			a.publishCheckpoint(p.Namespace, p.Pod, p.Progress, p.Received)
 		}
 	}
-	writeJSON(w, http.StatusOK, a.progress.list())
+}
+
+// getProgress serves the calling pod its own progress (a list of at most
+// one, GET /v1/progress?namespace=&pod=): never another pod's, whose
+// checkpoint paths are its own business.
+func (a *Agent) getProgress(w http.ResponseWriter, r *http.Request) {
+	ns, name, ok := a.authorizePod(w, r)
+	if !ok {
+		return
+	}
+	out := []PodProgress{}
+	if p, found := a.progress.get(ns, name); found {
+		out = append(out, p)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // authorizePod checks the request's token against the pod it names:
@@ -268,7 +290,14 @@ func (a *Agent) authorizePod(w http.ResponseWriter, r *http.Request) (ns, name s
 	if !ok {
 		return "", "", false
 	}
-	if err := podClaimMatches(user, ns, name, a.podUID(ns, name)); err != nil {
+	uid := a.podUID(ns, name)
+	if uid == "" {
+		// Only pods bound to this node: a token of a pod elsewhere, or of
+		// a deleted pod still in the review cache, gets nothing here.
+		httpError(w, http.StatusForbidden, fmt.Sprintf("pod %s/%s is not on node %s", ns, name, a.o.NodeName))
+		return "", "", false
+	}
+	if err := podClaimMatches(user, ns, name, uid); err != nil {
 		httpError(w, http.StatusForbidden, err.Error())
 		return "", "", false
 	}
