@@ -436,3 +436,35 @@ func eventually(t *testing.T, timeout time.Duration, what string, ok func() bool
 		}
 	}
 }
+
+// TestUserRoles (a low finding): a user with etjob-edit (aggregated into
+// edit and admin) can do what `etjob scaleout` and `scalein` do; etjob-view
+// reads them.
+func TestUserRoles(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, "team-")
+	for user, role := range map[string]string{"alice": "etjob-edit", "bob": "etjob-view"} {
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: ns},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
+			Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}}}
+		if _, err := cs.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "the bindings are seen", func() bool { return canI(t, "bob", ns, "get", "elasticjobs.etjob.dev") })
+	for _, c := range []struct {
+		user, verb, resource string
+		want                 bool
+	}{
+		{"alice", "create", "scaleouts.etjob.dev", true},
+		{"alice", "create", "scaleins.etjob.dev", true},
+		{"alice", "get", "scaleouts.etjob.dev/status", true},
+		{"alice", "update", "elasticjobs.etjob.dev/status", false},
+		{"bob", "get", "scaleins.etjob.dev", true},
+		{"bob", "create", "scaleouts.etjob.dev", false},
+	} {
+		if got := canI(t, c.user, ns, c.verb, c.resource); got != c.want {
+			t.Errorf("%s: can-i %s %s = %t, want %t", c.user, c.verb, c.resource, got, c.want)
+		}
+	}
+}
