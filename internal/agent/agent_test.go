@@ -20,6 +20,7 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
@@ -593,5 +594,71 @@ func TestAgentRestartKeepsNotice(t *testing.T) {
 	n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil || n.Annotations[etjobv1.AnnotationNodeNotice] != deadline {
 		t.Errorf("the Node's notice after the restart: %v %v", n.Annotations, err)
+	}
+}
+
+// TestAgentAudience (finding M2): the agent takes only tokens for its own
+// audience, which the workers' projected token is; such a token is good for
+// nothing else (the API server refuses it), and the workers' API token is
+// refused by the agent.
+func TestAgentAudience(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := startAPIServerConfig(t)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := agent.NewTokenReviewAuthenticator(cs, []string{etjobv1.AgentTokenAudience}, time.Minute, nil)
+	a, err := agent.New(agent.Options{Client: cs, NodeName: nodeName, PollInterval: 50 * time.Millisecond, Confirm: 1, Listener: l, Authenticator: auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = a.Run(ctx) }()
+	addr, err := a.Addr(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(ctx, t, cs)
+	w0, apiToken := workerPod(ctx, t, cs, ns, "worker-0")
+	expiry := int64(etjobv1.AgentTokenSeconds)
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "worker", &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+		Audiences: []string{etjobv1.AgentTokenAudience}, ExpirationSeconds: &expiry,
+		BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: w0.Name, UID: w0.UID},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentToken := tr.Status.Token
+	signal := func(token string) int {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/v1/signal?namespace=%s&pod=%s", addr, ns, w0.Name), nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	var code int
+	eventually(t, 20*time.Second, "the agent takes the agent-audience token", func() bool { code = signal(agentToken); return code == http.StatusOK })
+	if code := signal(apiToken); code != http.StatusUnauthorized {
+		t.Errorf("the pod's API-audience token at the agent: %d, want 401", code)
+	}
+	leaked := rest.AnonymousClientConfig(cfg)
+	leaked.BearerToken = agentToken
+	lc, err := kubernetes.NewForConfig(leaked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsUnauthorized(err) {
+		t.Errorf("the agent-audience token at the API server: %v, want 401 Unauthorized", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/agent/notice"
 	"github.com/etjob/etjob/internal/logging"
 )
@@ -47,7 +48,7 @@ func run(ctx context.Context, args []string) error {
 		window       = fs.Duration("k8s-notice-window", DefaultKubernetesNoticeWindow, "deadline given to a Kubernetes-side notice (a taint such as ToBeDeletedByClusterAutoscaler)")
 		gcpWindow    = fs.Duration("gcp-preemption-window", notice.DefaultGCPWindow, "deadline given to a GCP preemption (GCP announces none; GKE pods get about 15s)")
 		azureVM      = fs.String("azure-vm-name", "", "this VM's name in Azure scheduled events (default: accept events for any VM)")
-		audiences    = fs.String("token-audiences", "", "comma-separated audiences pod tokens must carry (default the API server's)")
+		audiences    = fs.String("token-audiences", etjobv1.AgentTokenAudience, "comma-separated audiences pod tokens must carry (the workers' projected token is for "+etjobv1.AgentTokenAudience+`; "" takes the API server's own)`)
 		insecure     = fs.Bool("insecure-skip-pod-auth", false, "serve any caller as the pod it names, without a token (local debugging only)")
 	)
 	var logOpts logging.Options

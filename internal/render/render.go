@@ -100,11 +100,29 @@ func Worker(job *etjobv1.ElasticJob, index int32) *corev1.Pod {
 	if job.Spec.Framework == etjobv1.FrameworkTorchrun {
 		env = append(env, torchrunEnv(job)...)
 	}
+	env = append(env, corev1.EnvVar{Name: etjobv1.EnvAgentTokenPath, Value: etjobv1.AgentTokenPath})
 	injectEnv(&pod.Spec, env)
+	mountAgentToken(&pod.Spec)
 	if sp := job.Spec.Spot; sp != nil && sp.Enabled {
 		preferSpot(&pod.Spec)
 	}
 	return pod
+}
+
+// mountAgentToken gives every container the pod's token for the node agent
+// (etjobv1.AgentTokenPath): bound to the pod, for the agent's audience only,
+// short-lived.
+func mountAgentToken(spec *corev1.PodSpec) {
+	const name = "etjob-agent-token"
+	exp := int64(etjobv1.AgentTokenSeconds)
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+			Audience: etjobv1.AgentTokenAudience, ExpirationSeconds: &exp, Path: path.Base(etjobv1.AgentTokenPath)}}},
+	}}})
+	for i := range spec.Containers {
+		spec.Containers[i].VolumeMounts = append(spec.Containers[i].VolumeMounts,
+			corev1.VolumeMount{Name: name, MountPath: path.Dir(etjobv1.AgentTokenPath), ReadOnly: true})
+	}
 }
 
 // Launcher builds the launcher pod: horovodrun for horovod, the rendezvous

@@ -1,6 +1,7 @@
 package render_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -46,7 +47,7 @@ func TestWorker(t *testing.T) {
 		"minWorkers": "2", "maxWorkers": "6", "gpus": "2",
 		"ETJOB_JOB_NAME": "train", "ETJOB_NAMESPACE": "ml", "ETJOB_WORKER_INDEX": "7",
 		"ETJOB_POD_NAME": "fieldRef:metadata.name", "ETJOB_NODE_IP": "fieldRef:status.hostIP", "ETJOB_POD_IP": "fieldRef:status.podIP",
-		"ETJOB_AGENT_ADDR": "$(ETJOB_NODE_IP):9477", "ETJOB_RDZV_ENDPOINT": "train-launcher.train.ml.svc:29400",
+		"ETJOB_AGENT_ADDR": "$(ETJOB_NODE_IP):9477", "ETJOB_AGENT_TOKEN_PATH": etjobv1.AgentTokenPath, "ETJOB_RDZV_ENDPOINT": "train-launcher.train.ml.svc:29400",
 		"ETJOB_FRAMEWORK": "torchrun", "ETJOB_SLOTS_PER_WORKER": "2", "ETJOB_ATTEMPT": "2",
 		"ETJOB_EXIT_CODE_PREEMPTED": "75", "ETJOB_CHECKPOINT_DIR": "/ckpt",
 		"PET_NNODES": "2:6", "PET_NPROC_PER_NODE": "2", "PET_RDZV_BACKEND": "c10d",
@@ -58,6 +59,22 @@ func TestWorker(t *testing.T) {
 	}
 	if ref := pod.OwnerReferences[0]; ref.Kind != "ElasticJob" || ref.Controller == nil || !*ref.Controller {
 		t.Errorf("owner reference %+v", ref)
+	}
+	// Finding M2: the worker's token for its node agent is for the agent's
+	// audience only, short-lived, in every container.
+	var tok *corev1.ServiceAccountTokenProjection
+	for _, v := range pod.Spec.Volumes {
+		if v.Projected != nil && len(v.Projected.Sources) == 1 && v.Projected.Sources[0].ServiceAccountToken != nil {
+			tok = v.Projected.Sources[0].ServiceAccountToken
+		}
+	}
+	if tok == nil || tok.Audience != etjobv1.AgentTokenAudience || tok.ExpirationSeconds == nil || *tok.ExpirationSeconds > 3600 {
+		t.Errorf("agent token projection %+v, want audience %s, short-lived", tok, etjobv1.AgentTokenAudience)
+	}
+	for _, c := range pod.Spec.Containers {
+		if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath+"/token" == etjobv1.AgentTokenPath && m.ReadOnly }) {
+			t.Errorf("container %s lacks the agent token at %s", c.Name, etjobv1.AgentTokenPath)
+		}
 	}
 }
 

@@ -134,6 +134,9 @@ func New(o Options) *Supervisor {
 	}
 	o.Pod = env(env(o.Pod, "ETJOB_POD_NAME"), "HOSTNAME")
 	if o.TokenPath == "" {
+		o.TokenPath = os.Getenv("ETJOB_AGENT_TOKEN_PATH") // the pod's token for the agent's audience
+	}
+	if o.TokenPath == "" {
 		o.TokenPath = TokenPath
 	}
 	if o.Interval <= 0 {

@@ -35,7 +35,10 @@ import urllib.request
 #: failure; it is not 0, which Horovod would take for the end of the job.
 EXIT_CODE_PREEMPTED = int(os.environ.get("ETJOB_EXIT_CODE_PREEMPTED", "75"))
 
-TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+# The pod's token for the node agent (audience etjob-agent, mounted by the
+# controller and named in $ETJOB_AGENT_TOKEN_PATH); the service-account token
+# when the pod has none.
+TOKEN_PATH = os.environ.get("ETJOB_AGENT_TOKEN_PATH") or "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
 class Supervisor:
