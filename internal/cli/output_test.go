@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"strings"
 	"testing"
@@ -292,5 +293,25 @@ func TestJobCost(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantRows, c.Rows, cmp.Comparer(func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 })); diff != "" {
 		t.Errorf("rows (-want +got):\n%s", diff)
+	}
+}
+
+// TestUnquotedCommand (a low finding): an unquoted Arena command's own flags
+// are the command's: `-np 4` is not -n p (namespace p).
+func TestUnquotedCommand(t *testing.T) {
+	f, out, _ := testFactory(objects()...)
+	root := newRoot(f)
+	root.SetArgs([]string{"submit", "etjob", "--framework", "horovod", "--name", "u", "--image", "i", "--dry-run", "-o", "json",
+		"horovodrun", "-np", "4", "--host-discovery-script", "/etc/edl/discover_hosts.sh", "python", "t.py"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	j := &etjobv1.ElasticJob{}
+	if err := json.Unmarshal(out.Bytes(), j); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	cmd := j.Spec.LauncherTemplate.Spec.Containers[0].Command
+	if j.Namespace != "default" || cmd[len(cmd)-1] != "horovodrun -np 4 --host-discovery-script /etc/edl/discover_hosts.sh python t.py" {
+		t.Errorf("namespace %q, launcher command %q", j.Namespace, cmd)
 	}
 }

@@ -201,6 +201,10 @@ $((${workers}*${gpus})) work verbatim. Wrong input is refused before anything is
 		},
 	}
 	fs := cmd.Flags()
+	// COMMAND is the training command line: flag parsing stops at its first
+	// word, so `horovodrun -np 4 python t.py` unquoted is the command, not
+	// -n p (namespace p) and stray arguments.
+	fs.SetInterspersed(false)
 	fs.StringVar(&o.Name, "name", "", "the job's name (required)")
 	fs.StringVar(&o.Image, "image", "", "the container image of the job (required)")
 	fs.StringVar(&o.Framework, "framework", "", "the distributed launcher: torchrun or horovod (default: horovod when COMMAND starts with horovodrun, as in Arena's examples, else torchrun)")
@@ -256,6 +260,14 @@ $((${workers}*${gpus})) work verbatim. Wrong input is refused before anything is
 // Complete fills the options from the command line.
 func (o *SubmitOptions) Complete(cmd *cobra.Command, args []string) error {
 	o.Command = commandLine(args)
+	if len(args) > 1 {
+		for _, a := range args[1:] {
+			name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+			if strings.HasPrefix(a, "--") && (name == "kubeconfig" || name == "namespace" || name == "context" || name == "name") {
+				o.factory.log().Warn(fmt.Sprintf("%s is part of COMMAND (%q): etjob's own flags go before the command", a, o.Command))
+			}
+		}
+	}
 	o.JobBackoffLimitSet = cmd.Flags().Changed("job-backoff-limit")
 	if cmd.Flags().Changed("retry") {
 		v, _ := cmd.Flags().GetInt("retry")

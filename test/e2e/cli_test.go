@@ -32,7 +32,8 @@ func TestCLIStory(t *testing.T) {
 	}
 	etjob := func(args ...string) (string, error) {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, bin, append(args, "--kubeconfig", cl.Kubeconfig())...)
+		// Connection flags first: everything from submit's COMMAND on is the command.
+		cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", cl.Kubeconfig()}, args...)...)
 		if args[0] == "cluster" {
 			cmd = exec.CommandContext(ctx, local, append(args, "--dir", dir)...)
 		}
