@@ -1,16 +1,13 @@
 package config
 
 import (
-	"bytes"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/etjob/etjob/internal/testutil"
 )
 
 // objects are every object of the manifests under config/ (kustomize trees).
@@ -18,28 +15,11 @@ func objects(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
 	var out []*unstructured.Unstructured
 	for _, dir := range []string{"manager", "agent", "rbac"} {
-		files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
-		for _, f := range files {
-			if filepath.Base(f) == "kustomization.yaml" {
-				continue
-			}
-			raw, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-			for {
-				u := &unstructured.Unstructured{}
-				if err := dec.Decode(&u.Object); err == io.EOF {
-					break
-				} else if err != nil {
-					t.Fatalf("%s: %v", f, err)
-				}
-				if len(u.Object) > 0 {
-					out = append(out, u)
-				}
-			}
+		objs, err := testutil.Manifests(dir)
+		if err != nil {
+			t.Fatal(err)
 		}
+		out = append(out, objs...)
 	}
 	return out
 }

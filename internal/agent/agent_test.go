@@ -377,19 +377,7 @@ func TestAgentTokenFlood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Options{Client: cs, NodeName: nodeName, PollInterval: 50 * time.Millisecond, Confirm: 1, Listener: l})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = a.Run(ctx) }()
-	base := "http://" + l.Addr().String()
+	base := "http://" + runAgent(ctx, t, cs, agent.Options{})
 	ns := newNamespace(ctx, t, cs)
 	w0, tok0 := workerPod(ctx, t, cs, ns, "worker-0")
 	w1, tok1 := workerPod(ctx, t, cs, ns, "worker-1")
@@ -462,20 +450,8 @@ func TestAgentConnectionLimits(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cs := startAPIServer(t)
-	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	lim := agent.Limits{ReadTimeout: 300 * time.Millisecond, WriteTimeout: time.Second, IdleTimeout: 300 * time.Millisecond, MaxConnections: 3}
-	a, err := agent.New(agent.Options{Client: cs, NodeName: nodeName, PollInterval: 50 * time.Millisecond, Confirm: 1, Listener: l, Limits: lim})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = a.Run(ctx) }()
-	addr := l.Addr().String()
+	addr := runAgent(ctx, t, cs, agent.Options{Limits: lim})
 	eventually(t, 20*time.Second, "the endpoint serves", func() bool {
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err == nil {
@@ -609,23 +585,7 @@ func TestAgentAudience(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth := agent.NewTokenReviewAuthenticator(cs, []string{etjobv1.AgentTokenAudience}, time.Minute, nil)
-	a, err := agent.New(agent.Options{Client: cs, NodeName: nodeName, PollInterval: 50 * time.Millisecond, Confirm: 1, Listener: l, Authenticator: auth})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = a.Run(ctx) }()
-	addr, err := a.Addr(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	addr := runAgent(ctx, t, cs, agent.Options{Authenticator: agent.NewTokenReviewAuthenticator(cs, []string{etjobv1.AgentTokenAudience}, time.Minute, nil)})
 	ns := newNamespace(ctx, t, cs)
 	w0, apiToken := workerPod(ctx, t, cs, ns, "worker-0")
 	expiry := int64(etjobv1.AgentTokenSeconds)
@@ -661,4 +621,25 @@ func TestAgentAudience(t *testing.T) {
 	if _, err := lc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsUnauthorized(err) {
 		t.Errorf("the agent-audience token at the API server: %v, want 401 Unauthorized", err)
 	}
+}
+
+// runAgent creates the test's Node and runs an agent for it, with o's
+// options and the test's client, node name and fast polling, until ctx ends;
+// it returns the signal endpoint's address.
+func runAgent(ctx context.Context, t *testing.T, cs kubernetes.Interface, o agent.Options) string {
+	t.Helper()
+	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Client, o.NodeName, o.PollInterval, o.Confirm, o.Listener = cs, nodeName, 50*time.Millisecond, 1, l
+	a, err := agent.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = a.Run(ctx) }()
+	return l.Addr().String()
 }

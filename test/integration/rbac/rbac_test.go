@@ -6,7 +6,6 @@
 package rbac
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,9 +24,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -97,29 +94,13 @@ func applyDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	for _, f := range files {
-		if filepath.Base(f) == "kustomization.yaml" {
-			continue
-		}
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			if err := dec.Decode(&u.Object); err == io.EOF {
-				break
-			} else if err != nil {
-				return fmt.Errorf("%s: %w", f, err)
-			}
-			if len(u.Object) == 0 {
-				continue
-			}
-			if err := c.Create(context.Background(), u); err != nil && !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("%s: creating %s %s: %w", f, u.GetKind(), u.GetName(), err)
-			}
+	objs, err := testutil.Manifests(dir)
+	if err != nil {
+		return err
+	}
+	for _, u := range objs {
+		if err := c.Create(context.Background(), u); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%s: creating %s %s: %w", dir, u.GetKind(), u.GetName(), err)
 		}
 	}
 	return nil
