@@ -20,7 +20,8 @@ func Main(args []string, version string) int {
 	fs := flag.NewFlagSet("etjob-controller", flag.ContinueOnError)
 	var (
 		kubeconfig    = fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG)")
-		metricsAddr   = fs.String("metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint (0 disables it)")
+		metricsAddr   = fs.String("metrics-bind-address", ":8443", "address of the Prometheus metrics endpoint (0 disables it)")
+		metricsSecure = fs.Bool("metrics-secure", true, "serve metrics over HTTPS to authenticated callers allowed to get /metrics (ClusterRole etjob-metrics-reader); false serves plain HTTP to anyone (local use)")
 		probeAddr     = fs.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 		leaderElect   = fs.Bool("leader-elect", false, "elect a leader, so that only one replica reconciles")
 		leaderElectNS = fs.String("leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's)")
@@ -51,7 +52,7 @@ func Main(args []string, version string) int {
 		return 1
 	}
 	cfg.QPS, cfg.Burst = float32(*qps), *burst
-	mgr, err := ctrl.NewManager(cfg, ManagerOptions(*metricsAddr, *probeAddr, *leaderElect, *leaderElectNS))
+	mgr, err := ctrl.NewManager(cfg, ManagerOptions(*metricsAddr, *probeAddr, *metricsSecure, *leaderElect, *leaderElectNS))
 	if err != nil {
 		log.Error(err, "creating the manager")
 		return 1

@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
@@ -21,12 +22,20 @@ import (
 // ManagerOptions are the manager options: caches of pods and owned objects are
 // limited to etjob's own (labelled) objects, so the controller's memory does
 // not grow with unrelated workloads, and cached objects carry no managedFields.
-func ManagerOptions(metricsAddr, probeAddr string, leaderElect bool, leaderElectNS string) ctrl.Options {
+// With secureMetrics the metrics endpoint serves HTTPS and answers only
+// callers whose token the API server authenticates and who may get
+// /metrics (ClusterRole etjob-metrics-reader).
+func ManagerOptions(metricsAddr, probeAddr string, secureMetrics, leaderElect bool, leaderElectNS string) ctrl.Options {
+	metrics := metricsserver.Options{BindAddress: metricsAddr}
+	if secureMetrics {
+		metrics.SecureServing = true
+		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
 	ours, _ := labels.NewRequirement(etjobv1.LabelJobName, selection.Exists, nil)
 	sel := labels.NewSelector().Add(*ours)
 	return ctrl.Options{
 		Scheme:                  scheme.New(),
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                 metrics,
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "etjob-controller.etjob.dev",

@@ -174,7 +174,7 @@ func (c *Cluster) startController(kubeconfigFlag string) error {
 	if err != nil {
 		return err
 	}
-	return c.start("etjob-controller", bins.Controller, append([]string{kubeconfigFlag,
+	return c.start("etjob-controller", bins.Controller, append([]string{kubeconfigFlag, "--metrics-secure=false",
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ControllerPort),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ControllerPort+1)}, c.ControllerArgs...)...)
 }

@@ -338,7 +338,7 @@ func (c *cluster) startController(o *options, etjob string) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"--kubeconfig", kc,
+	args := []string{"--kubeconfig", kc, "--metrics-secure=false",
 		"--metrics-bind-address", metrics, "--health-probe-bind-address", probe,
 		"--concurrency", fmt.Sprint(o.concurrency)}
 	if o.controllerQPS > 0 {

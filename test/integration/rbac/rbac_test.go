@@ -7,11 +7,13 @@ package rbac
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -27,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -34,6 +37,7 @@ import (
 	"github.com/etjob/etjob/internal/agent"
 	"github.com/etjob/etjob/internal/agent/metadata"
 	"github.com/etjob/etjob/internal/agent/notice"
+	"github.com/etjob/etjob/internal/controller"
 	"github.com/etjob/etjob/internal/render"
 	"github.com/etjob/etjob/internal/scheme"
 	"github.com/etjob/etjob/internal/testutil"
@@ -447,5 +451,72 @@ func TestUserRoles(t *testing.T) {
 		if got := canI(t, c.user, ns, c.verb, c.resource); got != c.want {
 			t.Errorf("%s: can-i %s %s = %t, want %t", c.user, c.verb, c.resource, got, c.want)
 		}
+	}
+}
+
+// TestMetricsNeedAuthorization (issue #13, metrics): the controller's
+// metrics are served over HTTPS to callers the API server authenticates and
+// authorizes: none without a token, 403 for a ServiceAccount without
+// etjob-metrics-reader, the metrics for one bound to it.
+func TestMetricsNeedAuthorization(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	mgr, err := ctrl.NewManager(admin, controller.ManagerOptions(addr, "0", true, false, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = mgr.Start(ctx) }()
+
+	ns := namespace(t, "monitoring-")
+	token := func(sa string) string {
+		t.Helper()
+		if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		expiry := int64(600)
+		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	nobody, prom := token("nobody"), token("prometheus")
+	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "prometheus-" + ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "etjob-metrics-reader"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "prometheus", Namespace: ns}}}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The serving certificate is self-signed (bring your own with a
+	// cert-manager Certificate and --metrics-cert-dir in production).
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed test server
+	get := func(tok string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/metrics", nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	eventually(t, 30*time.Second, "the metrics endpoint answers a reader", func() bool {
+		code, body := get(prom)
+		return code == http.StatusOK && strings.Contains(body, "# TYPE")
+	})
+	if code, _ := get(""); code != http.StatusUnauthorized {
+		t.Errorf("metrics without a token: %d, want 401", code)
+	}
+	if code, _ := get(nobody); code != http.StatusForbidden {
+		t.Errorf("metrics for a ServiceAccount without etjob-metrics-reader: %d, want 403", code)
 	}
 }
