@@ -114,6 +114,11 @@ func Worker(job *etjobv1.ElasticJob, index int32) *corev1.Pod {
 // short-lived.
 func mountAgentToken(spec *corev1.PodSpec) {
 	const name = "etjob-agent-token"
+	if spec.ServiceAccountName == "" {
+		// A projected token names its ServiceAccount: the one the
+		// ServiceAccount admission plugin would give the pod anyway.
+		spec.ServiceAccountName = "default"
+	}
 	exp := int64(etjobv1.AgentTokenSeconds)
 	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
