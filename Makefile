@@ -66,7 +66,7 @@ fuzz: ## Run every fuzz target for FUZZTIME each, one after the other (make fuzz
 	@set -e; for pkg in $(FUZZ_PKGS); do \
 	  for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "== $$pkg $$target for $(FUZZTIME)"; \
-	    $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg; \
+	    hack/fuzz.sh $$pkg $$target $(FUZZTIME) $(FUZZFLAGS); \
 	  done; \
 	done
 
