@@ -103,7 +103,7 @@ func (t *TokenReviewAuthenticator) AuthenticateFor(ctx context.Context, token, p
 		if !allowed {
 			t.mu.Unlock()
 			if hit && r.ok && now.Before(r.expires.Add(staleFor)) {
-				return r.user, true, nil // the pod pod-UID check still applies
+				return r.user, true, nil // the caller's pod and UID checks still apply
 			}
 			return authnv1.UserInfo{}, false, ErrReviewBudget
 		}
@@ -121,8 +121,8 @@ func (t *TokenReviewAuthenticator) AuthenticateFor(ctx context.Context, token, p
 	}
 	r = reviewResult{user: review.Status.User, ok: review.Status.Authenticated && review.Status.Error == "", expires: now.Add(t.ttl)}
 	t.mu.Lock()
-	for k, old := range t.cache { // keep the cache bounded by dropping stale answers
-		if !now.Before(old.expires) {
+	for k, old := range t.cache { // bounded: answers go once even a stale one is of no use
+		if !now.Before(old.expires.Add(staleFor)) {
 			delete(t.cache, k)
 		}
 	}
