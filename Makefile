@@ -20,11 +20,16 @@ build: ## Build the binaries into bin/: etjob and kubectl-etjob (the user's CLI)
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o bin/ ./cmd/...
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, the CRD and RBAC with controller-gen.
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, the CRDs and RBAC (controller-gen, into the chart), then config/.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
-	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=./api/... output:crd:dir=config/crd/bases
-	$(GO) run ./hack/crdtrim config/crd/bases/etjob.dev_elasticjobs.yaml
-	$(CONTROLLER_GEN) rbac:roleName=etjob-controller paths=./internal/controller/... output:rbac:dir=config/rbac
+	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=./api/... output:crd:dir=charts/etjob/crds
+	$(GO) run ./hack/crdtrim charts/etjob/crds/etjob.dev_elasticjobs.yaml
+	$(CONTROLLER_GEN) rbac:roleName=etjob-controller paths=./internal/controller/... output:rbac:dir=charts/etjob/templates/rbac
+	$(MAKE) manifests
+
+.PHONY: manifests
+manifests: ## Render the kustomize tree in config/ from the Helm chart (charts/etjob), the manifests' one source.
+	$(GO) run ./hack/manifests
 
 $(CONTROLLER_GEN):
 	GOBIN=$(dir $(CONTROLLER_GEN)) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)

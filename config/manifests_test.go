@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/etjob/etjob/internal/chart"
 	"github.com/etjob/etjob/internal/testutil"
 )
 
@@ -79,5 +80,21 @@ func TestManifestsFitToDeploy(t *testing.T) {
 	}
 	if ds := agent.GetNamespace(); ds != "etjob-agent" {
 		t.Errorf("the agent runs in %s, want its own privileged namespace", ds)
+	}
+}
+
+// TestKustomizeIsTheChart: the kustomize tree is the Helm chart rendered
+// with its default values (`make manifests`), so the two install the same.
+func TestKustomizeIsTheChart(t *testing.T) {
+	want, err := chart.Kustomize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := chart.Diff(".", want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stale) > 0 {
+		t.Errorf("config/ is not charts/etjob rendered with its defaults; run make manifests. Differing: %v", stale)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -40,6 +41,10 @@ func ManagerOptions(metricsAddr, probeAddr string, secureMetrics, leaderElect bo
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "etjob-controller.etjob.dev",
 		LeaderElectionNamespace: leaderElectNS,
+		// A replica that stops (a rollout, a drain) hands the Lease over at
+		// once instead of leaving the other to wait out its duration; Main
+		// returns as soon as the manager stopped.
+		LeaderElectionReleaseOnCancel: true,
 		Cache: cache.Options{
 			// Nothing here reads managedFields (one entry per writer of an
 			// object, a large part of a cached pod); an update without them keeps
@@ -66,6 +71,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *De
 	r := NewElasticJobReconciler(mgr.GetClient(), mgr.GetEventRecorder("etjob-controller"), clock.RealClock{})
 	r.Decisions = decisions
 	if err := r.SetupWithManager(mgr, concurrency); err != nil {
+		return err
+	}
+	if err := ctrlmetrics.Registry.Register(NewJobCollector(mgr.GetCache())); err != nil {
 		return err
 	}
 	for _, out := range []bool{true, false} {

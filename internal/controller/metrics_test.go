@@ -1,0 +1,111 @@
+package controller
+
+import (
+	"io/fs"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/charts"
+	"github.com/etjob/etjob/internal/scheme"
+)
+
+func metricsJob() *etjobv1.ElasticJob {
+	now := metav1.NewTime(time.Unix(1_800_000_000, 0))
+	return &etjobv1.ElasticJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "digits"},
+		Spec:       etjobv1.ElasticJobSpec{Replicas: 4, MinReplicas: 2, MaxReplicas: 8, Framework: etjobv1.FrameworkTorchrun},
+		Status: etjobv1.ElasticJobStatus{
+			Replicas: 3, ReadyReplicas: 3, Members: 3, LeavingReplicas: 1, Preemptions: 2, Failures: 1,
+			Membership: etjobv1.MembershipStatus{Generation: 5},
+			Workers: []etjobv1.WorkerStatus{{Name: "w0", State: etjobv1.WorkerMember}, {Name: "w1", State: etjobv1.WorkerMember},
+				{Name: "w2", State: etjobv1.WorkerLeaving}},
+			Conditions:     []metav1.Condition{{Type: etjobv1.ConditionRunning, Status: metav1.ConditionTrue, Reason: "Training", LastTransitionTime: now}},
+			LastCheckpoint: &etjobv1.CheckpointStatus{Step: 1200, Time: &now, DurationMilliseconds: 1500},
+			StartTime:      &now,
+		},
+	}
+}
+
+// TestJobCollector: each job's status becomes its series, read from the
+// cache at the scrape.
+func TestJobCollector(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(metricsJob()).Build()
+	col := NewJobCollector(c)
+	want := `
+# HELP etjob_job_members Workers in the published membership (status.members).
+# TYPE etjob_job_members gauge
+etjob_job_members{job="digits",namespace="team-a"} 3
+# HELP etjob_job_preemptions_total Workers taken by spot reclamations (status.preemptions).
+# TYPE etjob_job_preemptions_total counter
+etjob_job_preemptions_total{job="digits",namespace="team-a"} 2
+# HELP etjob_job_workers Workers by state (status.workers).
+# TYPE etjob_job_workers gauge
+etjob_job_workers{job="digits",namespace="team-a",state="Leaving"} 1
+etjob_job_workers{job="digits",namespace="team-a",state="Member"} 2
+# HELP etjob_job_last_checkpoint_duration_seconds How long the last checkpoint took to write.
+# TYPE etjob_job_last_checkpoint_duration_seconds gauge
+etjob_job_last_checkpoint_duration_seconds{job="digits",namespace="team-a"} 1.5
+`
+	if err := testutil.CollectAndCompare(col, strings.NewReader(want), "etjob_job_members", "etjob_job_preemptions_total",
+		"etjob_job_workers", "etjob_job_last_checkpoint_duration_seconds"); err != nil {
+		t.Error(err)
+	}
+	if err := testutil.CollectAndCompare(col, strings.NewReader(`
+# HELP etjob_job_condition 1 when the job's condition is True, else 0.
+# TYPE etjob_job_condition gauge
+etjob_job_condition{condition="CheckpointTooSlow",job="digits",namespace="team-a"} 0
+etjob_job_condition{condition="Complete",job="digits",namespace="team-a"} 0
+etjob_job_condition{condition="CreateRefused",job="digits",namespace="team-a"} 0
+etjob_job_condition{condition="Failed",job="digits",namespace="team-a"} 0
+etjob_job_condition{condition="Resizing",job="digits",namespace="team-a"} 0
+etjob_job_condition{condition="Running",job="digits",namespace="team-a"} 1
+etjob_job_condition{condition="Suspended",job="digits",namespace="team-a"} 0
+`), "etjob_job_condition"); err != nil {
+		t.Error(err)
+	}
+	if lint, err := testutil.CollectAndLint(col); err != nil || len(lint) > 0 {
+		t.Errorf("metrics lint: %v %v", err, lint)
+	}
+}
+
+// TestDashboardPlotsExportedMetrics: every etjob_ series the chart's Grafana
+// dashboard queries is one the collector exports.
+func TestDashboardPlotsExportedMetrics(t *testing.T) {
+	raw, err := fs.ReadFile(charts.Etjob(), "dashboards/etjob.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(metricsJob()).Build()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewJobCollector(c))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	for _, f := range families {
+		exported[f.GetName()] = true
+	}
+	var queried []string
+	for _, m := range regexp.MustCompile(`etjob_[a-z_]+`).FindAllString(string(raw), -1) {
+		if !exported[m] {
+			queried = append(queried, m)
+		}
+	}
+	sort.Strings(queried)
+	if len(queried) > 0 {
+		t.Errorf("the dashboard queries series the controller does not export: %v", queried)
+	}
+	if len(exported) < 10 {
+		t.Errorf("only %d job metrics exported", len(exported))
+	}
+}
