@@ -11,14 +11,17 @@ COPY . .
 ARG VERSION=dev
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/ ./cmd/etjob-controller ./cmd/etjob-agent
 
-# ghcr.io/etjob/etjob-agent: the node agent DaemonSet (config/agent).
-FROM gcr.io/distroless/static-debian12:nonroot AS agent
-COPY --from=build /out/etjob-agent /etjob-agent
-USER 65532:65532
-ENTRYPOINT ["/etjob-agent"]
+# The binaries go on the image's PATH: the chart's containers run them by
+# name (command: [etjob-agent]), as the local cluster's process nodes do.
 
-# ghcr.io/etjob/etjob-controller: the controller Deployment (config/manager).
-FROM gcr.io/distroless/static-debian12:nonroot AS controller
-COPY --from=build /out/etjob-controller /etjob-controller
+# ghcr.io/etjob/etjob-agent: the node agent DaemonSet (charts/etjob).
+FROM gcr.io/distroless/static-debian12:nonroot AS agent
+COPY --from=build /out/etjob-agent /usr/local/bin/etjob-agent
 USER 65532:65532
-ENTRYPOINT ["/etjob-controller"]
+ENTRYPOINT ["/usr/local/bin/etjob-agent"]
+
+# ghcr.io/etjob/etjob-controller: the controller Deployment (charts/etjob).
+FROM gcr.io/distroless/static-debian12:nonroot AS controller
+COPY --from=build /out/etjob-controller /usr/local/bin/etjob-controller
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/etjob-controller"]

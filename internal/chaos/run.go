@@ -673,10 +673,12 @@ func (r *runner) orphans(ctx context.Context) int {
 	return len(pods.Items)
 }
 
-// leftovers lists the pod processes of the cluster's nodes that still run.
+// leftovers lists the processes of the job's pods that still run (pod
+// directories are <namespace>_<pod>_<uid>, the job's pods named after it;
+// the chart's controller and agents keep running).
 func (r *runner) leftovers() []string {
 	var out []string
-	pids, _ := filepath.Glob(filepath.Join(r.Cluster.Dir, "nodes", "*", "pods", "*", "*.pid"))
+	pids, _ := filepath.Glob(filepath.Join(r.Cluster.Dir, "nodes", "*", "pods", namespace+"_"+job+"-*", "*.pid"))
 	for _, f := range pids {
 		b, err := os.ReadFile(f)
 		if err != nil {

@@ -5,6 +5,7 @@
 package chart
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
 
 	"github.com/etjob/etjob/charts"
 )
@@ -109,20 +111,30 @@ func Objects(values map[string]any) ([]*unstructured.Unstructured, error) {
 	return objs, nil
 }
 
-// Decode decodes a multi-document YAML stream, skipping empty documents.
+// Decode decodes a multi-document YAML stream, skipping empty documents,
+// as unstructured objects do (integers stay int64).
 func Decode(raw []byte) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
 	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err == io.EOF {
+		doc, err := r.Read()
+		if err == io.EOF {
 			return out, nil
 		} else if err != nil {
 			return nil, err
 		}
-		if len(u.Object) > 0 {
-			out = append(out, u)
+		js, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			return nil, err
 		}
+		if s := strings.TrimSpace(string(js)); s == "null" || s == "{}" {
+			continue
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(js); err != nil {
+			return nil, err
+		}
+		out = append(out, u)
 	}
 }
 

@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -28,6 +30,7 @@ func Main(args []string, version string) int {
 		concurrency   = fs.Int("concurrency", 4, "jobs reconciled in parallel")
 		qps           = fs.Float64("kube-api-qps", 50, "client-side QPS limit towards the API server")
 		burst         = fs.Int("kube-api-burst", 100, "client-side burst towards the API server")
+		memoryLimit   = fs.String("memory-limit", "", "the container's memory limit (the chart passes limits.memory): the Go heap is held to 90% of it (GOMEMLIMIT), so the garbage collector works harder before the kernel kills; GOMEMLIMIT, when set, wins")
 		decisionsFile = fs.String("record-decisions", "", "append every decision (snapshot, time, plan) as JSON lines to this file, for `etjob-local chaos --replay`")
 	)
 	var logOpts logging.Options
@@ -42,6 +45,13 @@ func Main(args []string, version string) int {
 	}
 	logging.Install(logger)
 	log := ctrl.Log.WithName("setup")
+	if soft, err := SoftMemoryLimit(*memoryLimit, os.Getenv("GOMEMLIMIT")); err != nil {
+		log.Error(err, "--memory-limit")
+		return 2
+	} else if soft > 0 {
+		debug.SetMemoryLimit(soft)
+		log.Info("holding the Go heap under 90% of the memory limit", "limit", *memoryLimit, "GOMEMLIMIT", soft)
+	}
 
 	cfg, err := ctrl.GetConfig()
 	if *kubeconfig != "" {
@@ -82,4 +92,23 @@ func Main(args []string, version string) int {
 		return 1
 	}
 	return 0
+}
+
+// SoftMemoryLimit is the Go memory limit for a container memory limit
+// (a quantity: 512Mi, or bytes as the downward API gives it): 90% of it, the
+// rest left to what the Go runtime does not count (stacks' slack, the
+// binary, cgo-free buffers). It is 0 (leave the runtime alone) without a
+// limit or when $GOMEMLIMIT is set, which the runtime already honours.
+func SoftMemoryLimit(limit, gomemlimit string) (int64, error) {
+	if limit == "" || gomemlimit != "" {
+		return 0, nil
+	}
+	q, err := resource.ParseQuantity(limit)
+	if err != nil {
+		return 0, fmt.Errorf("%q: %w", limit, err)
+	}
+	if q.Value() <= 0 {
+		return 0, fmt.Errorf("%q: must be positive", limit)
+	}
+	return q.Value() / 10 * 9, nil
 }

@@ -51,7 +51,7 @@ func ManagerOptions(metricsAddr, probeAddr string, secureMetrics, leaderElect bo
 			// the server's.
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}:            {Label: sel},
+				&corev1.Pod{}:            {Label: sel, Transform: SlimPod},
 				&corev1.ConfigMap{}:      {Label: sel},
 				&corev1.Service{}:        {Label: sel},
 				&corev1.ServiceAccount{}: {Label: sel},
@@ -83,6 +83,42 @@ func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *De
 		}
 	}
 	return nil
+}
+
+// SlimPod is the pod cache's transform: it keeps of each pod only what the
+// controller reads (the decision core's classify, the indexes, the
+// expectations): its metadata without managedFields, spec.nodeName, and the
+// status' phase, reason, message, conditions and each container's state. At
+// 1,000 jobs x 32 workers the pods are nearly all the cache, and their specs
+// (the worker template: command, env, volumes) most of each pod
+// (docs/benchmarks.md). The controller never updates a pod from the cache
+// (it creates pods from the job's template and patches annotations), so
+// what is dropped is never written back.
+func SlimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil // a tombstone
+	}
+	meta := pod.ObjectMeta
+	meta.ManagedFields = nil
+	slim := &corev1.Pod{
+		TypeMeta:   pod.TypeMeta,
+		ObjectMeta: meta,
+		Spec:       corev1.PodSpec{NodeName: pod.Spec.NodeName},
+		Status: corev1.PodStatus{
+			Phase:      pod.Status.Phase,
+			Reason:     pod.Status.Reason,
+			Message:    pod.Status.Message,
+			Conditions: pod.Status.Conditions,
+		},
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		slim.Status.ContainerStatuses = append(slim.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: cs.Name, State: cs.State, LastTerminationState: cs.LastTerminationState,
+			Ready: cs.Ready, RestartCount: cs.RestartCount,
+		})
+	}
+	return slim, nil
 }
 
 // routinePodEventReasons are the Events every pod start and stop produces

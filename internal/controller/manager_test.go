@@ -3,6 +3,9 @@ package controller
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 )
 
@@ -21,6 +24,59 @@ func TestNoticeEventSelector(t *testing.T) {
 	} {
 		if got := sel.Matches(fields.Set{"involvedObject.kind": c.kind, "reason": c.reason}); got != c.want {
 			t.Errorf("%s/%s: selected %v, want %v (%s)", c.kind, c.reason, got, c.want, sel)
+		}
+	}
+}
+
+// TestSlimPod: the pod cache keeps what the controller reads and drops the
+// spec it never reads back (the worker template's command, env, volumes).
+func TestSlimPod(t *testing.T) {
+	now := metav1.Now()
+	full := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "w-0", Namespace: "ns", UID: "u", Labels: map[string]string{"a": "b"},
+			Annotations: map[string]string{"etjob.dev/leave": "x"}, DeletionTimestamp: &now,
+			OwnerReferences: []metav1.OwnerReference{{UID: "job"}}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
+		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "worker", Command: []string{"python3"},
+			Env: []corev1.EnvVar{{Name: "A", Value: "1"}}}}, Volumes: []corev1.Volume{{Name: "v"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Reason: "r", Message: "m", PodIP: "10.0.0.1",
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "worker", Image: "img", ImageID: "id", RestartCount: 2, Ready: true,
+				State:                corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 75, Message: "leave"}},
+				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}}}},
+	}
+	got, err := SlimPod(full.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := full.DeepCopy()
+	want.ManagedFields = nil
+	want.Spec = corev1.PodSpec{NodeName: "n1"}
+	want.Status.PodIP = ""
+	want.Status.ContainerStatuses[0].Image, want.Status.ContainerStatuses[0].ImageID = "", ""
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("SlimPod:\n got %+v\nwant %+v", got, want)
+	}
+	if tomb, _ := SlimPod("tombstone"); tomb != "tombstone" {
+		t.Errorf("SlimPod(non-pod) = %v", tomb)
+	}
+}
+
+func TestSoftMemoryLimit(t *testing.T) {
+	for _, c := range []struct {
+		limit, env string
+		want       int64
+		err        bool
+	}{
+		{"", "", 0, false},
+		{"512Mi", "", 512 << 20 / 10 * 9, false},
+		{"536870912", "", 536870912 / 10 * 9, false},
+		{"512Mi", "400MiB", 0, false}, // GOMEMLIMIT wins
+		{"lots", "", 0, true},
+		{"0", "", 0, true},
+	} {
+		got, err := SoftMemoryLimit(c.limit, c.env)
+		if got != c.want || (err != nil) != c.err {
+			t.Errorf("SoftMemoryLimit(%q, %q) = %d, %v; want %d, error %v", c.limit, c.env, got, err, c.want, c.err)
 		}
 	}
 }

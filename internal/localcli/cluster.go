@@ -42,7 +42,8 @@ func newClusterCommand(streams cli.IOStreams) *cobra.Command {
 		Use:   "cluster",
 		Short: "A real single-machine Kubernetes cluster whose pods run as host processes",
 		Long: `A real single-machine Kubernetes cluster: etcd, kube-apiserver, kube-scheduler and
-kube-controller-manager built from source, the etjob controller, and process nodes
+kube-controller-manager built from source, etjob installed from its Helm chart (the
+controller and the agent DaemonSet as pods), and process nodes
 whose pods run as host processes (no container engine). Nodes are labelled like
 cloud nodes (karpenter.sh/capacity-type, node.kubernetes.io/instance-type) with a price.`,
 	}

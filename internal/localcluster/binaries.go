@@ -10,15 +10,12 @@ import (
 	"strings"
 )
 
-// Binaries are the etjob binaries a local cluster runs, each as its own
-// process and with its own flags, as a real cluster runs cmd/etjob-controller
-// (a Deployment), cmd/etjob-agent (a DaemonSet) and, here only,
-// cmd/etjob-node (the kubelet of a process node). The user's binary, etjob,
-// is not among them: it is a client.
-//
-// This is the seam where the controller and the agents move into pods
-// installed from the chart: Cluster.startController and Cluster.startAgent
-// are the only places that run them.
+// Binaries are the etjob binaries a local cluster runs: cmd/etjob-node as
+// a process per node (the kubelet of a process node, here only), and
+// cmd/etjob-controller and cmd/etjob-agent as the chart's pods, whose images
+// (ghcr.io/etjob/etjob-controller, ghcr.io/etjob/etjob-agent) the process
+// nodes map to these files. The user's binary, etjob, is not among them: it
+// is a client.
 type Binaries struct {
 	Controller string
 	Node       string

@@ -1,8 +1,12 @@
 // Package localcluster runs a real single-machine Kubernetes cluster with no
 // containers: etcd, kube-apiserver, kube-scheduler and kube-controller-manager
-// built from the Go module proxy (hack/build-controlplane.sh), the etjob
-// controller, and process nodes whose pods run as host processes
-// (internal/localcluster/processnode). It is etjob's demo and end-to-end bed.
+// built from the Go module proxy (hack/build-controlplane.sh), and process
+// nodes whose pods run as host processes (internal/localcluster/processnode).
+// etjob itself is installed from its Helm chart (charts/etjob), as a
+// platform team installs it: the controller (two replicas, leader election)
+// and the agent DaemonSet run as pods under the chart's ServiceAccounts and
+// RBAC, the process nodes mapping their images to this build's binaries.
+// It is etjob's demo and end-to-end bed.
 //
 // Every component is a detached process with a pid file and a log under the
 // cluster directory, so `up` is idempotent, `down` leaves nothing behind, and
@@ -41,7 +45,6 @@ const (
 	APIServerPort  = 26443
 	SchedulerPort  = 20259
 	KCMPort        = 20257
-	ControllerPort = 20080 // metrics; probes on +1
 )
 
 // Cluster is a local cluster rooted at a directory.
@@ -91,8 +94,9 @@ func (c *Cluster) logf(format string, args ...any) {
 }
 
 // StartControlPlane starts (or finds running) etcd, kube-apiserver,
-// kube-scheduler, kube-controller-manager and the etjob controller, and writes
-// the kubeconfig. It returns once the API server is ready.
+// kube-scheduler and kube-controller-manager, writes the kubeconfig and
+// installs the chart. It returns once the API server is ready; the chart's
+// pods run once nodes join (WaitComponents).
 func (c *Cluster) StartControlPlane(ctx context.Context) error {
 	for _, d := range []string{"pki", "etcd", "logs", "pids", "nodes"} {
 		if err := os.MkdirAll(c.path(d), 0o755); err != nil {
@@ -162,28 +166,24 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
-	if err := c.installCRD(ctx); err != nil {
-		return err
-	}
-	return c.startController(kc)
+	return c.installChart(ctx)
 }
 
-// startController runs cmd/etjob-controller as its own process.
-func (c *Cluster) startController(kubeconfigFlag string) error {
-	bins, err := c.binaries()
-	if err != nil {
-		return err
-	}
-	return c.start("etjob-controller", bins.Controller, append([]string{kubeconfigFlag, "--metrics-secure=false",
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", ControllerPort),
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", ControllerPort+1)}, c.ControllerArgs...)...)
-}
-
-// RestartComponent stops one named process of the cluster (SIGTERM, as
-// Components names it: etjob-controller, kube-apiserver, agent-<node>, ...)
-// and starts it again with the same command line, as a crash-looping or
-// upgraded component would be. The kube-apiserver is waited for until ready.
+// RestartComponent restarts one named component of the cluster, as a
+// crash-looping or upgraded one would be: etjob-controller (its leading
+// pod, RestartController) and agent-<node> (that node's agent pod,
+// RestartAgent) are pods; any other name is a process as Components names
+// it (kube-apiserver, node-<node>, ...), stopped with SIGTERM and started
+// again with the same command line. The kube-apiserver is waited for until
+// ready.
 func (c *Cluster) RestartComponent(ctx context.Context, name string) error {
+	switch {
+	case name == "etjob-controller":
+		_, err := c.RestartController(ctx)
+		return err
+	case strings.HasPrefix(name, "agent-"):
+		return c.RestartAgent(ctx, strings.TrimPrefix(name, "agent-"))
+	}
 	pid := readPid(c.path("pids", name+".pid"))
 	if !alive(pid) {
 		return fmt.Errorf("restart %s: it does not run", name)
@@ -222,6 +222,8 @@ type NodeSpec struct {
 	GPUs int
 	// Index picks the node's loopback /24: 127.0.<Index>.1.
 	Index int
+	// Taints are registered with the node (key[=value]:Effect,...).
+	Taints string
 }
 
 // Ports of a node's own endpoints, on its node IP.
@@ -273,35 +275,23 @@ func (c *Cluster) StartNode(n NodeSpec) error {
 	}
 	args := []string{"--kubeconfig=" + c.Kubeconfig(),
 		"--node-name=" + n.Name, "--node-ip=" + n.NodeIP(), "--labels=" + strings.Join(kv, ","), "--work-dir=" + dir,
-		fmt.Sprintf("--metadata-listen=%s:%d", n.NodeIP(), MetadataPort), fmt.Sprintf("--gpus=%d", n.GPUs)}
-	if c.Images != nil {
-		images := c.path("images.json")
-		if err := processnode.WriteImages(images, c.Images); err != nil {
-			return err
-		}
-		args = append(args, "--images="+images)
+		fmt.Sprintf("--metadata-listen=%s:%d", n.NodeIP(), MetadataPort), "--metadata-provider=" + n.Provider,
+		fmt.Sprintf("--gpus=%d", n.GPUs)}
+	if n.Taints != "" {
+		args = append(args, "--taints="+n.Taints)
 	}
 	bins, err := c.binaries()
 	if err != nil {
 		return err
 	}
-	if err := c.start("node-"+n.Name, bins.Node, args...); err != nil {
+	// The chart's controller and agent images run this cluster's binaries;
+	// every other image is the local image (c.Images).
+	images := c.path("images.json")
+	if err := processnode.WriteImages(images, append(componentImages(bins), c.Images...)); err != nil {
 		return err
 	}
-	return c.startAgent(n)
-}
-
-// startAgent runs cmd/etjob-agent for one node: it reads the node's cloud
-// notices from its metadata service and serves its pods' signals, as the
-// etjob-agent DaemonSet does.
-func (c *Cluster) startAgent(n NodeSpec) error {
-	bins, err := c.binaries()
-	if err != nil {
-		return err
-	}
-	return c.start("agent-"+n.Name, bins.Agent, "--kubeconfig="+c.Kubeconfig(),
-		"--node-name="+n.Name, "--provider="+n.Provider, "--metadata-url="+n.MetadataURL(),
-		fmt.Sprintf("--listen=%s:%d", n.NodeIP(), AgentPort), "--poll-interval=500ms")
+	args = append(args, "--images="+images)
+	return c.start("node-"+n.Name, bins.Node, args...)
 }
 
 // StopNode stops a node's process (SIGKILL when hard, as a vanished VM) and
@@ -311,7 +301,7 @@ func (c *Cluster) StopNode(name string, hard bool) error {
 	if hard {
 		sig = syscall.SIGKILL
 	}
-	err := errors.Join(c.stop("node-"+name, sig), c.stop("agent-"+name, sig))
+	err := c.stop("node-"+name, sig)
 	c.killPods(name)
 	return err
 }
@@ -336,11 +326,8 @@ func (c *Cluster) Stop() error {
 		if strings.HasPrefix(name, "node-") {
 			errs = append(errs, c.StopNode(strings.TrimPrefix(name, "node-"), false))
 		}
-		if strings.HasPrefix(name, "agent-") {
-			errs = append(errs, c.stop(name, syscall.SIGTERM))
-		}
 	}
-	for _, name := range []string{"etjob-controller", "kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd"} {
+	for _, name := range []string{"kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd"} {
 		errs = append(errs, c.stop(name, syscall.SIGTERM))
 	}
 	return errors.Join(errs...)

@@ -3,17 +3,30 @@ package localcluster
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"sort"
 	"time"
 
-	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
-	"github.com/etjob/etjob/config"
+	"github.com/etjob/etjob/internal/chart"
+	"github.com/etjob/etjob/internal/localcluster/processnode"
+)
+
+// The images the chart runs, and the namespaces it installs them in, at
+// the chart's defaults.
+const (
+	ControllerImage     = "ghcr.io/etjob/etjob-controller"
+	AgentImage          = "ghcr.io/etjob/etjob-agent"
+	ControllerNamespace = "etjob-system"
+	AgentNamespace      = "etjob-agent"
+	// LeaseName is the controller's leader-election Lease.
+	LeaseName = "etjob-controller.etjob.dev"
 )
 
 // RESTConfig returns a client config for the cluster's kubeconfig.
@@ -21,9 +34,52 @@ func (c *Cluster) RESTConfig() (*rest.Config, error) {
 	return clientcmd.BuildConfigFromFlags("", c.Kubeconfig())
 }
 
-// installCRD installs etjob's CRDs with server-side apply (the ElasticJob CRD
-// is too large for client-side apply's annotation) and waits until they are served.
-func (c *Cluster) installCRD(ctx context.Context) error {
+// ChartValues are the values the local cluster installs charts/etjob with.
+// Only what differs from a real cloud:
+//   - the controller on the system node (SystemNode: tainted
+//     CriticalAddonsOnly, never reclaimed), so that no story takes it away
+//     with the nodes it reclaims;
+//   - its ports on the pod's IP, since process pods share one network
+//     namespace and two replicas would both bind :8443;
+//   - each agent reading its own node's emulated metadata service, at the
+//     node's IP (one per node: $(NODE_IP) is the node's status.hostIP), a
+//     little more often than on a cloud;
+//   - ControllerArgs.
+func (c *Cluster) ChartValues() map[string]any {
+	extra := make([]any, 0, len(c.ControllerArgs))
+	for _, a := range c.ControllerArgs {
+		extra = append(extra, a)
+	}
+	return map[string]any{
+		"controller": map[string]any{
+			"listenOnPodIP": true,
+			"nodeSelector":  map[string]any{"node.kubernetes.io/instance-type": SystemType},
+			"tolerations":   []any{map[string]any{"key": "CriticalAddonsOnly", "operator": "Exists"}},
+			"extraArgs":     extra,
+		},
+		"agent": map[string]any{
+			"metadataURL":  fmt.Sprintf("http://$(NODE_IP):%d", MetadataPort),
+			"pollInterval": "500ms",
+		},
+	}
+}
+
+// componentImages are the image-table entries that make the chart's
+// controller and agent images run the binaries this cluster was given
+// (their directories first on PATH: the chart runs them by name).
+func componentImages(b Binaries) processnode.Images {
+	entry := func(image, bin string) processnode.Image {
+		return processnode.Image{Image: image + ":*", Env: map[string]string{"PATH": filepath.Dir(bin) + ":" + imagePath}}
+	}
+	return processnode.Images{entry(ControllerImage, b.Controller), entry(AgentImage, b.Agent)}
+}
+
+// installChart renders charts/etjob with ChartValues and applies every
+// object with server-side apply (the ElasticJob CRD is too large for
+// client-side apply's annotation): CRDs first, waited for until they are
+// served, then namespaces, then the rest. The controller and the agents
+// then run as pods on the nodes, under the chart's ServiceAccounts and RBAC.
+func (c *Cluster) installChart(ctx context.Context) error {
 	cfg, err := c.RESTConfig()
 	if err != nil {
 		return err
@@ -32,60 +88,54 @@ func (c *Cluster) installCRD(ctx context.Context) error {
 	if err := apiextensionsv1.AddToScheme(s); err != nil {
 		return err
 	}
-	if err := rbacv1.AddToScheme(s); err != nil {
-		return err
-	}
 	cl, err := client.New(cfg, client.Options{Scheme: s})
 	if err != nil {
 		return err
 	}
-	raws, err := config.CRDs()
+	objs, err := chart.Objects(c.ChartValues())
 	if err != nil {
-		return err
+		return fmt.Errorf("rendering charts/etjob: %w", err)
 	}
-	for _, raw := range raws {
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.Unmarshal(raw, crd); err != nil {
-			return fmt.Errorf("parsing an embedded CRD: %w", err)
+	rank := func(o *unstructured.Unstructured) int {
+		switch o.GetKind() {
+		case "CustomResourceDefinition":
+			return 0
+		case "Namespace":
+			return 1
 		}
-		if err := c.applyCRD(ctx, cl, crd); err != nil {
-			return err
+		return 2
+	}
+	sort.SliceStable(objs, func(i, j int) bool { return rank(objs[i]) < rank(objs[j]) })
+	for _, o := range objs {
+		if err := cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("etjob-cluster"), client.ForceOwnership); err != nil {
+			return fmt.Errorf("installing %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+		if o.GetKind() == "CustomResourceDefinition" {
+			if err := waitEstablished(ctx, cl, o.GetName()); err != nil {
+				return err
+			}
 		}
 	}
-	// The ClusterRole the controller binds every horovod launcher to.
-	raw, err := config.LauncherClusterRole()
-	if err != nil {
-		return err
-	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.Unmarshal(raw, role); err != nil {
-		return fmt.Errorf("parsing the embedded launcher ClusterRole: %w", err)
-	}
-	role.TypeMeta.APIVersion, role.TypeMeta.Kind = "rbac.authorization.k8s.io/v1", "ClusterRole"
-	if err := cl.Patch(ctx, role, client.Apply, client.FieldOwner("etjob-cluster"), client.ForceOwnership); err != nil { //nolint:staticcheck // SSA of a typed object
-		return fmt.Errorf("installing the ClusterRole %s: %w", role.Name, err)
-	}
-	c.logf("  %-26s installed", "ClusterRole "+role.Name)
+	c.logf("  %-26s installed (%d objects)", "chart etjob", len(objs))
 	return nil
 }
 
-func (c *Cluster) applyCRD(ctx context.Context, cl client.Client, crd *apiextensionsv1.CustomResourceDefinition) error {
-	crd.TypeMeta.APIVersion, crd.TypeMeta.Kind = "apiextensions.k8s.io/v1", "CustomResourceDefinition"
-	if err := cl.Patch(ctx, crd, client.Apply, client.FieldOwner("etjob-cluster"), client.ForceOwnership); err != nil { //nolint:staticcheck // SSA of a typed object
-		return fmt.Errorf("installing the CRD %s: %w", crd.Name, err)
-	}
+func waitEstablished(ctx context.Context, cl client.Client, name string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		got := &apiextensionsv1.CustomResourceDefinition{}
-		if err := cl.Get(ctx, client.ObjectKeyFromObject(crd), got); err == nil {
+		if err := cl.Get(ctx, client.ObjectKey{Name: name}, got); err == nil {
 			for _, cond := range got.Status.Conditions {
 				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					c.logf("  %-26s installed", "CRD "+crd.Name)
 					return nil
 				}
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	return fmt.Errorf("the CRD %s was not established within 30s", crd.Name)
+	return fmt.Errorf("the CRD %s was not established within 30s", name)
 }

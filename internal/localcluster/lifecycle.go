@@ -26,7 +26,23 @@ const (
 	LauncherType                             = "m5.xlarge"
 	LauncherPrice       etjobv1.PricePerHour = 0.192
 	launcherIndexOffset                      = 1
+	// SystemNode is the node of the cluster's own components (the etjob
+	// controller's replicas), like a cloud cluster's system node pool:
+	// on-demand, tainted CriticalAddonsOnly so that no job's pod lands on it,
+	// and never reclaimed by a story. Agents (which tolerate every taint)
+	// run on it too.
+	SystemNode                       = "system-1"
+	SystemType                       = "m5.large"
+	SystemPrice etjobv1.PricePerHour = 0.096
+	SystemTaint                      = "CriticalAddonsOnly=true:NoSchedule"
+	systemIndex                      = 200
 )
+
+// NewSystemNodeSpec is the system node (SystemNode).
+func NewSystemNodeSpec() NodeSpec {
+	return NodeSpec{Name: SystemNode, InstanceType: SystemType, PricePerHour: SystemPrice, Index: systemIndex,
+		Provider: Providers[systemIndex%len(Providers)], Taints: SystemTaint}
+}
 
 // Providers are the clouds whose metadata services nodes emulate, in the
 // order nodes get them, so that a story reclaims nodes of every provider.
@@ -60,13 +76,17 @@ func (c *Cluster) Clientset() (*kubernetes.Clientset, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// Up starts the control plane, spot GPU nodes and on-demand CPU nodes (the
-// launchers'), and waits until the nodes are Ready. It is idempotent.
+// Up starts the control plane, the system node (the controller's), spot GPU
+// nodes and on-demand CPU nodes (the launchers'), and waits until the nodes are Ready, a
+// controller replica leads and every node's agent answers. It is idempotent.
 func (c *Cluster) Up(ctx context.Context, spot, onDemand int) error {
 	if _, err := c.binaries(); err != nil {
 		return err // before anything starts
 	}
 	if err := c.StartControlPlane(ctx); err != nil {
+		return err
+	}
+	if err := c.StartNode(NewSystemNodeSpec()); err != nil {
 		return err
 	}
 	for i := range onDemand {
@@ -79,11 +99,14 @@ func (c *Cluster) Up(ctx context.Context, spot, onDemand int) error {
 			return err
 		}
 	}
-	return c.WaitNodesReady(ctx, spot+onDemand)
+	if err := c.WaitNodesReady(ctx, spot+onDemand+1); err != nil {
+		return err
+	}
+	return c.WaitComponents(ctx)
 }
 
 // AddNode starts a new GPU node (spot, or on-demand at the on-demand price)
-// and waits until it is Ready. Names and /24s are never reused: a reclaimed
+// and waits until it is Ready and its agent answers. Names and /24s are never reused: a reclaimed
 // node is gone for good. An empty name picks spot-N or gpu-on-demand-N.
 func (c *Cluster) AddNode(ctx context.Context, name string, spot bool) (string, error) {
 	cs, err := c.Clientset()
@@ -118,7 +141,10 @@ func (c *Cluster) AddNode(ctx context.Context, name string, spot bool) (string, 
 	if err := c.StartNode(NewNodeSpec(name, spot, base+n-1)); err != nil {
 		return "", err
 	}
-	return name, c.WaitNodesReady(ctx, len(nodes.Items)+1)
+	if err := c.WaitNodesReady(ctx, len(nodes.Items)+1); err != nil {
+		return "", err
+	}
+	return name, c.waitAgent(ctx, cs, name)
 }
 
 // Reclaim takes a node back as its cloud would: with notice > 0 the node's

@@ -42,9 +42,11 @@ func runNode(args []string) error {
 		nodeName   = fs.String("node-name", "", "name of the Node object (required)")
 		nodeIP     = fs.String("node-ip", "", "the node's IPv4 loopback address, e.g. 127.0.1.1; pod IPs come from its /24 (required)")
 		labels     = fs.String("labels", "", "extra node labels, k=v,k2=v2 (e.g. karpenter.sh/capacity-type=spot,etjob.dev/price-per-hour=0.91)")
+		taints     = fs.String("taints", "", "taints to register with, key[=value]:Effect,... (e.g. CriticalAddonsOnly=true:NoSchedule)")
 		workDir    = fs.String("work-dir", "", "directory for per-pod directories and container logs (required)")
 		gpus       = fs.Int("gpus", 1, "emulated accelerators (nvidia.com/gpu) the node advertises")
-		mdListen   = fs.String("metadata-listen", "", "serve the node's emulated cloud metadata service (all four providers) and its control endpoints here")
+		mdListen   = fs.String("metadata-listen", "", "serve the node's emulated cloud metadata service and its control endpoints here")
+		mdProvider = fs.String("metadata-provider", "", "the one cloud (alibaba, aws, gcp, azure) whose metadata paths the service answers, as a real VM's does; empty answers all four")
 		imagesFile = fs.String("images", "", "the node's image table, a JSON list of {image, env, files} (processnode.Image): what each container image brings")
 	)
 	var logOpts logging.Options
@@ -72,6 +74,10 @@ func runNode(args []string) error {
 	if err != nil {
 		return err
 	}
+	tnts, err := processnode.ParseTaints(*taints)
+	if err != nil {
+		return fmt.Errorf("--taints: %w", err)
+	}
 	images, err := processnode.ReadImages(*imagesFile)
 	if err != nil {
 		return fmt.Errorf("--images: %w", err)
@@ -95,7 +101,9 @@ func runNode(args []string) error {
 		if err != nil {
 			return fmt.Errorf("--metadata-listen: %w", err)
 		}
-		srv := &http.Server{Handler: MetadataHandler(metadata.New()), ReadHeaderTimeout: 5 * time.Second}
+		md := metadata.New()
+		md.Only = *mdProvider
+		srv := &http.Server{Handler: MetadataHandler(md), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 	}
@@ -104,6 +112,7 @@ func runNode(args []string) error {
 		NodeName:  *nodeName,
 		NodeIP:    *nodeIP,
 		Labels:    lbls,
+		Taints:    tnts,
 		WorkDir:   *workDir,
 		Capacity:  corev1.ResourceList{processnode.ResourceGPU: *resource.NewQuantity(int64(*gpus), resource.DecimalSI)},
 		Images:    images,

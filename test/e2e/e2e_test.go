@@ -1,6 +1,7 @@
 // Package e2e tells the spot story on a real local cluster (etcd,
-// kube-apiserver, scheduler, controller-manager, the etjob controller, process
-// nodes) with real torchrun training, and checks it from the training logs and
+// kube-apiserver, scheduler, controller-manager, process nodes, and etjob's
+// controller and agents as pods installed from its chart) with real torchrun
+// training, and checks it from the training logs and
 // checkpoints, not from accuracy alone.
 package e2e
 
@@ -98,7 +99,9 @@ func TestSpotStory(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	pids, _ := filepath.Glob(filepath.Join(dir, "nodes", "*", "pods", "*", "*.pid"))
+	// The job's pod directories are <namespace>_<pod>_<uid>, its pods named
+	// after it; the chart's controller and agents keep running.
+	pids, _ := filepath.Glob(filepath.Join(dir, "nodes", "*", "pods", c.Namespace+"_"+c.Name+"-*", "*.pid"))
 	for _, f := range pids {
 		b, _ := os.ReadFile(f)
 		var pid int

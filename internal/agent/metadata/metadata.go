@@ -59,6 +59,10 @@ type Server struct {
 	VMName string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Only, when set, is the one provider whose paths are served, as on a
+	// real VM (the others answer 404), so that an agent's auto-detection
+	// finds that provider; empty serves all four.
+	Only string
 
 	mu          sync.Mutex
 	states      map[string]state
@@ -156,21 +160,28 @@ func (s *Server) get(provider string) state {
 	return s.states[provider]
 }
 
-// ServeHTTP serves all four providers' paths.
+// ServeHTTP serves the providers' paths (all four, or Only's).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
+	var provider string
+	var serve func(http.ResponseWriter, *http.Request)
 	switch {
+	case p == "/latest/meta-data/instance-id" && s.Only == AWS:
+		provider, serve = AWS, s.serveAWS // an AWS-only VM: IMDSv2 asks for its token here too
 	case p == "/latest/meta-data/instance-id" || p == "/latest/meta-data/instance/spot/termination-time":
-		s.serveAlibaba(w, r)
+		provider, serve = Alibaba, s.serveAlibaba
 	case strings.HasPrefix(p, "/latest/"):
-		s.serveAWS(w, r)
+		provider, serve = AWS, s.serveAWS
 	case strings.HasPrefix(p, "/computeMetadata/"):
-		s.serveGCP(w, r)
+		provider, serve = GCP, s.serveGCP
 	case strings.HasPrefix(p, "/metadata/"):
-		s.serveAzure(w, r)
-	default:
-		http.NotFound(w, r)
+		provider, serve = Azure, s.serveAzure
 	}
+	if serve == nil || (s.Only != "" && provider != s.Only) {
+		http.NotFound(w, r)
+		return
+	}
+	serve(w, r)
 }
 
 func (s *Server) serveAlibaba(w http.ResponseWriter, r *http.Request) {

@@ -700,3 +700,18 @@ func TestNewUnknown(t *testing.T) {
 		t.Errorf("New(oracle) error = %v, want one naming it", err)
 	}
 }
+
+// TestDetectOneCloud: on an emulated VM of one cloud (metadata.Server.Only,
+// as each local-cluster node has), auto-detection finds that cloud, AWS
+// included, whose /latest/meta-data/instance-id asks for a token where
+// Alibaba's does not.
+func TestDetectOneCloud(t *testing.T) {
+	for _, p := range notice.Providers {
+		emu := metadata.New()
+		emu.Only = p
+		src := notice.Detect(context.Background(), notice.Options{BaseURL: serve(t, emu)}, time.Second)
+		if src == nil || src.Provider() != p {
+			t.Errorf("Detect(%s only) = %v, want %s", p, src, p)
+		}
+	}
+}

@@ -31,7 +31,8 @@
 //     followed by the container's envFrom and env, resolved here: literal values with
 //     $(VAR) expansion, fieldRef (metadata.name, .namespace, .uid,
 //     .labels['k'], .annotations['k'], spec.nodeName,
-//     spec.serviceAccountName, status.podIP(s), status.hostIP(s)), and
+//     spec.serviceAccountName, status.podIP(s), status.hostIP(s)),
+//     resourceFieldRef (the container's limits and requests), and
 //     configMap/secret keys. The node runs virtual-kubelet with
 //     SkipDownwardAPIResolution, because its own resolver refuses
 //     status.hostIP and status.podIP.
@@ -81,7 +82,8 @@
 //     127.0.1.2, 127.0.1.3, ...; a deleted pod's address is reused), and the
 //     node's IP as status.hostIP. There is no network namespace, so nothing
 //     confines a process to its address: it is the address the workload
-//     should bind, via the downward API.
+//     should bind, via the downward API. A hostNetwork pod gets the
+//     node's IP, as on a kubelet.
 //   - Status: Pending, then Running with Ready once every container started,
 //     then Succeeded or Failed with each container's exit code (128+signal
 //     for a process killed by a signal) in state.terminated, and, under
@@ -110,10 +112,12 @@
 //     process group, and the pod has no hostname, /etc/hosts or volume
 //     mounts of its own (volume contents are still under the pod directory).
 //   - Service environment variables other than KUBERNETES_SERVICE_*,
-//     subPathExpr, downwardAPI resourceFieldRef, clusterTrustBundle and
+//     subPathExpr, downwardAPI volume resourceFieldRef, clusterTrustBundle and
 //     podCertificate projections, and volume types other than those above.
-//   - Init containers (such a pod is rejected), probes, resource limits and
-//     resourceFieldRef env, activeDeadlineSeconds.
+//   - Init containers (such a pod is rejected), probes, resource limits
+//     (not enforced; resourceFieldRef env reads the container's own, and an unset
+//     limit is refused rather than given the node's allocatable),
+//     activeDeadlineSeconds.
 //   - In the kubelet API: attach, port-forward, stats and metrics; a TTY for
 //     exec; timestamps, sinceSeconds, sinceTime and previous for logs (the
 //     log file holds no timestamps and spans every run of the container);

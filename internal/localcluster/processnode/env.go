@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 )
@@ -117,9 +119,62 @@ func envValueFrom(pod *corev1.Pod, c *corev1.Container, from *corev1.EnvVarSourc
 		}
 		return "", false, missing(optional, "key %q not in secret %q", ref.Key, ref.Name)
 	case from.ResourceFieldRef != nil:
-		return "", false, fmt.Errorf("resourceFieldRef %q is not supported on process nodes", from.ResourceFieldRef.Resource)
+		v, err := resourceFieldValue(pod, c, from.ResourceFieldRef)
+		return v, err == nil, err
 	}
 	return "", false, fmt.Errorf("valueFrom has no source")
+}
+
+// resourceFieldValue resolves a resourceFieldRef as a kubelet does: the
+// container's (containerName's, else c's) limit or request of cpu, memory
+// or ephemeral-storage, divided by the divisor (default 1) and rounded up.
+// A kubelet gives the node's allocatable for an unset limit; a process node
+// refuses it, naming the field.
+func resourceFieldValue(pod *corev1.Pod, c *corev1.Container, ref *corev1.ResourceFieldSelector) (string, error) {
+	target := c
+	if ref.ContainerName != "" && ref.ContainerName != c.Name {
+		target = nil
+		for i := range pod.Spec.Containers {
+			if pod.Spec.Containers[i].Name == ref.ContainerName {
+				target = &pod.Spec.Containers[i]
+			}
+		}
+		if target == nil {
+			return "", fmt.Errorf("resourceFieldRef %q: no container %q", ref.Resource, ref.ContainerName)
+		}
+	}
+	kind, name, ok := strings.Cut(ref.Resource, ".")
+	var list corev1.ResourceList
+	switch kind {
+	case "limits":
+		list = target.Resources.Limits
+	case "requests":
+		list = target.Resources.Requests
+	default:
+		ok = false
+	}
+	if !ok || (name != "cpu" && name != "memory" && name != "ephemeral-storage") {
+		return "", fmt.Errorf("resourceFieldRef %q: want limits or requests of cpu, memory or ephemeral-storage", ref.Resource)
+	}
+	q, set := list[corev1.ResourceName(name)]
+	if !set {
+		return "", fmt.Errorf("resourceFieldRef %q: container %q sets none (a kubelet would give the node's allocatable; a process node does not)", ref.Resource, target.Name)
+	}
+	divisor := ref.Divisor
+	if divisor.IsZero() {
+		divisor = resource.MustParse("1")
+	}
+	if name == "cpu" {
+		return strconv.FormatInt(ceilDiv(q.MilliValue(), divisor.MilliValue()), 10), nil
+	}
+	return strconv.FormatInt(ceilDiv(q.Value(), divisor.Value()), 10), nil
+}
+
+func ceilDiv(a, b int64) int64 {
+	if b <= 0 {
+		return a
+	}
+	return (a + b - 1) / b
 }
 
 // missing returns nil for an optional source (the variable stays unset) and

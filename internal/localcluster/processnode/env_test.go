@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -86,12 +87,39 @@ func TestResolveEnv(t *testing.T) {
 func TestResolveEnvErrors(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
 	for name, env := range map[string]corev1.EnvVar{
-		"unknown fieldPath": {Name: "X", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.bogus"}}},
-		"resourceFieldRef":  {Name: "X", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu"}}},
-		"required secret":   {Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "k"}}},
+		"unknown fieldPath":          {Name: "X", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.bogus"}}},
+		"resourceFieldRef, no limit": {Name: "X", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu"}}},
+		"required secret":            {Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "k"}}},
 	} {
 		if _, err := resolveEnv(pod, &corev1.Container{Name: "c", Env: []corev1.EnvVar{env}}, envSources{}); err == nil {
 			t.Errorf("%s: resolveEnv returned no error", name)
+		}
+	}
+}
+
+func TestResolveEnvResourceFieldRef(t *testing.T) {
+	c := &corev1.Container{Name: "c", Resources: corev1.ResourceRequirements{
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi"), corev1.ResourceCPU: resource.MustParse("1500m")},
+		Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+	}}
+	ref := func(name, res, divisor string) corev1.EnvVar {
+		sel := &corev1.ResourceFieldSelector{Resource: res}
+		if divisor != "" {
+			sel.Divisor = resource.MustParse(divisor)
+		}
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: sel}}
+	}
+	c.Env = []corev1.EnvVar{ref("MEM", "limits.memory", ""), ref("MEM_MI", "requests.memory", "1Mi"), ref("CPU", "limits.cpu", ""),
+		ref("CPU_M", "limits.cpu", "1m")}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}, Spec: corev1.PodSpec{Containers: []corev1.Container{*c}}}
+	got, err := resolveEnv(pod, c, envSources{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"MEM": "536870912", "MEM_MI": "128", "CPU": "2", "CPU_M": "1500"}
+	for _, e := range got {
+		if want[e.Name] != e.Value {
+			t.Errorf("%s = %q, want %q", e.Name, e.Value, want[e.Name])
 		}
 	}
 }

@@ -43,6 +43,9 @@ type Options struct {
 	// Labels are added to the node's default labels (kubernetes.io/hostname,
 	// kubernetes.io/os, kubernetes.io/arch, type=virtual-kubelet).
 	Labels map[string]string
+	// Taints are the node's taints at registration (a kubelet's
+	// --register-with-taints).
+	Taints []corev1.Taint
 	// WorkDir holds the per-pod directories and log files.
 	WorkDir string
 	// Capacity is the node's capacity and allocatable; cpu, memory, pods and
@@ -145,6 +148,7 @@ func nodeSpec(opts Options) corev1.Node {
 	}
 	return corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: opts.NodeName, Labels: labels},
+		Spec:       corev1.NodeSpec{Taints: opts.Taints},
 		Status: corev1.NodeStatus{
 			Phase:       corev1.NodePending,
 			Capacity:    capacity,
@@ -210,4 +214,31 @@ func ParseLabels(s string) (map[string]string, error) {
 		labels[k] = v
 	}
 	return labels, nil
+}
+
+// ParseTaints parses taints as a kubelet's --register-with-taints takes
+// them: key[=value]:Effect, comma-separated.
+func ParseTaints(s string) ([]corev1.Taint, error) {
+	var out []corev1.Taint
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		kv, effect, ok := strings.Cut(item, ":")
+		if !ok {
+			return nil, fmt.Errorf("taint %q: want key[=value]:Effect", item)
+		}
+		switch e := corev1.TaintEffect(effect); e {
+		case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+		default:
+			return nil, fmt.Errorf("taint %q: effect %q is not NoSchedule, PreferNoSchedule or NoExecute", item, effect)
+		}
+		key, value, _ := strings.Cut(kv, "=")
+		if key == "" {
+			return nil, fmt.Errorf("taint %q: no key", item)
+		}
+		out = append(out, corev1.Taint{Key: key, Value: value, Effect: corev1.TaintEffect(effect)})
+	}
+	return out, nil
 }

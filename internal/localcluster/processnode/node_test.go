@@ -22,3 +22,19 @@ func TestParseLabels(t *testing.T) {
 		}
 	}
 }
+
+func TestParseTaints(t *testing.T) {
+	got, err := ParseTaints("CriticalAddonsOnly=true:NoSchedule, dedicated:NoExecute")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Key != "CriticalAddonsOnly" || got[0].Value != "true" || got[0].Effect != "NoSchedule" ||
+		got[1].Key != "dedicated" || got[1].Value != "" || got[1].Effect != "NoExecute" {
+		t.Errorf("ParseTaints = %+v", got)
+	}
+	for _, bad := range []string{"novalue", "k=v:Sometimes", "=v:NoSchedule"} {
+		if _, err := ParseTaints(bad); err == nil {
+			t.Errorf("ParseTaints(%q) = nil error, want one", bad)
+		}
+	}
+}

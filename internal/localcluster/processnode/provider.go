@@ -323,10 +323,20 @@ func validatePod(pod *corev1.Pod) error {
 	return nil
 }
 
+// podIP is the pod's address: the node's own for a hostNetwork pod, as a
+// kubelet gives it (releasing it later frees nothing), else the lowest free
+// one of the node's /24.
+func (p *Provider) podIP(pod *corev1.Pod) (netip.Addr, error) {
+	if pod.Spec.HostNetwork {
+		return netip.ParseAddr(p.nodeIP)
+	}
+	return p.ips.allocate()
+}
+
 // preparePodLocked builds the podRun of a new pod: IP, directories, status,
 // and each container's resolved argv and environment.
 func (p *Provider) preparePodLocked(in *corev1.Pod) (*podRun, error) {
-	ip, err := p.ips.allocate()
+	ip, err := p.podIP(in)
 	if err != nil {
 		return nil, err
 	}

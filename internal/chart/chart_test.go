@@ -1,0 +1,151 @@
+package chart
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("no %s %s rendered", kind, name)
+	return nil
+}
+
+func container(t *testing.T, o *unstructured.Unstructured) map[string]any {
+	t.Helper()
+	cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+	if len(cs) != 1 {
+		t.Fatalf("%s %s: %d containers", o.GetKind(), o.GetName(), len(cs))
+	}
+	return cs[0].(map[string]any)
+}
+
+// TestDefaults: the default rendering installs every part, images pinned to
+// the chart's appVersion, the components run by name (their images put
+// them on PATH), and the Go heap held under the memory limit.
+func TestDefaults(t *testing.T) {
+	objs, err := Objects(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, o := range objs {
+		kinds[o.GetKind()]++
+	}
+	for kind, n := range map[string]int{"CustomResourceDefinition": 3, "Namespace": 2, "Deployment": 1, "DaemonSet": 1,
+		"ValidatingAdmissionPolicy": 1, "ConfigMap": 1, "PodDisruptionBudget": 1} {
+		if kinds[kind] != n {
+			t.Errorf("%d %s rendered, want %d", kinds[kind], kind, n)
+		}
+	}
+	ctl := container(t, find(t, objs, "Deployment", "etjob-controller"))
+	if ctl["image"] != "ghcr.io/etjob/etjob-controller:v0.1.0" {
+		t.Errorf("controller image %v", ctl["image"])
+	}
+	if cmd, _ := ctl["command"].([]any); len(cmd) != 1 || cmd[0] != "etjob-controller" {
+		t.Errorf("controller command %v", ctl["command"])
+	}
+	args := strings.Join(toStrings(ctl["args"]), " ")
+	for _, want := range []string{"--leader-elect", "--leader-election-namespace=etjob-system", "--metrics-secure=true",
+		"--metrics-bind-address=:8443", "--memory-limit=$(MEMORY_LIMIT)"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("controller args %q lack %q", args, want)
+		}
+	}
+	agent := container(t, find(t, objs, "DaemonSet", "etjob-agent"))
+	if agent["image"] != "ghcr.io/etjob/etjob-agent:v0.1.0" {
+		t.Errorf("agent image %v", agent["image"])
+	}
+	if a := strings.Join(toStrings(agent["args"]), " "); strings.Contains(a, "--metadata-url") || !strings.Contains(a, "--provider=auto") {
+		t.Errorf("agent args %q: want the cloud's own metadata service and auto-detection", a)
+	}
+}
+
+// TestValues: what a platform team changes reaches every object that
+// depends on it.
+func TestValues(t *testing.T) {
+	objs, err := Objects(map[string]any{
+		"namespaces": map[string]any{"create": false},
+		"controller": map[string]any{"namespace": "ml-system", "replicas": 3, "listenOnPodIP": true,
+			"image": map[string]any{"digest": "sha256:0123"}, "resources": map[string]any{"limits": map[string]any{"memory": nil}},
+			"extraArgs": []any{"--concurrency=8"}},
+		"agent":     map[string]any{"namespace": "ml-agent", "metadataURL": "http://$(NODE_IP):8775", "azureVMName": "vm-1"},
+		"dashboard": map[string]any{"enabled": false},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" || o.GetKind() == "ConfigMap" {
+			t.Errorf("%s %s rendered though disabled", o.GetKind(), o.GetName())
+		}
+	}
+	dep := find(t, objs, "Deployment", "etjob-controller")
+	if dep.GetNamespace() != "ml-system" {
+		t.Errorf("controller in %q", dep.GetNamespace())
+	}
+	if n, _, _ := unstructured.NestedInt64(dep.Object, "spec", "replicas"); n != 3 {
+		t.Errorf("replicas %d", n)
+	}
+	ctl := container(t, dep)
+	if ctl["image"] != "ghcr.io/etjob/etjob-controller@sha256:0123" {
+		t.Errorf("controller image %v, want by digest", ctl["image"])
+	}
+	args := strings.Join(toStrings(ctl["args"]), " ")
+	for _, want := range []string{"--metrics-bind-address=$(POD_IP):8443", "--leader-election-namespace=ml-system", "--concurrency=8"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("controller args %q lack %q", args, want)
+		}
+	}
+	if strings.Contains(args, "--memory-limit") {
+		t.Errorf("controller args %q: no memory limit, no --memory-limit", args)
+	}
+	if sa := find(t, objs, "ServiceAccount", "etjob-controller"); sa.GetNamespace() != "ml-system" {
+		t.Errorf("controller ServiceAccount in %q", sa.GetNamespace())
+	}
+	subjects, _, _ := unstructured.NestedSlice(find(t, objs, "ClusterRoleBinding", "etjob-agent").Object, "subjects")
+	if subjects[0].(map[string]any)["namespace"] != "ml-agent" {
+		t.Errorf("agent binding subjects %v", subjects)
+	}
+	policy, _, _ := unstructured.NestedSlice(find(t, objs, "ValidatingAdmissionPolicy", "etjob-agent-own-node").Object, "spec", "matchConditions")
+	if expr := policy[0].(map[string]any)["expression"].(string); !strings.Contains(expr, "system:serviceaccount:ml-agent:etjob-agent") {
+		t.Errorf("the admission policy matches %q, not the agent's ServiceAccount in ml-agent", expr)
+	}
+	a := strings.Join(toStrings(container(t, find(t, objs, "DaemonSet", "etjob-agent"))["args"]), " ")
+	for _, want := range []string{"--metadata-url=http://$(NODE_IP):8775", "--azure-vm-name=vm-1"} {
+		if !strings.Contains(a, want) {
+			t.Errorf("agent args %q lack %q", a, want)
+		}
+	}
+}
+
+func toStrings(v any) []string {
+	var out []string
+	for _, x := range v.([]any) {
+		out = append(out, x.(string))
+	}
+	return out
+}
+
+// TestBadValues: the chart's schema refuses a bad value, naming it.
+func TestBadValues(t *testing.T) {
+	for field, values := range map[string]map[string]any{
+		"replicas":     {"controller": map[string]any{"replicas": 0}},
+		"provider":     {"agent": map[string]any{"provider": "oracle"}},
+		"pollInterval": {"agent": map[string]any{"pollInterval": "soon"}},
+		"replcas":      {"controller": map[string]any{"replcas": 2}},
+		"digest":       {"agent": map[string]any{"image": map[string]any{"digest": "latest"}}},
+	} {
+		_, err := Objects(values)
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: error %v, want one that names %s", field, err, field)
+		}
+	}
+}

@@ -1,0 +1,180 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/driver"
+	"github.com/etjob/etjob/internal/localcluster"
+)
+
+// TestLeaderKilledMidScaleOut (issue #13): the controller runs as the
+// chart's two replicas under leader election. The leader is killed (SIGKILL:
+// it releases nothing) while `etjob scaleout` grows a training job from 2
+// workers to 4. The standby takes the Lease over, finishes the scale-out,
+// and no worker pod is created twice, no survivor restarts, nothing counts
+// as a failure, and the ScaleOut request succeeds.
+func TestLeaderKilledMidScaleOut(t *testing.T) {
+	ctx := withTimeout(t, 20*time.Minute)
+	e := startCluster(t, ctx, "etjob-e2e-leader", 4, 1)
+	const ns, job = "default", "leader"
+	d, err := driver.New(e.Cluster, ns, job, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := filepath.Join(e.Dir, "shared")
+	if err := d.SubmitDigits(ctx, driver.Digits{Repo: e.repo, Shared: shared, Epochs: 400, Width: 32, Replicas: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WaitFor(ctx, "2 members training", 5*time.Minute, func() (bool, error) {
+		j, err := d.Get(ctx)
+		return err == nil && j.Status.Members == 2 && d.MaxStep() >= 3, driver.Failed(j)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before := liveWorkerUIDs(t, ctx, d)
+
+	// Every worker pod the scale-out creates, by name, from the moment it starts.
+	w, err := d.Clientset.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{
+		LabelSelector: etjobv1.LabelJobName + "=" + job + "," + etjobv1.LabelRole + "=" + etjobv1.RoleWorker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	created := map[string]map[types.UID]bool{}
+	go func() {
+		for ev := range w.ResultChan() {
+			if pod, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Added {
+				mu.Lock()
+				if created[pod.Name] == nil {
+					created[pod.Name] = map[types.UID]bool{}
+				}
+				created[pod.Name][pod.UID] = true
+				mu.Unlock()
+			}
+		}
+	}()
+
+	scale := exec.CommandContext(ctx, e.bin, "scaleout", "etjob", "--name="+job, "--count=2", "--timeout=8m")
+	scale.Env = append(os.Environ(), "KUBECONFIG="+e.Kubeconfig())
+	scaled := make(chan error, 1)
+	var scaleOut []byte
+	go func() {
+		out, err := scale.CombinedOutput()
+		scaleOut = out
+		scaled <- err
+	}()
+	// Kill the leader as soon as the scale-out has begun: the first new pod.
+	if err := d.WaitFor(ctx, "the scale-out to create a pod", 2*time.Minute, func() (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(created) > len(before), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := e.KillLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	t.Logf("killed the leading controller %s", old)
+	next, err := e.WaitLeader(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s took the Lease over after %.1fs", next, time.Since(killed).Seconds())
+
+	select {
+	case err := <-scaled:
+		if err != nil {
+			t.Fatalf("etjob scaleout: %v\n%s", err, scaleOut)
+		}
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	t.Logf("etjob scaleout:\n%s", scaleOut)
+	if err := d.WaitFor(ctx, "4 members", 4*time.Minute, func() (bool, error) {
+		j, err := d.Get(ctx)
+		return err == nil && j.Status.Members == 4, driver.Failed(j)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	step := d.MaxStep()
+	if err := d.WaitFor(ctx, "training to go on at 4", 3*time.Minute, func() (bool, error) {
+		return d.MaxStep() >= step+3, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	mu.Lock()
+	var names []string
+	for name, uids := range created {
+		names = append(names, name)
+		if len(uids) != 1 {
+			t.Errorf("worker pod %s was created %d times", name, len(uids))
+		}
+	}
+	mu.Unlock()
+	sort.Strings(names)
+	if len(names) != 4 {
+		t.Errorf("worker pods created: %v, want the 2 survivors and 2 new ones", names)
+	}
+	after := liveWorkerUIDs(t, ctx, d)
+	for name, uid := range before {
+		if after[name] != uid {
+			t.Errorf("survivor %s was replaced or lost (uid %s, now %q)", name, uid, after[name])
+		}
+	}
+	j, err := d.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Status.Failures != 0 || j.Status.Restarts != 0 || j.Status.NextWorkerIndex != 4 {
+		t.Errorf("failures %d, restarts %d, next worker index %d; want 0, 0, 4", j.Status.Failures, j.Status.Restarts, j.Status.NextWorkerIndex)
+	}
+	var outs etjobv1.ScaleOutList
+	if err := d.Client.List(ctx, &outs); err != nil {
+		t.Fatal(err)
+	}
+	if len(outs.Items) != 1 || outs.Items[0].Status.Phase != etjobv1.ScaleRequestSucceeded {
+		t.Errorf("ScaleOuts: %+v, want one Succeeded", outs.Items)
+	}
+	// The killed replica's container came back (its node's back-off) and stands by.
+	if err := d.WaitFor(ctx, "the killed replica to run again", 2*time.Minute, func() (bool, error) {
+		p, err := d.Clientset.CoreV1().Pods(localcluster.ControllerNamespace).Get(ctx, old, metav1.GetOptions{})
+		return err == nil && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 1 &&
+			p.Status.ContainerStatuses[0].State.Running != nil, nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
+// liveWorkerUIDs maps the job's worker pods that are not being deleted to their UIDs.
+func liveWorkerUIDs(t *testing.T, ctx context.Context, d *driver.Driver) map[string]types.UID {
+	t.Helper()
+	pods, err := d.Clientset.CoreV1().Pods(d.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: etjobv1.LabelJobName + "=" + d.Job + "," + etjobv1.LabelRole + "=" + etjobv1.RoleWorker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]types.UID{}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			out[p.Name] = p.UID
+		}
+	}
+	return out
+}
