@@ -75,7 +75,7 @@ func TestValues(t *testing.T) {
 		"namespaces": map[string]any{"create": false},
 		"controller": map[string]any{"namespace": "ml-system", "replicas": 3, "listenOnPodIP": true,
 			"image": map[string]any{"digest": "sha256:0123"}, "resources": map[string]any{"limits": map[string]any{"memory": nil}},
-			"extraArgs": []any{"--concurrency=8"}},
+			"extraArgs": []any{"--concurrency=8"}, "watchNamespaces": []any{"team-a", "team-b"}},
 		"agent":     map[string]any{"namespace": "ml-agent", "metadataURL": "http://$(NODE_IP):8775", "azureVMName": "vm-1"},
 		"dashboard": map[string]any{"enabled": false},
 	})
@@ -99,7 +99,8 @@ func TestValues(t *testing.T) {
 		t.Errorf("controller image %v, want by digest", ctl["image"])
 	}
 	args := strings.Join(toStrings(ctl["args"]), " ")
-	for _, want := range []string{"--metrics-bind-address=$(POD_IP):8443", "--leader-election-namespace=ml-system", "--concurrency=8"} {
+	for _, want := range []string{"--metrics-bind-address=$(POD_IP):8443", "--leader-election-namespace=ml-system", "--concurrency=8",
+		"--namespaces=team-a,team-b"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("controller args %q lack %q", args, want)
 		}

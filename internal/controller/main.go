@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -27,6 +29,7 @@ func Main(args []string, version string) int {
 		probeAddr     = fs.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 		leaderElect   = fs.Bool("leader-elect", false, "elect a leader, so that only one replica reconciles")
 		leaderElectNS = fs.String("leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's)")
+		watchNS       = fs.String("namespaces", "", "comma-separated namespaces whose ElasticJobs the controller reconciles and whose objects it caches (default: every namespace)")
 		concurrency   = fs.Int("concurrency", 4, "jobs reconciled in parallel")
 		qps           = fs.Float64("kube-api-qps", 50, "client-side QPS limit towards the API server")
 		burst         = fs.Int("kube-api-burst", 100, "client-side burst towards the API server")
@@ -62,7 +65,13 @@ func Main(args []string, version string) int {
 		return 1
 	}
 	cfg.QPS, cfg.Burst = float32(*qps), *burst
-	mgr, err := ctrl.NewManager(cfg, ManagerOptions(*metricsAddr, *probeAddr, *metricsSecure, *leaderElect, *leaderElectNS))
+	nss, err := ParseNamespaces(*watchNS)
+	if err != nil {
+		log.Error(err, "--namespaces")
+		return 2
+	}
+	mgr, err := ctrl.NewManager(cfg, ManagerOptions(Options{MetricsAddr: *metricsAddr, ProbeAddr: *probeAddr,
+		SecureMetrics: *metricsSecure, LeaderElect: *leaderElect, LeaderElectNamespace: *leaderElectNS, Namespaces: nss}))
 	if err != nil {
 		log.Error(err, "creating the manager")
 		return 1
@@ -111,4 +120,21 @@ func SoftMemoryLimit(limit, gomemlimit string) (int64, error) {
 		return 0, fmt.Errorf("%q: must be positive", limit)
 	}
 	return q.Value() / 10 * 9, nil
+}
+
+// ParseNamespaces parses --namespaces: comma-separated namespace names,
+// each a DNS label.
+func ParseNamespaces(s string) ([]string, error) {
+	var out []string
+	for _, n := range strings.Split(s, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
+			return nil, fmt.Errorf("%q is not a namespace name: %s", n, strings.Join(errs, "; "))
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

@@ -20,15 +20,31 @@ import (
 	"github.com/etjob/etjob/internal/scheme"
 )
 
+// Options are what a deployment chooses of the manager's options.
+type Options struct {
+	// MetricsAddr and ProbeAddr are the metrics and probe listen addresses
+	// ("0" disables).
+	MetricsAddr, ProbeAddr string
+	// SecureMetrics serves metrics over HTTPS to authorized callers only.
+	SecureMetrics bool
+	// LeaderElect elects a leader in LeaderElectNamespace.
+	LeaderElect          bool
+	LeaderElectNamespace string
+	// Namespaces, when not empty, are the only namespaces whose jobs the
+	// controller reconciles and whose objects it caches (--namespaces).
+	Namespaces []string
+}
+
 // ManagerOptions are the manager options: caches of pods and owned objects are
-// limited to etjob's own (labelled) objects, so the controller's memory does
-// not grow with unrelated workloads, and cached objects carry no managedFields.
-// With secureMetrics the metrics endpoint serves HTTPS and answers only
-// callers whose token the API server authenticates and who may get
-// /metrics (ClusterRole etjob-metrics-reader).
-func ManagerOptions(metricsAddr, probeAddr string, secureMetrics, leaderElect bool, leaderElectNS string) ctrl.Options {
-	metrics := metricsserver.Options{BindAddress: metricsAddr}
-	if secureMetrics {
+// limited to etjob's own (labelled) objects, and with o.Namespaces to those
+// namespaces, so the controller's memory does not grow with unrelated
+// workloads; cached objects carry no managedFields, and pods only what the
+// controller reads (SlimPod). With o.SecureMetrics the metrics endpoint
+// serves HTTPS and answers only callers whose token the API server
+// authenticates and who may get /metrics (ClusterRole etjob-metrics-reader).
+func ManagerOptions(o Options) ctrl.Options {
+	metrics := metricsserver.Options{BindAddress: o.MetricsAddr}
+	if o.SecureMetrics {
 		metrics.SecureServing = true
 		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
@@ -37,15 +53,16 @@ func ManagerOptions(metricsAddr, probeAddr string, secureMetrics, leaderElect bo
 	return ctrl.Options{
 		Scheme:                  scheme.New(),
 		Metrics:                 metrics,
-		HealthProbeBindAddress:  probeAddr,
-		LeaderElection:          leaderElect,
+		HealthProbeBindAddress:  o.ProbeAddr,
+		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "etjob-controller.etjob.dev",
-		LeaderElectionNamespace: leaderElectNS,
+		LeaderElectionNamespace: o.LeaderElectNamespace,
 		// A replica that stops (a rollout, a drain) hands the Lease over at
 		// once instead of leaving the other to wait out its duration; Main
 		// returns as soon as the manager stopped.
 		LeaderElectionReleaseOnCancel: true,
 		Cache: cache.Options{
+			DefaultNamespaces: namespaces(o.Namespaces),
 			// Nothing here reads managedFields (one entry per writer of an
 			// object, a large part of a cached pod); an update without them keeps
 			// the server's.
@@ -83,6 +100,18 @@ func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *De
 		}
 	}
 	return nil
+}
+
+// namespaces is the cache's namespace set; nil is every namespace.
+func namespaces(names []string) map[string]cache.Config {
+	if len(names) == 0 {
+		return nil
+	}
+	out := make(map[string]cache.Config, len(names))
+	for _, n := range names {
+		out[n] = cache.Config{}
+	}
+	return out
 }
 
 // SlimPod is the pod cache's transform: it keeps of each pod only what the

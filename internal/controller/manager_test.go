@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -78,5 +79,29 @@ func TestSoftMemoryLimit(t *testing.T) {
 		if got != c.want || (err != nil) != c.err {
 			t.Errorf("SoftMemoryLimit(%q, %q) = %d, %v; want %d, error %v", c.limit, c.env, got, err, c.want, c.err)
 		}
+	}
+}
+
+// TestNamespaces: --namespaces scopes every namespaced cache (jobs, pods,
+// owned objects, Events) to those namespaces; unset, every namespace.
+func TestNamespaces(t *testing.T) {
+	nss, err := ParseNamespaces(" team-a,team-b ,")
+	if err != nil || len(nss) != 2 {
+		t.Fatalf("ParseNamespaces = %v, %v", nss, err)
+	}
+	if _, err := ParseNamespaces("team-a,Team_B"); err == nil || !strings.Contains(err.Error(), "Team_B") {
+		t.Errorf("ParseNamespaces(bad) = %v, want an error naming Team_B", err)
+	}
+	o := ManagerOptions(Options{Namespaces: nss})
+	if len(o.Cache.DefaultNamespaces) != 2 {
+		t.Errorf("DefaultNamespaces = %v", o.Cache.DefaultNamespaces)
+	}
+	for _, n := range nss {
+		if _, ok := o.Cache.DefaultNamespaces[n]; !ok {
+			t.Errorf("namespace %s not cached", n)
+		}
+	}
+	if o := ManagerOptions(Options{}); o.Cache.DefaultNamespaces != nil {
+		t.Errorf("no --namespaces: DefaultNamespaces = %v, want every namespace", o.Cache.DefaultNamespaces)
 	}
 }

@@ -69,7 +69,7 @@ func run(m *testing.M) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	mgr, err := ctrl.NewManager(cfg, controller.ManagerOptions("0", "0", false, false, ""))
+	mgr, err := ctrl.NewManager(cfg, controller.ManagerOptions(controller.Options{MetricsAddr: "0", ProbeAddr: "0"}))
 	if err == nil {
 		err = controller.Setup(ctx, mgr, 2, nil)
 	}

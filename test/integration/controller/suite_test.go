@@ -178,7 +178,7 @@ func run(m *testing.M) int {
 	}
 	mgrCfg := rest.CopyConfig(cfg)
 	mgrCfg.WrapTransport = counter.wrap
-	mgr, err := ctrl.NewManager(mgrCfg, controller.ManagerOptions("0", "0", false, false, ""))
+	mgr, err := ctrl.NewManager(mgrCfg, controller.ManagerOptions(controller.Options{MetricsAddr: "0", ProbeAddr: "0"}))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "manager:", err)
 		return 1

@@ -467,7 +467,7 @@ func TestMetricsNeedAuthorization(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	mgr, err := ctrl.NewManager(admin, controller.ManagerOptions(addr, "0", true, false, ""))
+	mgr, err := ctrl.NewManager(admin, controller.ManagerOptions(controller.Options{MetricsAddr: addr, ProbeAddr: "0", SecureMetrics: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
