@@ -107,6 +107,9 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := c.ensureKubeletPKI(); err != nil {
+		return err
+	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", EtcdClientPort)
 	if err := c.start("etcd", filepath.Join(c.BinDir, "etcd"),
 		"--name=etjob", "--data-dir="+c.path("etcd"),
@@ -136,9 +139,11 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 		"--allow-privileged=true",
 		"--enable-priority-and-fairness=false",
 		// Logs and exec go to a process node's kubelet API at its loopback
-		// InternalIP; with no --kubelet-certificate-authority the API server
-		// does not verify the node's self-signed serving certificate.
+		// InternalIP, with the client certificate the nodes trust (pki.go);
+		// with no --kubelet-certificate-authority the API server does not
+		// verify the node's self-signed serving certificate.
 		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-client-certificate="+c.kubeletClientCert(), "--kubelet-client-key="+c.kubeletClientKey(),
 		"--v=0",
 	); err != nil {
 		return err
@@ -274,7 +279,7 @@ func (c *Cluster) StartNode(n NodeSpec) error {
 		return err
 	}
 	args := []string{"--kubeconfig=" + c.Kubeconfig(),
-		"--node-name=" + n.Name, "--node-ip=" + n.NodeIP(), "--labels=" + strings.Join(kv, ","), "--work-dir=" + dir,
+		"--node-name=" + n.Name, "--node-ip=" + n.NodeIP(), "--client-ca-file=" + c.kubeletCA(), "--labels=" + strings.Join(kv, ","), "--work-dir=" + dir,
 		fmt.Sprintf("--metadata-listen=%s:%d", n.NodeIP(), MetadataPort), "--metadata-provider=" + n.Provider,
 		fmt.Sprintf("--gpus=%d", n.GPUs)}
 	if n.Taints != "" {

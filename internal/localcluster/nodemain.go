@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"context"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -47,6 +48,7 @@ func runNode(args []string) error {
 		gpus       = fs.Int("gpus", 1, "emulated accelerators (nvidia.com/gpu) the node advertises")
 		mdListen   = fs.String("metadata-listen", "", "serve the node's emulated cloud metadata service and its control endpoints here")
 		mdProvider = fs.String("metadata-provider", "", "the one cloud (alibaba, aws, gcp, azure) whose metadata paths the service answers, as a real VM's does; empty answers all four")
+		clientCA   = fs.String("client-ca-file", "", "CA bundle that signs the kubelet API's callers' client certificates (the API server's); unset, the kubelet API serves anyone who reaches it")
 		imagesFile = fs.String("images", "", "the node's image table, a JSON list of {image, env, files} (processnode.Image): what each container image brings")
 	)
 	var logOpts logging.Options
@@ -77,6 +79,17 @@ func runNode(args []string) error {
 	tnts, err := processnode.ParseTaints(*taints)
 	if err != nil {
 		return fmt.Errorf("--taints: %w", err)
+	}
+	var cas *x509.CertPool
+	if *clientCA != "" {
+		pem, err := os.ReadFile(*clientCA)
+		if err != nil {
+			return fmt.Errorf("--client-ca-file: %w", err)
+		}
+		cas = x509.NewCertPool()
+		if !cas.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("--client-ca-file %s: no PEM certificate in it", *clientCA)
+		}
 	}
 	images, err := processnode.ReadImages(*imagesFile)
 	if err != nil {
@@ -113,6 +126,7 @@ func runNode(args []string) error {
 		NodeIP:    *nodeIP,
 		Labels:    lbls,
 		Taints:    tnts,
+		ClientCAs: cas,
 		WorkDir:   *workDir,
 		Capacity:  corev1.ResourceList{processnode.ResourceGPU: *resource.NewQuantity(int64(*gpus), resource.DecimalSI)},
 		Images:    images,

@@ -74,9 +74,12 @@
 //     --kubelet-certificate-authority it does not verify the certificate).
 //     exec runs the command with the container's environment and working
 //     directory in the container's mount, UTS and PID namespaces (nsenter
-//     into the sandbox shell). The node authenticates no one: anything that
-//     reaches the address may read logs and exec, which is acceptable on a
-//     loopback address of a single-machine cluster only.
+//     into the sandbox shell). With Options.ClientCAs (etjob-node
+//     --client-ca-file) the node serves only callers whose client
+//     certificate those CAs signed, as a kubelet's --client-ca-file does:
+//     the local cluster gives the API server such a certificate
+//     (--kubelet-client-certificate) and no one else. It authorizes nothing
+//     beyond that (no SubjectAccessReview of the kubelet API).
 //   - Its own IPv4 loopback address as status.podIP: the lowest free address
 //     of the /24 that holds the node's IP (node 127.0.1.1 gives pods
 //     127.0.1.2, 127.0.1.3, ...; a deleted pod's address is reused), and the

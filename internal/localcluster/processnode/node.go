@@ -3,6 +3,7 @@ package processnode
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"maps"
@@ -56,6 +57,11 @@ type Options struct {
 	// APIServer is the API server's host:port for in-cluster clients
 	// (ProviderConfig.APIServer).
 	APIServer string
+	// ClientCAs, when set, authenticate the kubelet API's callers: only a
+	// client certificate they signed is served (the API server's
+	// --kubelet-client-certificate), as a kubelet's --client-ca-file does.
+	// Unset, anyone who reaches the node's address may read logs and exec.
+	ClientCAs *x509.CertPool
 }
 
 // DefaultCapacity returns the capacity a process node advertises unless
@@ -73,8 +79,9 @@ func DefaultCapacity() corev1.ResourceList {
 // NewNode returns a virtual-kubelet node whose pods run as host processes,
 // and its Provider. The node keeps a Lease in kube-node-lease, reports Ready
 // once its pod controller synced, and serves the kubelet API (logs, exec) on
-// NodeIP:10250 with a self-signed certificate and no authentication: any
-// client that reaches the address may read logs and exec. Run the node
+// NodeIP:10250 with a self-signed certificate, to callers with a client
+// certificate that Options.ClientCAs signed (without ClientCAs, to anyone
+// who reaches the address). Run the node
 // with its Run method; call the Provider's Shutdown after Run returned so
 // that no process outlives the node.
 func NewNode(opts Options) (*nodeutil.Node, *Provider, error) {
@@ -106,14 +113,16 @@ func NewNode(opts Options) (*nodeutil.Node, *Provider, error) {
 		nodeutil.AttachProviderRoutes(mux),
 		nodeutil.WithTLSConfig(func(c *tls.Config) error {
 			c.Certificates = append(c.Certificates, cert)
+			if opts.ClientCAs != nil {
+				c.ClientCAs, c.ClientAuth = opts.ClientCAs, tls.RequireAndVerifyClientCert
+			}
 			return nil
 		}),
 		func(cfg *nodeutil.NodeConfig) error {
 			cfg.NodeSpec = nodeSpec(opts)
 			// The API server proxies logs and exec to the node's InternalIP
-			// (kube-apiserver --kubelet-preferred-address-types=InternalIP).
-			// No authentication: the API server presents no client
-			// certificate to process nodes.
+			// (kube-apiserver --kubelet-preferred-address-types=InternalIP),
+			// with its kubelet client certificate (ClientCAs).
 			cfg.HTTPListenAddr = net.JoinHostPort(opts.NodeIP, strconv.Itoa(kubeletPort))
 			cfg.Handler = mux
 			// A kubelet resolves env itself; virtual-kubelet's resolver refuses
