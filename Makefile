@@ -82,7 +82,7 @@ lint: ## gofmt and go vet.
 
 .PHONY: verify
 verify: generate lint ## Regenerate and fail if anything generated is out of date.
-	git diff --exit-code -- api config
+	git diff --exit-code -- api config charts
 
 .PHONY: demo
 demo: ## The local demo: a cluster of process nodes, real torchrun training through spot reclamations.
