@@ -344,7 +344,7 @@ func (c *cluster) startController(o *options, etjob string) error {
 	if o.controllerQPS > 0 {
 		args = append(args, "--kube-api-qps", fmt.Sprint(o.controllerQPS), "--kube-api-burst", fmt.Sprint(o.controllerBurst))
 	}
-	p, err := startProc(c.dir, "controller", etjob, args...)
+	p, err := startProc(c.dir, "controller", etjob, append(args, o.controllerArgs...)...)
 	if err != nil {
 		return err
 	}

@@ -74,6 +74,7 @@ type options struct {
 	concurrency             int
 	controllerQPS           float64
 	controllerBurst         int
+	controllerArgs          []string
 	schedulerQPS            int
 	apiInflight             int
 	idle, settle, rampLimit time.Duration
@@ -103,11 +104,13 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.rampLimit, "ramp-timeout", 30*time.Minute, "give up bringing every job to full membership after this long")
 	fs.StringVar(&o.dir, "dir", "", "work directory: logs, audit.log, results.json (default: a temporary one, removed after a passing run)")
 	fs.StringVar(&o.etjob, "controller", "", "etjob-controller binary (default: go build ./cmd/etjob-controller from this tree)")
+	ctlArgs := fs.String("controller-args", "", "extra etjob-controller flags, space-separated (e.g. --memory-limit=512Mi, as the chart passes its limit)")
 	fs.StringVar(&o.jsonOut, "json", "", "also write the results as JSON here")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory after a passing run")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	o.controllerArgs = strings.Fields(*ctlArgs)
 	for f := range strings.SplitSeq(*ks, ",") {
 		k, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || k < 1 {
@@ -445,7 +448,7 @@ func ramp(ctx context.Context, o *options, c *cluster, jobs cache.Cache, res *re
 		return err
 	}
 	h := after.Reconcile.minus(before.Reconcile)
-	res.Ramp.Reconciles, res.Ramp.ReconcileMedianMs = int(h.count()), 1000*h.quantile(0.5)
+	res.Ramp.Reconciles, res.Ramp.ReconcileMedianMs, res.Ramp.ReconcileP99Ms = int(h.count()), 1000*h.quantile(0.5), 1000*h.quantile(0.99)
 	end, err := c.audit.mark()
 	if err != nil {
 		return err
@@ -566,6 +569,7 @@ func collectProcs(c *cluster, res *result) {
 	if m, err := scrape(c.metricsURL); err == nil {
 		res.RestClient = m.Requests
 		res.ReconcileMedianMs, res.Reconciles = nanToZero(1000*m.Reconcile.quantile(0.5)), int(m.Reconcile.count())
+		res.ReconcileP99Ms = nanToZero(1000 * m.Reconcile.quantile(0.99))
 	}
 }
 

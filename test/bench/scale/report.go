@@ -42,6 +42,7 @@ type result struct {
 		ControllerCPUSeconds float64 `json:"controllerCPUSeconds"`
 		Reconciles           int     `json:"reconciles"`
 		ReconcileMedianMs    float64 `json:"reconcileMedianMs"`
+		ReconcileP99Ms       float64 `json:"reconcileP99Ms"`
 		Requests             summary `json:"requests"`
 		WritesPerJob         float64 `json:"writesPerJob"`
 	} `json:"ramp"`
@@ -56,12 +57,14 @@ type result struct {
 	Scale                  []scaleResult `json:"scale"`
 	ScaleReconciles        int           `json:"scaleReconciles"`
 	ScaleReconcileMedianMs float64       `json:"scaleReconcileMedianMs"`
+	ScaleReconcileP99Ms    float64       `json:"scaleReconcileP99Ms"`
 
 	ListsAfterSync       int       `json:"listsAfterSync"`
 	ListsAfterSyncDetail []request `json:"listsAfterSyncDetail,omitempty"`
 
 	Reconciles        int                   `json:"reconciles"`
 	ReconcileMedianMs float64               `json:"reconcileMedianMs"`
+	ReconcileP99Ms    float64               `json:"reconcileP99Ms"`
 	Procs             map[string]procReport `json:"procs"`
 	RestClient        map[string]int        `json:"restClientRequestsByMethod"` // the controller's own count
 	AuditByMethod     tally                 `json:"auditByMethod"`              // the API server's count
@@ -127,6 +130,7 @@ func (r *result) judge() {
 	r.Ramp.ReconcileMedianMs = nanToZero(r.Ramp.ReconcileMedianMs)
 	r.ScaleReconcileMedianMs = nanToZero(r.ScaleReconcileMedianMs)
 	r.ReconcileMedianMs = nanToZero(r.ReconcileMedianMs)
+	r.Ramp.ReconcileP99Ms, r.ScaleReconcileP99Ms, r.ReconcileP99Ms = nanToZero(r.Ramp.ReconcileP99Ms), nanToZero(r.ScaleReconcileP99Ms), nanToZero(r.ReconcileP99Ms)
 	r.Ramp.PerJobFullMedian = nanToZero(r.Ramp.PerJobFullMedian)
 	r.Pass = len(r.Failures) == 0 && len(r.Scale) > 0
 }
@@ -186,6 +190,8 @@ func (r *result) print(w io.Writer) {
 		r.Ramp.Requests.Lists, r.Ramp.Requests.Watches, r.Ramp.Requests.Reads)
 	fmt.Fprintf(w, "| reconcile time, median (controller_runtime_reconcile_time_seconds, interpolated in buckets) | ramp %.1f ms (%d reconciles), scale events %.1f ms (%d), whole run %.1f ms (%d) |\n",
 		r.Ramp.ReconcileMedianMs, r.Ramp.Reconciles, r.ScaleReconcileMedianMs, r.ScaleReconciles, r.ReconcileMedianMs, r.Reconciles)
+	fmt.Fprintf(w, "| reconcile time, p99 (same histogram) | ramp %.0f ms, scale events %.0f ms, whole run %.0f ms |\n",
+		r.Ramp.ReconcileP99Ms, r.ScaleReconcileP99Ms, r.ReconcileP99Ms)
 	fmt.Fprintf(w, "| controller CPU | ramp %.1f s; idle %.3f cores (%0.fs window, %d writes, %d requests) |\n",
 		r.Ramp.ControllerCPUSeconds, r.Idle.ControllerCores, r.Idle.Seconds, r.Idle.Requests.Writes,
 		r.Idle.Requests.Writes+r.Idle.Requests.EventWrites+r.Idle.Requests.Gets+r.Idle.Requests.Lists+r.Idle.Requests.Watches)

@@ -69,7 +69,7 @@ func scaleEvents(ctx context.Context, o *options, c *cluster, res *result) error
 		return err
 	}
 	h := after.Reconcile.minus(before.Reconcile)
-	res.ScaleReconciles, res.ScaleReconcileMedianMs = int(h.count()), 1000*h.quantile(0.5)
+	res.ScaleReconciles, res.ScaleReconcileMedianMs, res.ScaleReconcileP99Ms = int(h.count()), 1000*h.quantile(0.5), 1000*h.quantile(0.99)
 	return nil
 }
 
