@@ -118,13 +118,16 @@ func (r *ScaleRequestReconciler) apply(ctx context.Context, job *etjobv1.Elastic
 	if d.SetReplicas == nil {
 		return nil
 	}
-	sc := &autoscalingv1.Scale{}
-	if err := r.SubResource("scale").Get(ctx, job, sc); err != nil {
-		return fmt.Errorf("reading /scale of ElasticJob %s: %w", job.Name, err)
-	}
-	sc.Spec.Replicas = *d.SetReplicas
-	if err := r.SubResource("scale").Update(ctx, job, client.WithSubResourceBody(sc)); err != nil {
-		return fmt.Errorf("writing /scale of ElasticJob %s: %w", job.Name, err)
+	// A compare-and-set on spec.replicas alone: the decision was made on
+	// job.Spec.Replicas, and a status write in between (the job's own
+	// reconciler, every published checkpoint) must not make it conflict,
+	// as a read-modify-write of the whole /scale object would, again and
+	// again under a busy job and a slow client.
+	patch := fmt.Appendf(nil, `[{"op":"test","path":"/spec/replicas","value":%d},{"op":"replace","path":"/spec/replicas","value":%d}]`,
+		job.Spec.Replicas, *d.SetReplicas)
+	if err := r.SubResource("scale").Patch(ctx, job, client.RawPatch(types.JSONPatchType, patch),
+		client.WithSubResourceBody(&autoscalingv1.Scale{})); err != nil {
+		return fmt.Errorf("writing /scale of ElasticJob %s (spec.replicas %d -> %d): %w", job.Name, job.Spec.Replicas, *d.SetReplicas, err)
 	}
 	return nil
 }

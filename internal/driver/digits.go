@@ -30,8 +30,9 @@ type Digits struct {
 	Shared string
 	// Epochs and Width size the training (work per step and in all).
 	Epochs, Width int
-	// Replicas are the desired workers: min 2, max Replicas+2.
-	Replicas int32
+	// Replicas are the desired workers: min 2, max Replicas+2 unless
+	// MaxReplicas says more.
+	Replicas, MaxReplicas int32
 }
 
 // Objects are the example's PersistentVolume, PersistentVolumeClaim and
@@ -86,7 +87,7 @@ func (d Digits) Objects(namespace, name string) (*corev1.PersistentVolume, *core
 		TypeMeta:   metav1.TypeMeta{APIVersion: etjobv1.GroupVersion.String(), Kind: "ElasticJob"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: etjobv1.ElasticJobSpec{
-			Replicas: d.Replicas, MinReplicas: 2, MaxReplicas: d.Replicas + 2,
+			Replicas: d.Replicas, MinReplicas: 2, MaxReplicas: max(d.MaxReplicas, d.Replicas+2),
 			MaxWaitTime:   600,
 			CheckpointDir: "/ckpt",
 			Spot:          &etjobv1.SpotSpec{Enabled: true},

@@ -83,7 +83,7 @@ cloud nodes (karpenter.sh/capacity-type, node.kubernetes.io/instance-type) with 
 
 	status := &cobra.Command{
 		Use:   "status",
-		Short: "Show the cluster's processes",
+		Short: "Show the cluster's processes and the controller's leader",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			cl, err := o.cluster()
@@ -102,6 +102,15 @@ cloud nodes (karpenter.sh/capacity-type, node.kubernetes.io/instance-type) with 
 					state = "stopped (log: " + c.Log + ")"
 				}
 				fmt.Fprintf(o.streams.Out, "%-28s %-8d %s\n", c.Name, c.Pid, state)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if leader, err := cl.Leader(ctx); err == nil {
+				if leader == "" {
+					leader = "none (no replica holds the Lease)"
+				}
+				fmt.Fprintf(o.streams.Out, "\netjob (chart charts/etjob): controller leader %s; kubectl -n %s get pods; kubectl -n %s get pods -o wide\n",
+					leader, localcluster.ControllerNamespace, localcluster.AgentNamespace)
 			}
 			fmt.Fprintf(o.streams.Out, "\nkubeconfig: %s\n", cl.Kubeconfig())
 			return nil

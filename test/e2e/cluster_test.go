@@ -35,8 +35,9 @@ func startCluster(t *testing.T, ctx context.Context, name string, spot, onDemand
 	return startClusterWith(t, ctx, name, spot, onDemand, localcluster.LocalImages(repoRoot(t), localcluster.HorovodVenv()))
 }
 
-// startClusterWith is startCluster with the process nodes' image table.
-func startClusterWith(t *testing.T, ctx context.Context, name string, spot, onDemand int, images processnode.Images) *e2eCluster {
+// startClusterWith is startCluster with the process nodes' image table and
+// extra flags of the controller (the chart's controller.extraArgs).
+func startClusterWith(t *testing.T, ctx context.Context, name string, spot, onDemand int, images processnode.Images, controllerArgs ...string) *e2eCluster {
 	t.Helper()
 	if os.Getenv("ETJOB_SKIP_E2E") != "" {
 		t.Skip("ETJOB_SKIP_E2E is set")
@@ -58,7 +59,8 @@ func startClusterWith(t *testing.T, ctx context.Context, name string, spot, onDe
 		t.Fatal(err)
 	}
 	dir := filepath.Join(os.TempDir(), name)
-	cl := &localcluster.Cluster{Dir: dir, BinDir: assets, Binaries: components, Out: testWriter{t}, Images: images}
+	cl := &localcluster.Cluster{Dir: dir, BinDir: assets, Binaries: components, Out: testWriter{t}, Images: images,
+		ControllerArgs: controllerArgs}
 	if err := cl.Delete(); err != nil {
 		t.Fatal(err)
 	}

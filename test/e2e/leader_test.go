@@ -23,19 +23,23 @@ import (
 // TestLeaderKilledMidScaleOut (issue #13): the controller runs as the
 // chart's two replicas under leader election. The leader is killed (SIGKILL:
 // it releases nothing) while `etjob scaleout` grows a training job from 2
-// workers to 4. The standby takes the Lease over, finishes the scale-out,
-// and no worker pod is created twice, no survivor restarts, nothing counts
-// as a failure, and the ScaleOut request succeeds.
+// workers to 5: the controller's client is held to 1 request a second, so
+// the kill lands after the first new pod and before the last. The standby
+// takes the Lease over and finishes the scale-out; no worker pod is created
+// twice, no survivor restarts, nothing counts as a failure, and the ScaleOut
+// request succeeds.
 func TestLeaderKilledMidScaleOut(t *testing.T) {
 	ctx := withTimeout(t, 20*time.Minute)
-	e := startCluster(t, ctx, "etjob-e2e-leader", 4, 1)
+	const target = 5
+	e := startClusterWith(t, ctx, "etjob-e2e-leader", target, 1,
+		localcluster.LocalImages(repoRoot(t), localcluster.HorovodVenv()), "--kube-api-qps=1", "--kube-api-burst=1")
 	const ns, job = "default", "leader"
 	d, err := driver.New(e.Cluster, ns, job, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	shared := filepath.Join(e.Dir, "shared")
-	if err := d.SubmitDigits(ctx, driver.Digits{Repo: e.repo, Shared: shared, Epochs: 400, Width: 32, Replicas: 2}); err != nil {
+	if err := d.SubmitDigits(ctx, driver.Digits{Repo: e.repo, Shared: shared, Epochs: 400, Width: 32, Replicas: 2, MaxReplicas: target}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.WaitFor(ctx, "2 members training", 5*time.Minute, func() (bool, error) {
@@ -68,7 +72,7 @@ func TestLeaderKilledMidScaleOut(t *testing.T) {
 		}
 	}()
 
-	scale := exec.CommandContext(ctx, e.bin, "scaleout", "etjob", "--name="+job, "--count=2", "--timeout=8m")
+	scale := exec.CommandContext(ctx, e.bin, "scaleout", "etjob", "--name="+job, "--count=3", "--timeout=8m")
 	scale.Env = append(os.Environ(), "KUBECONFIG="+e.Kubeconfig())
 	scaled := make(chan error, 1)
 	var scaleOut []byte
@@ -90,7 +94,13 @@ func TestLeaderKilledMidScaleOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	t.Logf("killed the leading controller %s", old)
+	mu.Lock()
+	atKill := len(created)
+	mu.Unlock()
+	t.Logf("killed the leading controller %s with %d of %d worker pods created", old, atKill, target)
+	if atKill >= target {
+		t.Errorf("the leader was killed after it created every pod (%d): not in the middle of the scale-out", atKill)
+	}
 	next, err := e.WaitLeader(ctx, old)
 	if err != nil {
 		t.Fatal(err)
@@ -106,14 +116,14 @@ func TestLeaderKilledMidScaleOut(t *testing.T) {
 		t.Fatal(ctx.Err())
 	}
 	t.Logf("etjob scaleout:\n%s", scaleOut)
-	if err := d.WaitFor(ctx, "4 members", 4*time.Minute, func() (bool, error) {
+	if err := d.WaitFor(ctx, "every worker a member", 4*time.Minute, func() (bool, error) {
 		j, err := d.Get(ctx)
-		return err == nil && j.Status.Members == 4, driver.Failed(j)
+		return err == nil && j.Status.Members == target, driver.Failed(j)
 	}); err != nil {
 		t.Fatal(err)
 	}
 	step := d.MaxStep()
-	if err := d.WaitFor(ctx, "training to go on at 4", 3*time.Minute, func() (bool, error) {
+	if err := d.WaitFor(ctx, "training to go on at the new size", 3*time.Minute, func() (bool, error) {
 		return d.MaxStep() >= step+3, nil
 	}); err != nil {
 		t.Fatal(err)
@@ -129,8 +139,8 @@ func TestLeaderKilledMidScaleOut(t *testing.T) {
 	}
 	mu.Unlock()
 	sort.Strings(names)
-	if len(names) != 4 {
-		t.Errorf("worker pods created: %v, want the 2 survivors and 2 new ones", names)
+	if len(names) != target {
+		t.Errorf("worker pods created: %v, want the 2 survivors and %d new ones", names, target-2)
 	}
 	after := liveWorkerUIDs(t, ctx, d)
 	for name, uid := range before {
@@ -142,8 +152,8 @@ func TestLeaderKilledMidScaleOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.Status.Failures != 0 || j.Status.Restarts != 0 || j.Status.NextWorkerIndex != 4 {
-		t.Errorf("failures %d, restarts %d, next worker index %d; want 0, 0, 4", j.Status.Failures, j.Status.Restarts, j.Status.NextWorkerIndex)
+	if j.Status.Failures != 0 || j.Status.Restarts != 0 || j.Status.NextWorkerIndex != target {
+		t.Errorf("failures %d, restarts %d, next worker index %d; want 0, 0, %d", j.Status.Failures, j.Status.Restarts, j.Status.NextWorkerIndex, target)
 	}
 	var outs etjobv1.ScaleOutList
 	if err := d.Client.List(ctx, &outs); err != nil {
