@@ -27,6 +27,7 @@ func Main(args []string, version string) int {
 		metricsAddr   = fs.String("metrics-bind-address", ":8443", "address of the Prometheus metrics endpoint (0 disables it)")
 		metricsSecure = fs.Bool("metrics-secure", true, "serve metrics over HTTPS to authenticated callers allowed to get /metrics (ClusterRole etjob-metrics-reader); false serves plain HTTP to anyone (local use)")
 		probeAddr     = fs.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+		pprofAddr     = fs.String("pprof-bind-address", "0", "address of net/http/pprof, unauthenticated: bind it to loopback (0 disables it)")
 		leaderElect   = fs.Bool("leader-elect", false, "elect a leader, so that only one replica reconciles")
 		leaderElectNS = fs.String("leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's)")
 		watchNS       = fs.String("namespaces", "", "comma-separated namespaces whose ElasticJobs the controller reconciles and whose objects it caches (default: every namespace)")
@@ -71,7 +72,7 @@ func Main(args []string, version string) int {
 		return 2
 	}
 	mgr, err := ctrl.NewManager(cfg, ManagerOptions(Options{MetricsAddr: *metricsAddr, ProbeAddr: *probeAddr,
-		SecureMetrics: *metricsSecure, LeaderElect: *leaderElect, LeaderElectNamespace: *leaderElectNS, Namespaces: nss}))
+		SecureMetrics: *metricsSecure, PprofAddr: *pprofAddr, LeaderElect: *leaderElect, LeaderElectNamespace: *leaderElectNS, Namespaces: nss}))
 	if err != nil {
 		log.Error(err, "creating the manager")
 		return 1

@@ -30,6 +30,8 @@ type Options struct {
 	// LeaderElect elects a leader in LeaderElectNamespace.
 	LeaderElect          bool
 	LeaderElectNamespace string
+	// PprofAddr serves net/http/pprof ("" or "0": off).
+	PprofAddr string
 	// Namespaces, when not empty, are the only namespaces whose jobs the
 	// controller reconciles and whose objects it caches (--namespaces).
 	Namespaces []string
@@ -54,6 +56,7 @@ func ManagerOptions(o Options) ctrl.Options {
 		Scheme:                  scheme.New(),
 		Metrics:                 metrics,
 		HealthProbeBindAddress:  o.ProbeAddr,
+		PprofBindAddress:        o.PprofAddr,
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "etjob-controller.etjob.dev",
 		LeaderElectionNamespace: o.LeaderElectNamespace,
@@ -69,6 +72,7 @@ func ManagerOptions(o Options) ctrl.Options {
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
 				&corev1.Pod{}:            {Label: sel, Transform: SlimPod},
+				&corev1.Node{}:           {Transform: SlimNode},
 				&corev1.ConfigMap{}:      {Label: sel},
 				&corev1.Service{}:        {Label: sel},
 				&corev1.ServiceAccount{}: {Label: sel},
@@ -148,6 +152,28 @@ func SlimPod(obj any) (any, error) {
 		})
 	}
 	return slim, nil
+}
+
+// SlimNode is the node cache's transform: a node's metadata without
+// managedFields, its providerID, taints and unschedulable, and its
+// conditions, capacity and allocatable; not its images (on a real node
+// dozens of image names and sizes, the largest part of a Node), daemon
+// endpoints, node info or volumes. Every node of the cluster is cached.
+func SlimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil // a tombstone
+	}
+	meta := n.ObjectMeta
+	meta.ManagedFields = nil
+	return &corev1.Node{
+		TypeMeta:   n.TypeMeta,
+		ObjectMeta: meta,
+		Spec:       corev1.NodeSpec{ProviderID: n.Spec.ProviderID, Taints: n.Spec.Taints, Unschedulable: n.Spec.Unschedulable},
+		Status: corev1.NodeStatus{
+			Conditions: n.Status.Conditions, Capacity: n.Status.Capacity, Allocatable: n.Status.Allocatable,
+		},
+	}, nil
 }
 
 // routinePodEventReasons are the Events every pod start and stop produces

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 )
@@ -103,5 +104,31 @@ func TestNamespaces(t *testing.T) {
 	}
 	if o := ManagerOptions(Options{}); o.Cache.DefaultNamespaces != nil {
 		t.Errorf("no --namespaces: DefaultNamespaces = %v, want every namespace", o.Cache.DefaultNamespaces)
+	}
+}
+
+// TestSlimNode: the node cache keeps the notice annotations, labels,
+// providerID, taints and conditions, and drops the images.
+func TestSlimNode(t *testing.T) {
+	full := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"k": "v"}, Annotations: map[string]string{"etjob.dev/reclaim-deadline": "x"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
+		Spec: corev1.NodeSpec{ProviderID: "aws:///i-1", Taints: []corev1.Taint{{Key: "t", Effect: corev1.TaintEffectNoSchedule}}, PodCIDR: "10.0.0.0/24"},
+		Status: corev1.NodeStatus{
+			Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")},
+			Images:      []corev1.ContainerImage{{Names: []string{"big/image:1"}, SizeBytes: 1 << 30}},
+			NodeInfo:    corev1.NodeSystemInfo{KubeletVersion: "v1.37"},
+		},
+	}
+	got, err := SlimNode(full.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := full.DeepCopy()
+	want.ManagedFields, want.Spec.PodCIDR = nil, ""
+	want.Status.Images, want.Status.NodeInfo = nil, corev1.NodeSystemInfo{}
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("SlimNode:\n got %+v\nwant %+v", got, want)
 	}
 }

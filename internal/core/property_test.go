@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -40,6 +41,20 @@ func (w *world) snapshot() core.Snapshot {
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
 	return core.Snapshot{Job: w.job.DeepCopy(), Pods: pods, Nodes: w.nodes}
+}
+
+func deepCopySnapshot(s core.Snapshot) core.Snapshot {
+	out := core.Snapshot{Job: s.Job.DeepCopy(), Nodes: map[string]*corev1.Node{}, PodNotices: map[string]string{}}
+	for _, p := range s.Pods {
+		out.Pods = append(out.Pods, p.DeepCopy())
+	}
+	for k, n := range s.Nodes {
+		out.Nodes[k] = n.DeepCopy()
+	}
+	for k, v := range s.PodNotices {
+		out.PodNotices[k] = v
+	}
+	return out
 }
 
 func (w *world) apply(t *testing.T, plan core.Plan) {
@@ -206,7 +221,14 @@ func TestDecideProperties(t *testing.T) {
 			finished := false
 			for range 200 {
 				prev := w.job.Status
-				plan := core.Decide(w.snapshot(), w.now)
+				snap := w.snapshot()
+				before := deepCopySnapshot(snap)
+				plan := core.Decide(snap, w.now)
+				// Decide never writes to its input: the controller hands it
+				// the cache's own objects, uncopied.
+				if !equality.Semantic.DeepEqual(before, deepCopySnapshot(snap)) {
+					t.Fatalf("%s: Decide changed its snapshot", w.trace())
+				}
 				st := plan.Status
 				checkInvariants(t, w, prev, plan)
 				w.apply(t, plan)
