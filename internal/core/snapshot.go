@@ -75,8 +75,13 @@ func NoticeEvent(job *etjobv1.ElasticJob, pod *corev1.Pod, reason string) bool {
 // Tunables of the decision core that are not part of the API.
 const (
 	// MaxCreatesPerPass bounds the pods created by one Decide, as kube's Job
-	// controller bounds its batches, so a large job ramps up without a burst.
-	MaxCreatesPerPass = 32
+	// controller bounds its batches, so a large job ramps up without a burst
+	// and one reconcile stays short: the controller's client makes 50
+	// requests a second for 4 reconciles at once, so 8 creates take about
+	// 0.6 s when every reconcile creates, and the job is queued again behind
+	// the others in between (docs/benchmarks.md: reconcile p99 at 1,000 jobs).
+	// A scale-out by up to 8 is still one pass.
+	MaxCreatesPerPass = 8
 	// CompletionGracePeriod is how long the other members are given to exit 0
 	// after the first torchrun member did, before the job is declared complete.
 	CompletionGracePeriod = 60 * time.Second
