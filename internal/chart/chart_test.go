@@ -54,7 +54,7 @@ func TestDefaults(t *testing.T) {
 	}
 	args := strings.Join(toStrings(ctl["args"]), " ")
 	for _, want := range []string{"--leader-elect", "--leader-election-namespace=etjob-system", "--metrics-secure=true",
-		"--metrics-bind-address=:8443", "--memory-limit=$(MEMORY_LIMIT)"} {
+		"--metrics-bind-address=:8443", "--memory-limit=$(MEMORY_LIMIT)", "--gc-percent=50"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("controller args %q lack %q", args, want)
 		}

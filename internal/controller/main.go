@@ -35,6 +35,7 @@ func Main(args []string, version string) int {
 		qps           = fs.Float64("kube-api-qps", 50, "client-side QPS limit towards the API server")
 		burst         = fs.Int("kube-api-burst", 100, "client-side burst towards the API server")
 		memoryLimit   = fs.String("memory-limit", "", "the container's memory limit (the chart passes limits.memory): the Go heap is held to 90% of it (GOMEMLIMIT), so the garbage collector works harder before the kernel kills; GOMEMLIMIT, when set, wins")
+		gcPercent     = fs.Int("gc-percent", 0, "the Go garbage collector's target (GOGC): the heap may grow this many percent over the live heap before a collection; lower holds less memory for more CPU (0: the runtime's, 100 or $GOGC)")
 		decisionsFile = fs.String("record-decisions", "", "append every decision (snapshot, time, plan) as JSON lines to this file, for `etjob-local chaos --replay`")
 	)
 	var logOpts logging.Options
@@ -49,6 +50,12 @@ func Main(args []string, version string) int {
 	}
 	logging.Install(logger)
 	log := ctrl.Log.WithName("setup")
+	if *gcPercent < 0 {
+		log.Error(fmt.Errorf("%d: must be positive (0: the runtime's default)", *gcPercent), "--gc-percent")
+		return 2
+	} else if *gcPercent > 0 {
+		debug.SetGCPercent(*gcPercent)
+	}
 	if soft, err := SoftMemoryLimit(*memoryLimit, os.Getenv("GOMEMLIMIT")); err != nil {
 		log.Error(err, "--memory-limit")
 		return 2
