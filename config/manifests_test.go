@@ -25,17 +25,6 @@ func objects(t *testing.T) []*unstructured.Unstructured {
 	return out
 }
 
-func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
-	t.Helper()
-	for _, o := range objs {
-		if o.GetKind() == kind && o.GetName() == name {
-			return o
-		}
-	}
-	t.Fatalf("no %s %s in config/", kind, name)
-	return nil
-}
-
 // TestManifestsFitToDeploy (finding M6): pinned images, an agent image of its
 // own, the controller on reliable capacity with a PDB and spread replicas,
 // Pod Security labels, the agent non-root with a seccomp profile.
@@ -50,10 +39,9 @@ func TestManifestsFitToDeploy(t *testing.T) {
 			}
 		}
 	}
-	agent := find(t, objs, "DaemonSet", "etjob-agent")
-	img, _, _ := unstructured.NestedSlice(agent.Object, "spec", "template", "spec", "containers")
-	if !strings.Contains(img[0].(map[string]any)["image"].(string), "etjob-agent") {
-		t.Errorf("the agent runs %v, not the agent image", img[0])
+	agent := testutil.Find(t, objs, "DaemonSet", "etjob-agent")
+	if img, _ := testutil.Container(t, agent)["image"].(string); !strings.Contains(img, "etjob-agent") {
+		t.Errorf("the agent runs %q, not the agent image", img)
 	}
 	if v, _, _ := unstructured.NestedBool(agent.Object, "spec", "template", "spec", "securityContext", "runAsNonRoot"); !v {
 		t.Error("the agent does not run as non-root")
@@ -61,7 +49,7 @@ func TestManifestsFitToDeploy(t *testing.T) {
 	if v, _, _ := unstructured.NestedString(agent.Object, "spec", "template", "spec", "securityContext", "seccompProfile", "type"); v != "RuntimeDefault" {
 		t.Error("the agent has no seccomp profile")
 	}
-	ctl := find(t, objs, "Deployment", "etjob-controller")
+	ctl := testutil.Find(t, objs, "Deployment", "etjob-controller")
 	if r, _, _ := unstructured.NestedFieldNoCopy(ctl.Object, "spec", "replicas"); fmt.Sprint(r) != "2" {
 		t.Errorf("controller replicas %v, want 2 (leader election)", r)
 	}
@@ -72,9 +60,9 @@ func TestManifestsFitToDeploy(t *testing.T) {
 	if _, found, _ := unstructured.NestedMap(ctl.Object, "spec", "template", "spec", "affinity", "podAntiAffinity"); !found {
 		t.Error("the controller's replicas are not spread")
 	}
-	find(t, objs, "PodDisruptionBudget", "etjob-controller")
+	testutil.Find(t, objs, "PodDisruptionBudget", "etjob-controller")
 	for ns, level := range map[string]string{"etjob-system": "restricted", "etjob-agent": "privileged"} {
-		if got := find(t, objs, "Namespace", ns).GetLabels()["pod-security.kubernetes.io/enforce"]; got != level {
+		if got := testutil.Find(t, objs, "Namespace", ns).GetLabels()["pod-security.kubernetes.io/enforce"]; got != level {
 			t.Errorf("namespace %s enforces %q, want %s", ns, got, level)
 		}
 	}

@@ -143,3 +143,7 @@ const (
 	// demo) add it to their own timelines.
 	TimelineNotice = "Notice"
 )
+
+// LeaderElectionID names the Lease the controller's replicas elect their
+// leader with, in the controller's namespace (--leader-election-namespace).
+const LeaderElectionID = "etjob-controller.etjob.dev"

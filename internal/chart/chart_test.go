@@ -1,37 +1,22 @@
-package chart
+package chart_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/etjob/etjob/internal/chart"
+	"github.com/etjob/etjob/internal/testutil"
 )
-
-func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
-	t.Helper()
-	for _, o := range objs {
-		if o.GetKind() == kind && o.GetName() == name {
-			return o
-		}
-	}
-	t.Fatalf("no %s %s rendered", kind, name)
-	return nil
-}
-
-func container(t *testing.T, o *unstructured.Unstructured) map[string]any {
-	t.Helper()
-	cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
-	if len(cs) != 1 {
-		t.Fatalf("%s %s: %d containers", o.GetKind(), o.GetName(), len(cs))
-	}
-	return cs[0].(map[string]any)
-}
 
 // TestDefaults: the default rendering installs every part, images pinned to
 // the chart's appVersion, the components run by name (their images put
 // them on PATH), and the Go heap held under the memory limit.
 func TestDefaults(t *testing.T) {
-	objs, err := Objects(nil)
+	objs, err := chart.Objects(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +30,7 @@ func TestDefaults(t *testing.T) {
 			t.Errorf("%d %s rendered, want %d", kinds[kind], kind, n)
 		}
 	}
-	ctl := container(t, find(t, objs, "Deployment", "etjob-controller"))
+	ctl := testutil.Container(t, testutil.Find(t, objs, "Deployment", "etjob-controller"))
 	if ctl["image"] != "ghcr.io/etjob/etjob-controller:v0.1.0" {
 		t.Errorf("controller image %v", ctl["image"])
 	}
@@ -59,7 +44,7 @@ func TestDefaults(t *testing.T) {
 			t.Errorf("controller args %q lack %q", args, want)
 		}
 	}
-	agent := container(t, find(t, objs, "DaemonSet", "etjob-agent"))
+	agent := testutil.Container(t, testutil.Find(t, objs, "DaemonSet", "etjob-agent"))
 	if agent["image"] != "ghcr.io/etjob/etjob-agent:v0.1.0" {
 		t.Errorf("agent image %v", agent["image"])
 	}
@@ -71,7 +56,7 @@ func TestDefaults(t *testing.T) {
 // TestValues: what a platform team changes reaches every object that
 // depends on it.
 func TestValues(t *testing.T) {
-	objs, err := Objects(map[string]any{
+	objs, err := chart.Objects(map[string]any{
 		"namespaces": map[string]any{"create": false},
 		"controller": map[string]any{"namespace": "ml-system", "replicas": 3, "listenOnPodIP": true,
 			"image": map[string]any{"digest": "sha256:0123"}, "resources": map[string]any{"limits": map[string]any{"memory": nil}},
@@ -87,14 +72,14 @@ func TestValues(t *testing.T) {
 			t.Errorf("%s %s rendered though disabled", o.GetKind(), o.GetName())
 		}
 	}
-	dep := find(t, objs, "Deployment", "etjob-controller")
+	dep := testutil.Find(t, objs, "Deployment", "etjob-controller")
 	if dep.GetNamespace() != "ml-system" {
 		t.Errorf("controller in %q", dep.GetNamespace())
 	}
 	if n, _, _ := unstructured.NestedInt64(dep.Object, "spec", "replicas"); n != 3 {
 		t.Errorf("replicas %d", n)
 	}
-	ctl := container(t, dep)
+	ctl := testutil.Container(t, dep)
 	if ctl["image"] != "ghcr.io/etjob/etjob-controller@sha256:0123" {
 		t.Errorf("controller image %v, want by digest", ctl["image"])
 	}
@@ -108,18 +93,18 @@ func TestValues(t *testing.T) {
 	if strings.Contains(args, "--memory-limit") {
 		t.Errorf("controller args %q: no memory limit, no --memory-limit", args)
 	}
-	if sa := find(t, objs, "ServiceAccount", "etjob-controller"); sa.GetNamespace() != "ml-system" {
+	if sa := testutil.Find(t, objs, "ServiceAccount", "etjob-controller"); sa.GetNamespace() != "ml-system" {
 		t.Errorf("controller ServiceAccount in %q", sa.GetNamespace())
 	}
-	subjects, _, _ := unstructured.NestedSlice(find(t, objs, "ClusterRoleBinding", "etjob-agent").Object, "subjects")
+	subjects, _, _ := unstructured.NestedSlice(testutil.Find(t, objs, "ClusterRoleBinding", "etjob-agent").Object, "subjects")
 	if subjects[0].(map[string]any)["namespace"] != "ml-agent" {
 		t.Errorf("agent binding subjects %v", subjects)
 	}
-	policy, _, _ := unstructured.NestedSlice(find(t, objs, "ValidatingAdmissionPolicy", "etjob-agent-own-node").Object, "spec", "matchConditions")
+	policy, _, _ := unstructured.NestedSlice(testutil.Find(t, objs, "ValidatingAdmissionPolicy", "etjob-agent-own-node").Object, "spec", "matchConditions")
 	if expr := policy[0].(map[string]any)["expression"].(string); !strings.Contains(expr, "system:serviceaccount:ml-agent:etjob-agent") {
 		t.Errorf("the admission policy matches %q, not the agent's ServiceAccount in ml-agent", expr)
 	}
-	a := strings.Join(toStrings(container(t, find(t, objs, "DaemonSet", "etjob-agent"))["args"]), " ")
+	a := strings.Join(toStrings(testutil.Container(t, testutil.Find(t, objs, "DaemonSet", "etjob-agent"))["args"]), " ")
 	for _, want := range []string{"--metadata-url=http://$(NODE_IP):8775", "--azure-vm-name=vm-1"} {
 		if !strings.Contains(a, want) {
 			t.Errorf("agent args %q lack %q", a, want)
@@ -144,9 +129,41 @@ func TestBadValues(t *testing.T) {
 		"replcas":      {"controller": map[string]any{"replcas": 2}},
 		"digest":       {"agent": map[string]any{"image": map[string]any{"digest": "latest"}}},
 	} {
-		_, err := Objects(values)
+		_, err := chart.Objects(values)
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: error %v, want one that names %s", field, err, field)
 		}
+	}
+}
+
+// TestKustomizeDiff: Diff finds a changed file, a missing one and a stray
+// one, and nothing in a tree written from the rendering itself.
+func TestKustomizeDiff(t *testing.T) {
+	want, err := chart.Kustomize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for rel, content := range want {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if stale, err := chart.Diff(dir, want); err != nil || len(stale) > 0 {
+		t.Fatalf("Diff of the rendering itself = %v, %v", stale, err)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "manager", "manager.yaml"), []byte("# edited by hand\n"), 0o644)
+	_ = os.Remove(filepath.Join(dir, "rbac", "role.yaml"))
+	_ = os.WriteFile(filepath.Join(dir, "agent", "extra.yaml"), []byte("kind: ConfigMap\n"), 0o644)
+	stale, err := chart.Diff(dir, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(stale, " "); got != "agent/extra.yaml manager/manager.yaml rbac/role.yaml" {
+		t.Errorf("Diff = %q, want the stray, the edited and the missing file", got)
 	}
 }

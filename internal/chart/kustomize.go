@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -42,7 +43,7 @@ func Kustomize() (map[string][]byte, error) {
 		default:
 			return nil, fmt.Errorf("%s: neither a template nor a CRD", f.Path)
 		}
-		if !contains(KustomizeDirs, dir) {
+		if !slices.Contains(KustomizeDirs, dir) {
 			return nil, fmt.Errorf("%s: config/%s is not one of the kustomize tree's directories %v", f.Path, dir, KustomizeDirs)
 		}
 		out[dir+"/"+rel] = []byte(header(f.Path) + body(f.Content))
@@ -88,15 +89,6 @@ func kustomization(head string, resources []string) []byte {
 		b.WriteString("- " + r + "\n")
 	}
 	return []byte(b.String())
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // Diff lists the files under dir's kustomize directories that differ from

@@ -58,7 +58,7 @@ func ManagerOptions(o Options) ctrl.Options {
 		HealthProbeBindAddress:  o.ProbeAddr,
 		PprofBindAddress:        o.PprofAddr,
 		LeaderElection:          o.LeaderElect,
-		LeaderElectionID:        "etjob-controller.etjob.dev",
+		LeaderElectionID:        etjobv1.LeaderElectionID,
 		LeaderElectionNamespace: o.LeaderElectNamespace,
 		// A replica that stops (a rollout, a drain) hands the Lease over at
 		// once instead of leaving the other to wait out its duration; Main
@@ -94,7 +94,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *De
 	if err := r.SetupWithManager(mgr, concurrency); err != nil {
 		return err
 	}
-	if err := ctrlmetrics.Registry.Register(NewJobCollector(mgr.GetCache())); err != nil {
+	if err := ctrlmetrics.Registry.Register(NewJobCollector(mgr.GetCache(), mgr.Elected())); err != nil {
 		return err
 	}
 	for _, out := range []bool{true, false} {

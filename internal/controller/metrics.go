@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,19 +14,29 @@ import (
 
 // JobCollector exports every ElasticJob's state as Prometheus metrics, read
 // from the controller's cache at each scrape: no reconcile keeps metric
-// state, and a deleted job's series go with it. The Grafana dashboard in the
-// chart (charts/etjob/dashboards/etjob.json) plots them.
+// state, and a deleted job's series go with it. Only the leading replica
+// exports them: every replica's cache holds every job, and two replicas'
+// series would count each job twice (sum, count). The Grafana dashboard in
+// the chart (charts/etjob/dashboards/etjob.json) plots them.
 type JobCollector struct {
-	reader client.Reader
+	reader  client.Reader
+	elected <-chan struct{}
 }
 
-// NewJobCollector returns a collector that lists ElasticJobs from reader.
-func NewJobCollector(reader client.Reader) *JobCollector { return &JobCollector{reader: reader} }
+// NewJobCollector returns a collector that lists ElasticJobs from reader
+// once elected is closed (the manager's Elected: at once without leader
+// election).
+func NewJobCollector(reader client.Reader, elected <-chan struct{}) *JobCollector {
+	return &JobCollector{reader: reader, elected: elected}
+}
+
+// withLabels is the job labels and more, in a slice of its own.
+func withLabels(more ...string) []string { return append(slices.Clone(jobLabels), more...) }
 
 var (
 	jobLabels = []string{"namespace", "job"}
 
-	descInfo         = prometheus.NewDesc("etjob_job_info", "An ElasticJob and its framework (always 1).", append(jobLabels, "framework"), nil)
+	descInfo         = prometheus.NewDesc("etjob_job_info", "An ElasticJob and its framework (always 1).", withLabels("framework"), nil)
 	descSpecReplicas = prometheus.NewDesc("etjob_job_spec_replicas", "Workers the job asks for (spec.replicas).", jobLabels, nil)
 	descMinReplicas  = prometheus.NewDesc("etjob_job_min_replicas", "Fewest workers the job trains with (spec.minReplicas); below it the job suspends.", jobLabels, nil)
 	descMaxReplicas  = prometheus.NewDesc("etjob_job_max_replicas", "Most workers the job may grow to (spec.maxReplicas).", jobLabels, nil)
@@ -33,8 +44,8 @@ var (
 	descReady        = prometheus.NewDesc("etjob_job_ready_replicas", "Worker pods that are ready (status.readyReplicas).", jobLabels, nil)
 	descMembers      = prometheus.NewDesc("etjob_job_members", "Workers in the published membership (status.members).", jobLabels, nil)
 	descLeaving      = prometheus.NewDesc("etjob_job_leaving_replicas", "Workers told to leave, checkpointing (status.leavingReplicas).", jobLabels, nil)
-	descWorkers      = prometheus.NewDesc("etjob_job_workers", "Workers by state (status.workers).", append(jobLabels, "state"), nil)
-	descCondition    = prometheus.NewDesc("etjob_job_condition", "1 when the job's condition is True, else 0.", append(jobLabels, "condition"), nil)
+	descWorkers      = prometheus.NewDesc("etjob_job_workers", "Workers by state (status.workers).", withLabels("state"), nil)
+	descCondition    = prometheus.NewDesc("etjob_job_condition", "1 when the job's condition is True, else 0.", withLabels("condition"), nil)
 	descGeneration   = prometheus.NewDesc("etjob_job_membership_generation", "The membership's generation: each change of the worker set adds one.", jobLabels, nil)
 	descRestarts     = prometheus.NewDesc("etjob_job_restarts_total", "Whole-job restarts (status.restarts).", jobLabels, nil)
 	descFailures     = prometheus.NewDesc("etjob_job_failures_total", "Worker failures counted against the backoff limit (status.failures).", jobLabels, nil)
@@ -59,13 +70,19 @@ func (c *JobCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect lists the jobs and sends their metrics; a failed list sends an
-// invalid metric, which fails the scrape rather than report nothing.
+// Collect lists the jobs and sends their metrics, on the leader only; a
+// failed list sends an invalid metric, which fails the scrape rather than
+// report nothing. The jobs are the cache's own objects (only read here).
 func (c *JobCollector) Collect(ch chan<- prometheus.Metric) {
+	select {
+	case <-c.elected:
+	default:
+		return // a standby replica
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var jobs etjobv1.ElasticJobList
-	if err := c.reader.List(ctx, &jobs); err != nil {
+	if err := c.reader.List(ctx, &jobs, client.UnsafeDisableDeepCopy); err != nil {
 		ch <- prometheus.NewInvalidMetric(descInfo, err)
 		return
 	}
@@ -77,7 +94,7 @@ func (c *JobCollector) Collect(ch chan<- prometheus.Metric) {
 func collectJob(ch chan<- prometheus.Metric, j *etjobv1.ElasticJob) {
 	l := []string{j.Namespace, j.Name}
 	gauge := func(d *prometheus.Desc, v float64, extra ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append(l, extra...)...)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append(slices.Clone(l), extra...)...)
 	}
 	counter := func(d *prometheus.Desc, v int32) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)

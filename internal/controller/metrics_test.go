@@ -39,7 +39,7 @@ func metricsJob() *etjobv1.ElasticJob {
 // cache at the scrape.
 func TestJobCollector(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(metricsJob()).Build()
-	col := NewJobCollector(c)
+	col := NewJobCollector(c, elected())
 	want := `
 # HELP etjob_job_members Workers in the published membership (status.members).
 # TYPE etjob_job_members gauge
@@ -77,6 +77,28 @@ etjob_job_condition{condition="Suspended",job="digits",namespace="team-a"} 0
 	}
 }
 
+// elected is a closed election channel: this replica leads.
+func elected() <-chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}
+
+// TestJobCollectorStandby: a replica that does not lead exports no job
+// series, so two replicas never count a job twice; once elected, it does.
+func TestJobCollectorStandby(t *testing.T) {
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(metricsJob()).Build()
+	ch := make(chan struct{})
+	col := NewJobCollector(c, ch)
+	if n := testutil.CollectAndCount(col); n != 0 {
+		t.Errorf("a standby replica exported %d job series", n)
+	}
+	close(ch)
+	if n := testutil.CollectAndCount(col, "etjob_job_info"); n != 1 {
+		t.Errorf("the leader exported %d etjob_job_info series, want 1", n)
+	}
+}
+
 // TestDashboardPlotsExportedMetrics: every etjob_ series the chart's Grafana
 // dashboard queries is one the collector exports.
 func TestDashboardPlotsExportedMetrics(t *testing.T) {
@@ -86,7 +108,7 @@ func TestDashboardPlotsExportedMetrics(t *testing.T) {
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(metricsJob()).Build()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(NewJobCollector(c))
+	reg.MustRegister(NewJobCollector(c, elected()))
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

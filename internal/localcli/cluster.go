@@ -109,7 +109,7 @@ cloud nodes (karpenter.sh/capacity-type, node.kubernetes.io/instance-type) with 
 				if leader == "" {
 					leader = "none (no replica holds the Lease)"
 				}
-				fmt.Fprintf(o.streams.Out, "\netjob (chart charts/etjob): controller leader %s; kubectl -n %s get pods; kubectl -n %s get pods -o wide\n",
+				fmt.Fprintf(o.streams.Out, "\netjob-controller leader: %s (its pods: kubectl -n %s get pods; the agents': kubectl -n %s get pods -o wide)\n",
 					leader, localcluster.ControllerNamespace, localcluster.AgentNamespace)
 			}
 			fmt.Fprintf(o.streams.Out, "\nkubeconfig: %s\n", cl.Kubeconfig())

@@ -63,8 +63,9 @@ type Cluster struct {
 	// (processnode.Image); nil runs every image as the host as it is.
 	// LocalImages builds the local image of etjob's examples.
 	Images processnode.Images
-	// ControllerArgs are extra flags of the etjob controller (etjob-local chaos
-	// passes --record-decisions).
+	// ControllerArgs are extra flags of the etjob controller, given to the
+	// chart as controller.extraArgs (etjob-local chaos passes
+	// --record-decisions).
 	ControllerArgs []string
 }
 

@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -84,20 +85,17 @@ func (c *Cluster) WaitLeader(ctx context.Context, not string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	deadline := time.Now().Add(componentTimeout)
-	for {
-		l, err := leader(ctx, cs)
-		if err == nil && l != "" && l != not {
-			return l, nil
-		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("no etjob controller replica took the leader Lease %s/%s within %v (last: %q, %v; kubectl -n %s get pods,events)",
-				ControllerNamespace, LeaseName, componentTimeout, l, err, ControllerNamespace)
-		}
-		if err := sleep(ctx, 300*time.Millisecond); err != nil {
-			return "", err
-		}
+	var l string
+	err = poll(ctx, componentTimeout, func() bool {
+		var lerr error
+		l, lerr = leader(ctx, cs)
+		return lerr == nil && l != "" && l != not
+	})
+	if errors.Is(err, errPollTimeout) {
+		return "", fmt.Errorf("no etjob controller replica took the leader Lease %s/%s within %v (last holder %q; kubectl -n %s get pods,events)",
+			ControllerNamespace, LeaseName, componentTimeout, l, ControllerNamespace)
 	}
+	return l, err
 }
 
 // agentPod returns the agent pod bound to node, if any.
@@ -124,24 +122,22 @@ func (c *Cluster) waitAgent(ctx context.Context, cs kubernetes.Interface, node s
 	}
 	url := fmt.Sprintf("http://%s:%d/healthz", internalIP(n), AgentPort)
 	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(componentTimeout)
-	for {
+	err = poll(ctx, componentTimeout, func() bool {
 		pod, err := agentPod(ctx, cs, node)
-		if err == nil && pod != nil && pod.Status.Phase == corev1.PodRunning {
-			if resp, err := client.Get(url); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return nil
-				}
-			}
+		if err != nil || pod == nil || pod.Status.Phase != corev1.PodRunning {
+			return false
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the etjob agent of node %s did not answer at %s within %v (kubectl -n %s get pods -o wide)", node, url, componentTimeout, AgentNamespace)
+		resp, err := client.Get(url)
+		if err != nil {
+			return false
 		}
-		if err := sleep(ctx, 300*time.Millisecond); err != nil {
-			return err
-		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if errors.Is(err, errPollTimeout) {
+		return fmt.Errorf("the etjob agent of node %s did not answer at %s within %v (kubectl -n %s get pods -o wide)", node, url, componentTimeout, AgentNamespace)
 	}
+	return err
 }
 
 // RestartController deletes the controller replica that leads, as a crash
@@ -179,29 +175,37 @@ func (c *Cluster) RestartAgent(ctx context.Context, node string) error {
 	if err := cs.CoreV1().Pods(AgentNamespace).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(componentTimeout)
-	for {
+	err = poll(ctx, componentTimeout, func() bool {
 		p, err := agentPod(ctx, cs, node)
-		if err == nil && p != nil && p.UID != pod.UID {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no new agent pod on %s within %v", node, componentTimeout)
-		}
-		if err := sleep(ctx, 300*time.Millisecond); err != nil {
-			return err
-		}
+		return err == nil && p != nil && p.UID != pod.UID
+	})
+	if errors.Is(err, errPollTimeout) {
+		return fmt.Errorf("no new agent pod on %s within %v", node, componentTimeout)
+	}
+	if err != nil {
+		return err
 	}
 	return c.waitAgent(ctx, cs, node)
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
+// errPollTimeout is poll's error when the condition did not hold in time.
+var errPollTimeout = errors.New("timed out")
+
+// poll checks done every 300 ms until it holds (nil), ctx ends (its error)
+// or timeout passes (errPollTimeout); the caller says what was waited for.
+func poll(ctx context.Context, timeout time.Duration, done func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !done() {
+		if time.Now().After(deadline) {
+			return errPollTimeout
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
 	}
+	return nil
 }
 
 // KillLeader kills the processes of the leading controller replica at once

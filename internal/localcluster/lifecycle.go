@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -31,11 +32,12 @@ const (
 	// on-demand, tainted CriticalAddonsOnly so that no job's pod lands on it,
 	// and never reclaimed by a story. Agents (which tolerate every taint)
 	// run on it too.
-	SystemNode                       = "system-1"
-	SystemType                       = "m5.large"
-	SystemPrice etjobv1.PricePerHour = 0.096
-	SystemTaint                      = "CriticalAddonsOnly=true:NoSchedule"
-	systemIndex                      = 200
+	SystemNode                          = "system-1"
+	SystemType                          = "m5.large"
+	SystemPrice    etjobv1.PricePerHour = 0.096
+	SystemTaintKey                      = "CriticalAddonsOnly"
+	SystemTaint                         = SystemTaintKey + "=true:NoSchedule"
+	systemIndex                         = 200
 )
 
 // NewSystemNodeSpec is the system node (SystemNode).
@@ -261,30 +263,25 @@ func (c *Cluster) WaitNodesReady(ctx context.Context, want int) error {
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	var ready []string
+	err = poll(ctx, 90*time.Second, func() bool {
+		ready = nil
 		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		var ready []string
-		if err == nil {
-			for i := range nodes.Items {
-				if NodeReady(&nodes.Items[i]) {
-					ready = append(ready, nodes.Items[i].Name)
-				}
+		if err != nil {
+			return false
+		}
+		for i := range nodes.Items {
+			if NodeReady(&nodes.Items[i]) {
+				ready = append(ready, nodes.Items[i].Name)
 			}
 		}
-		if len(ready) >= want {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			sort.Strings(ready)
-			return fmt.Errorf("%d of %d nodes Ready after 90s (%v; logs in %s)", len(ready), want, ready, c.path("logs"))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(300 * time.Millisecond):
-		}
+		return len(ready) >= want
+	})
+	if errors.Is(err, errPollTimeout) {
+		sort.Strings(ready)
+		return fmt.Errorf("%d of %d nodes Ready after 90s (%v; logs in %s)", len(ready), want, ready, c.path("logs"))
 	}
+	return err
 }
 
 // NodeReady reports whether the node's Ready condition is True.

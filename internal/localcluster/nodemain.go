@@ -76,6 +76,11 @@ func runNode(args []string) error {
 	if err != nil {
 		return err
 	}
+	switch *mdProvider {
+	case "", metadata.Alibaba, metadata.AWS, metadata.GCP, metadata.Azure:
+	default:
+		return fmt.Errorf("--metadata-provider %q: want alibaba, aws, gcp, azure or empty (all four)", *mdProvider)
+	}
 	tnts, err := processnode.ParseTaints(*taints)
 	if err != nil {
 		return fmt.Errorf("--taints: %w", err)

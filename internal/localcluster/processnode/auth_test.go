@@ -26,23 +26,9 @@ func TestKubeletAPIAuthentication(t *testing.T) {
 	ca, caKey := testCA(t)
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	n, provider, err := processnode.NewNode(processnode.Options{
+	startNode(ctx, cancel, t, processnode.Options{
 		Client: cs, NodeName: "authn", NodeIP: "127.0.8.1", WorkDir: t.TempDir(), ClientCAs: pool,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = n.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-n.Done()
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		provider.Shutdown(sctx, time.Second)
-	})
-	if err := n.WaitReady(ctx, 30*time.Second); err != nil {
-		t.Fatalf("node not ready: %v", err)
-	}
 	get := func(certs ...tls.Certificate) error {
 		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
 			InsecureSkipVerify: true, Certificates: certs}}} //nolint:gosec // the node's serving certificate is self-signed

@@ -39,27 +39,13 @@ func TestProcessNode(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cs, cfg := startAPIServer(t)
-	n, provider, err := processnode.NewNode(processnode.Options{
+	provider := startNode(ctx, cancel, t, processnode.Options{
 		Client:   cs,
 		NodeName: nodeName,
 		NodeIP:   "127.0.9.1",
 		Labels:   map[string]string{etjobv1.LabelCapacityType: etjobv1.CapacityTypeSpot, etjobv1.LabelPricePerHour: "0.91"},
 		WorkDir:  t.TempDir(),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = n.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-n.Done()
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		provider.Shutdown(sctx, time.Second)
-	})
-	if err := n.WaitReady(ctx, 30*time.Second); err != nil {
-		t.Fatalf("node not ready: %v", err)
-	}
 	eventually(t, 30*time.Second, "the Node is Ready with its labels and GPU", func() bool {
 		node, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
@@ -108,6 +94,22 @@ func TestProcessNode(t *testing.T) {
 		if want := "hello fails on 127.0.9.1"; !strings.Contains(string(b), want) {
 			t.Errorf("log = %q, want it to contain %q", b, want)
 		}
+	})
+
+	t.Run("host network pod", func(t *testing.T) {
+		ns := newNamespace(ctx, t, cs)
+		pod := processPod(ns, "hostnet", "/bin/sh", "-c", "sleep 60")
+		pod.Spec.HostNetwork = true
+		createPod(ctx, t, cs, pod)
+		waitPhase(ctx, t, cs, ns, pod.Name, corev1.PodRunning)
+		got, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.PodIP != "127.0.9.1" || got.Status.HostIP != "127.0.9.1" {
+			t.Errorf("hostNetwork pod: podIP %q, hostIP %q; want both the node's 127.0.9.1", got.Status.PodIP, got.Status.HostIP)
+		}
+		_ = cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	})
 
 	t.Run("deleted pod", func(t *testing.T) {
@@ -385,6 +387,28 @@ func TestProcessNode(t *testing.T) {
 // the test when the binaries cannot be had. The API server reaches nodes'
 // kubelet API at their InternalIP, as `etjob-local cluster up` configures it, and
 // adds service account volumes to pods.
+// startNode runs a process node until the test ends (cancel stops it, then
+// its pods are shut down) and waits until it is Ready.
+func startNode(ctx context.Context, cancel context.CancelFunc, t *testing.T, opts processnode.Options) *processnode.Provider {
+	t.Helper()
+	n, provider, err := processnode.NewNode(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-n.Done()
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		provider.Shutdown(sctx, time.Second)
+	})
+	if err := n.WaitReady(ctx, 30*time.Second); err != nil {
+		t.Fatalf("node not ready: %v", err)
+	}
+	return provider
+}
+
 func startAPIServer(t *testing.T) (kubernetes.Interface, *rest.Config) {
 	t.Helper()
 	assets, err := testutil.ControlPlaneAssets()

@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -14,19 +15,20 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/chart"
 	"github.com/etjob/etjob/internal/localcluster/processnode"
 )
 
 // The images the chart runs, and the namespaces it installs them in, at
-// the chart's defaults.
+// the chart's defaults (TestChartDefaults keeps them so).
 const (
 	ControllerImage     = "ghcr.io/etjob/etjob-controller"
 	AgentImage          = "ghcr.io/etjob/etjob-agent"
 	ControllerNamespace = "etjob-system"
 	AgentNamespace      = "etjob-agent"
 	// LeaseName is the controller's leader-election Lease.
-	LeaseName = "etjob-controller.etjob.dev"
+	LeaseName = etjobv1.LeaderElectionID
 )
 
 // RESTConfig returns a client config for the cluster's kubeconfig.
@@ -54,7 +56,7 @@ func (c *Cluster) ChartValues() map[string]any {
 		"controller": map[string]any{
 			"listenOnPodIP": true,
 			"nodeSelector":  map[string]any{"node.kubernetes.io/instance-type": SystemType},
-			"tolerations":   []any{map[string]any{"key": "CriticalAddonsOnly", "operator": "Exists"}},
+			"tolerations":   []any{map[string]any{"key": SystemTaintKey, "operator": "Exists"}},
 			"extraArgs":     extra,
 		},
 		"agent": map[string]any{
@@ -121,21 +123,20 @@ func (c *Cluster) installChart(ctx context.Context) error {
 }
 
 func waitEstablished(ctx context.Context, cl client.Client, name string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	err := poll(ctx, 30*time.Second, func() bool {
 		got := &apiextensionsv1.CustomResourceDefinition{}
-		if err := cl.Get(ctx, client.ObjectKey{Name: name}, got); err == nil {
-			for _, cond := range got.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return nil
-				}
+		if cl.Get(ctx, client.ObjectKey{Name: name}, got) != nil {
+			return false
+		}
+		for _, cond := range got.Status.Conditions {
+			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+				return true
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+		return false
+	})
+	if errors.Is(err, errPollTimeout) {
+		return fmt.Errorf("the CRD %s was not established within 30s", name)
 	}
-	return fmt.Errorf("the CRD %s was not established within 30s", name)
+	return err
 }
