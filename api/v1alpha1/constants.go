@@ -83,6 +83,17 @@ const (
 	// (CheckpointAnnotation). The controller publishes the newest in
 	// status.lastCheckpoint.
 	AnnotationCheckpoint = "etjob.dev/checkpoint"
+	// AnnotationStopLead on a worker pod on a noticed node, set by the
+	// controller with its leave annotation, is how many whole seconds before
+	// the notice's deadline it stops training: until then it trains through
+	// the notice (spec.spot.noticeLeadTime Train), and a deadline the cloud
+	// moves moves its stop with it. Without it, it stops at the next step.
+	AnnotationStopLead = "etjob.dev/stop-lead"
+	// AnnotationNoticeLeadTime on a worker pod, set at its creation from
+	// spec.spot.noticeLeadTime, tells its node agent to wait a moment for the
+	// controller's stop time (AnnotationStopAt) on a notice instead of
+	// telling it to stop at once.
+	AnnotationNoticeLeadTime = "etjob.dev/notice-lead-time"
 	// AnnotationScaleIn on a worker pod asks that this worker be removed first
 	// on the next scale-in (set by ScaleIn requests naming instances).
 	AnnotationScaleIn = "etjob.dev/scale-in"

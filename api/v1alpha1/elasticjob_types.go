@@ -207,7 +207,41 @@ type SpotSpec struct {
 	// +kubebuilder:validation:Maximum=3600
 	// +optional
 	LeaveGracePeriodSeconds int32 `json:"leaveGracePeriodSeconds,omitempty"`
+
+	// noticeLeadTime says what a worker on a node with a reclamation notice
+	// does with the time left before the deadline. Train (the default) keeps
+	// it training, and in the membership, until deadline - (the last
+	// checkpoint's write time + stopMarginSeconds), when every rank stops at
+	// one agreed step; it checkpoints once at the notice, in case the node
+	// goes early. Stop stops it at the next step. A notice without a deadline
+	// (a drain, a DisruptionTarget, a pod-level notice), or a job that has not
+	// reported a checkpoint yet, always stops at the next step.
+	// +kubebuilder:default=Train
+	// +optional
+	NoticeLeadTime NoticeLeadTime `json:"noticeLeadTime,omitempty"`
+
+	// stopMarginSeconds is what a noticed worker that trains through its
+	// notice keeps in hand beyond the checkpoint's write time: the step in
+	// flight, the agreement on the stop step, a slower checkpoint.
+	// +kubebuilder:default=15
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	// +optional
+	StopMarginSeconds *int32 `json:"stopMarginSeconds,omitempty"`
 }
+
+// NoticeLeadTime is what a noticed worker does with the time before the
+// notice's deadline.
+// +kubebuilder:validation:Enum=Train;Stop
+type NoticeLeadTime string
+
+const (
+	// NoticeLeadTimeTrain trains until the deadline less the checkpoint time
+	// and the margin, then stops at an agreed step.
+	NoticeLeadTimeTrain NoticeLeadTime = "Train"
+	// NoticeLeadTimeStop stops at the next step after the notice.
+	NoticeLeadTimeStop NoticeLeadTime = "Stop"
+)
 
 // WorkerState is the state of one worker as the controller sees it.
 type WorkerState string

@@ -124,6 +124,7 @@ type Agent struct {
 	k8sSince     time.Time
 	state        NodeState
 	warnSince    time.Time
+	reclaimSince time.Time
 	acked        map[string]bool
 
 	progress progressStore
@@ -380,6 +381,13 @@ func (a *Agent) sync(ctx context.Context) error {
 			st.Reclaim = n
 		}
 	}
+	switch {
+	case st.Reclaim.Kind != notice.Reclaim:
+		a.reclaimSince = time.Time{}
+	case a.reclaimSince.IsZero():
+		a.reclaimSince = now
+	}
+	st.ReclaimSince = a.reclaimSince
 	a.state = st
 	settled, warnSince := a.cloudSettled, a.warnSince
 	a.mu.Unlock()

@@ -36,6 +36,28 @@ func TestDecide(t *testing.T) {
 			ann:   leave,
 			want:  Signal{Action: ActionLeave, Reason: "ReclaimNotice(aws)", Deadline: "2026-11-29T12:02:00Z", Source: "aws"},
 		},
+		"node reclaim, a pod that may train through it, before the controller answered: a checkpoint first": {
+			state: NodeState{Reclaim: reclaim, ReclaimSince: now.Add(-2 * time.Second)},
+			ann:   map[string]string{etjobv1.AnnotationNoticeLeadTime: "Train"},
+			want:  Signal{Action: ActionCheckpoint, Reason: "ReclaimNotice(aws)", Deadline: "2026-11-29T12:02:00Z", Source: "aws"},
+		},
+		"node reclaim, a pod that may train through it, the controller silent for StopLeadWait: stop now": {
+			state: NodeState{Reclaim: reclaim, ReclaimSince: now.Add(-StopLeadWait)},
+			ann:   map[string]string{etjobv1.AnnotationNoticeLeadTime: "Train"},
+			want:  Signal{Action: ActionLeave, Reason: "ReclaimNotice(aws)", Deadline: "2026-11-29T12:02:00Z", Source: "aws"},
+		},
+		"node reclaim, the controller said stop now (a leave without a lead)": {
+			state: NodeState{Reclaim: reclaim, ReclaimSince: now},
+			ann:   map[string]string{etjobv1.AnnotationNoticeLeadTime: "Train", etjobv1.AnnotationLeave: now.Format(time.RFC3339)},
+			want:  Signal{Action: ActionLeave, Reason: "ReclaimNotice(aws)", Deadline: "2026-11-29T12:02:00Z", Source: "aws"},
+		},
+		"node reclaim with the controller's stop lead: train until that long before the deadline": {
+			state: NodeState{Reclaim: reclaim, ReclaimSince: now},
+			ann: map[string]string{etjobv1.AnnotationNoticeLeadTime: "Train", etjobv1.AnnotationLeave: now.Format(time.RFC3339),
+				etjobv1.AnnotationStopLead: "25"},
+			want: Signal{Action: ActionLeave, Reason: "ReclaimNotice(aws)", Deadline: "2026-11-29T12:02:00Z", Source: "aws",
+				StopAt: "2026-11-29T12:01:35Z"},
+		},
 		"controller leave": {
 			ann:  leave,
 			want: Signal{Action: ActionLeave, Reason: etjobv1.ReasonScaleIn, Source: SourceController},
@@ -57,7 +79,7 @@ func TestDecide(t *testing.T) {
 	}
 	for name, tc := range testCases {
 		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, Decide(tc.state, tc.ann)); diff != "" {
+			if diff := cmp.Diff(tc.want, Decide(tc.state, tc.ann, now)); diff != "" {
 				t.Errorf("Decide() (-want +got):\n%s", diff)
 			}
 		})

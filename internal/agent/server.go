@@ -203,7 +203,7 @@ func (a *Agent) serveSignal(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, fmt.Sprintf("pod %s/%s is not on node %s", ns, name, a.o.NodeName))
 		return
 	}
-	writeJSON(w, http.StatusOK, Decide(a.State(), pod.Annotations))
+	writeJSON(w, http.StatusOK, Decide(a.State(), pod.Annotations, a.o.Now()))
 }
 
 func (a *Agent) postProgress(w http.ResponseWriter, r *http.Request) {

@@ -171,8 +171,12 @@ func (r *ElasticJobReconciler) apply(ctx context.Context, job *etjobv1.ElasticJo
 		logger.V(1).Info("deleted pod", "pod", d.Name, "reason", d.Reason)
 	}
 	for _, s := range plan.Signal {
-		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q,%q:%q}}}`,
-			etjobv1.AnnotationLeave, s.At.UTC().Format(time.RFC3339), etjobv1.AnnotationLeaveReason, s.Reason)
+		lead := ""
+		if s.StopLead > 0 {
+			lead = fmt.Sprintf(`,%q:"%d"`, etjobv1.AnnotationStopLead, int(s.StopLead/time.Second))
+		}
+		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q,%q:%q%s}}}`,
+			etjobv1.AnnotationLeave, s.At.UTC().Format(time.RFC3339), etjobv1.AnnotationLeaveReason, s.Reason, lead)
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: s.Pod, Namespace: job.Namespace}}
 		if err := r.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("signalling pod %s: %w", s.Pod, err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,10 +64,13 @@ type decideCase struct {
 	podNotices map[string]string
 	now        time.Time
 
-	wantLauncher    bool
-	wantCreate      []int32
-	wantDelete      []string
-	wantSignal      []string
+	wantLauncher bool
+	wantCreate   []int32
+	wantDelete   []string
+	wantSignal   []string
+	// wantStopLead are the signals' stop leads (etjob.dev/stop-lead), by
+	// pod; a signal missing here must have none.
+	wantStopLead    map[string]time.Duration
 	wantHosts       []string
 	wantGeneration  int64
 	wantCondTrue    []string
@@ -132,6 +136,15 @@ func runDecideCases(t *testing.T, cases map[string]decideCase) {
 			}
 			if diff := cmp.Diff(tc.wantSignal, signaled(plan)); diff != "" {
 				t.Errorf("Signal (-want +got):\n%s", diff)
+			}
+			leads := map[string]time.Duration{}
+			for _, s := range plan.Signal {
+				if s.StopLead != 0 {
+					leads[s.Pod] = s.StopLead
+				}
+			}
+			if diff := cmp.Diff(tc.wantStopLead, leads, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("stop leads (-want +got):\n%s", diff)
 			}
 			st := plan.Status
 			if diff := cmp.Diff(tc.wantHosts, st.Membership.Hosts); diff != "" && !(len(tc.wantHosts) == 0 && len(st.Membership.Hosts) == 0) {

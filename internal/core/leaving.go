@@ -4,6 +4,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 )
 
 // leave tells a leaving worker to go (once) and deletes it when it has had its
@@ -12,7 +14,13 @@ func (d *decision) leave(w *podView) {
 	if w.leaveAt.IsZero() {
 		w.leaveAt = d.now
 		w.leaveReason = w.noticeReason
+		if w.noticed {
+			w.stopLead = d.noticeStopLead(w)
+		}
 		d.signal(w, w.noticeReason)
+	}
+	if d.trainsThroughNotice(w) {
+		d.requeueAt(stopAt(w))
 	}
 	if !w.scheduled || (!w.ready && w.pod.Status.Phase == corev1.PodPending) {
 		if w.noticed {
@@ -71,4 +79,75 @@ func (d *decision) lostOnNotReadyNode(v *podView) bool {
 		return false
 	}
 	return true
+}
+
+// TrainsThroughNotices reports whether the job's workers on a noticed node
+// train on until their stop time (spec.spot.noticeLeadTime: Train, the
+// default, also without spec.spot).
+func TrainsThroughNotices(spec *etjobv1.ElasticJobSpec) bool {
+	return spec.Spot == nil || spec.Spot.NoticeLeadTime != etjobv1.NoticeLeadTimeStop
+}
+
+// StopMargin is spec.spot.stopMarginSeconds, 15 s when unset.
+func StopMargin(spec *etjobv1.ElasticJobSpec) time.Duration {
+	if sp := spec.Spot; sp != nil && sp.StopMarginSeconds != nil {
+		return time.Duration(*sp.StopMarginSeconds) * time.Second
+	}
+	return 15 * time.Second
+}
+
+// noticeReserve is how long before a notice's deadline a cloud takes the
+// node's pods: GKE gives pods ~15 s of GCP's 30 (FACTS.md, UsableNoticeWindow).
+var noticeReserve = map[string]time.Duration{"gcp": 15 * time.Second}
+
+// noticeStopLead is how long before its notice's deadline a worker on a
+// noticed node stops training: what its cloud keeps back, the longest
+// checkpoint write the workers reported and the stop margin, in whole
+// seconds. Zero means at once: the job stops at notices (noticeLeadTime
+// Stop), the notice has no deadline, no checkpoint was ever reported
+// (nothing to plan with), or that time is already here.
+func (d *decision) noticeStopLead(w *podView) time.Duration {
+	if !TrainsThroughNotices(d.spec) || w.noticeDeadline.IsZero() || !w.ready {
+		return 0
+	}
+	took := d.checkpointTime()
+	if took <= 0 {
+		return 0
+	}
+	lead := (noticeReserve[w.provider] + took + StopMargin(d.spec) + time.Second - 1).Truncate(time.Second)
+	if !w.noticeDeadline.Add(-lead).After(d.now) {
+		return 0
+	}
+	return lead
+}
+
+// stopAt is when a worker on a noticed node stops training; zero: at once.
+func stopAt(w *podView) time.Time {
+	if !w.noticed || w.noticeDeadline.IsZero() || w.stopLead <= 0 {
+		return time.Time{}
+	}
+	return w.noticeDeadline.Add(-w.stopLead)
+}
+
+// checkpointTime is the longest checkpoint write the job's status or its
+// pods report (0 if none): what a stop must leave time for.
+func (d *decision) checkpointTime() time.Duration {
+	var took time.Duration
+	if c := d.s.Job.Status.LastCheckpoint; c != nil {
+		took = time.Duration(c.DurationMilliseconds) * time.Millisecond
+	}
+	for _, v := range d.all() {
+		if c := v.checkpoint; c != nil {
+			took = max(took, time.Duration(c.Seconds*float64(time.Second)))
+		}
+	}
+	return took
+}
+
+// trainsThroughNotice reports whether a worker on a noticed node is still
+// training, and a member, because its stop time has not come.
+func (d *decision) trainsThroughNotice(w *podView) bool {
+	at := stopAt(w)
+	return !at.IsZero() && d.now.Before(at) &&
+		w.ready && !w.terminal && !w.deleting && !w.lost && !d.deleted[w.pod.Name]
 }

@@ -11,14 +11,16 @@ import (
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 )
 
-// publish computes the membership: ready workers that are not leaving, by
-// index, at most maxReplicas. A change bumps the generation, which never goes
+// publish computes the membership: ready workers that are not leaving, and
+// workers on a noticed node until their stop time, by index, at most
+// maxReplicas. A change bumps the generation, which never goes
 // back.
 func (d *decision) publish() {
 	slots := SlotsPerWorker(d.spec)
 	d.members = d.members[:0]
 	for _, w := range d.workers {
-		if w.ready && w.active() && !d.deleted[w.pod.Name] && !d.signaled[w.pod.Name] {
+		staying := w.ready && w.active() && !d.deleted[w.pod.Name] && !d.signaled[w.pod.Name]
+		if staying || d.trainsThroughNotice(w) {
 			d.members = append(d.members, w)
 		}
 	}
@@ -54,6 +56,13 @@ func (d *decision) batchJoiners() {
 	if len(joining) == 0 || len(staying) < int(d.spec.MinReplicas) {
 		return
 	}
+	if stop := d.nextNoticeStop(staying); !stop.IsZero() && stop.Sub(d.now) <= NoticeJoinHold {
+		// A member trains through its notice and stops soon: the joiners
+		// take its place in the same membership change, one restart
+		// instead of two.
+		d.hold(staying, joining, stop)
+		return
+	}
 	starting := false
 	for _, w := range d.workers {
 		if w.active() && w.scheduled && !w.ready && !d.deleted[w.pod.Name] {
@@ -69,12 +78,29 @@ func (d *decision) batchJoiners() {
 	if !starting || first.IsZero() || !d.now.Before(first.Add(JoinBatchWindow)) {
 		return
 	}
+	d.hold(staying, joining, first.Add(JoinBatchWindow))
+}
+
+// hold publishes the staying members without the joiners until until.
+func (d *decision) hold(staying, joining []*podView, until time.Time) {
 	d.members = staying
 	d.joining = map[string]bool{}
 	for _, w := range joining {
 		d.joining[w.pod.Name] = true
 	}
-	d.requeueAt(first.Add(JoinBatchWindow))
+	d.requeueAt(until)
+}
+
+// nextNoticeStop is the earliest stop time of the members that train
+// through a notice (zero if none does).
+func (d *decision) nextNoticeStop(members []*podView) time.Time {
+	var next time.Time
+	for _, w := range members {
+		if at := stopAt(w); d.trainsThroughNotice(w) && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	return next
 }
 
 // setHosts sets the membership this pass publishes. The generation is the

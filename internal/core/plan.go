@@ -39,11 +39,14 @@ type Deletion struct {
 	Reason string
 }
 
-// Signal tells one worker to checkpoint and leave from At on.
+// Signal tells one worker to checkpoint and leave from At on; a worker on a
+// noticed node first trains until StopLead before its notice's deadline,
+// when that is set (etjob.dev/stop-lead).
 type Signal struct {
-	Pod    string
-	At     time.Time
-	Reason string
+	Pod      string
+	At       time.Time
+	Reason   string
+	StopLead time.Duration
 }
 
 // Event is a Kubernetes Event about the job.

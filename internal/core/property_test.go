@@ -2,9 +2,11 @@ package core_test
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +82,9 @@ func (w *world) apply(t *testing.T, plan core.Plan) {
 		}
 		p.Annotations[etjobv1.AnnotationLeave] = s.At.UTC().Format(time.RFC3339)
 		p.Annotations[etjobv1.AnnotationLeaveReason] = s.Reason
+		if s.StopLead > 0 {
+			p.Annotations[etjobv1.AnnotationStopLead] = strconv.Itoa(int(s.StopLead / time.Second))
+		}
 	}
 	job := w.job.DeepCopy()
 	job.Status = plan.Status
@@ -163,13 +168,25 @@ func (w *world) step() {
 		}
 	case e < 72: // a reclamation notice
 		if p := pick(func(p *corev1.Pod) bool { return alive(p) && p.Spec.NodeName != "" }); p != nil {
-			w.nodes[p.Spec.NodeName] = MakeNode(p.Spec.NodeName).Notice(w.now.Add(2*time.Minute), "aws").Obj()
-			w.log = append(w.log, "notice under "+p.Name)
+			lead := time.Duration(30+w.r.IntN(271)) * time.Second
+			w.nodes[p.Spec.NodeName] = MakeNode(p.Spec.NodeName).Notice(w.now.Add(lead), "aws").Obj()
+			w.log = append(w.log, fmt.Sprintf("notice under %s (%s)", p.Name, lead))
 		}
 	case e < 80: // a leaver exits gracefully
 		if p := pick(func(p *corev1.Pod) bool { return alive(p) && p.Annotations[etjobv1.AnnotationLeave] != "" }); p != nil {
 			setExited(p, etjobv1.ExitCodePreempted, w.now)
 			w.log = append(w.log, "left "+p.Name)
+		}
+	case e < 86: // a worker reports a checkpoint through its node agent
+		if p := pick(func(p *corev1.Pod) bool { return alive(p) && p.Spec.NodeName != "" }); p != nil {
+			secs := 1 + w.r.IntN(60)
+			p.Annotations = maps.Clone(p.Annotations)
+			if p.Annotations == nil {
+				p.Annotations = map[string]string{}
+			}
+			p.Annotations[etjobv1.AnnotationCheckpoint] = fmt.Sprintf(`{"step":%d,"path":"c","time":%q,"seconds":%d}`,
+				1+w.r.IntN(1000), w.now.UTC().Format(time.RFC3339), secs)
+			w.log = append(w.log, fmt.Sprintf("checkpoint by %s (%ds)", p.Name, secs))
 		}
 	case e < 92: // someone scales the job
 		s := &w.job.Spec
@@ -183,6 +200,16 @@ func (w *world) step() {
 		w.now = w.now.Add(time.Duration(w.r.IntN(120)) * time.Second)
 		w.log = append(w.log, "time passes")
 	}
+}
+
+// signalStopLead is the stop lead the plan gives pod, 0 if none.
+func signalStopLead(plan core.Plan, pod string) time.Duration {
+	for _, s := range plan.Signal {
+		if s.Pod == pod {
+			return s.StopLead
+		}
+	}
+	return 0
 }
 
 func setExited(p *corev1.Pod, code int32, at time.Time) {
@@ -205,6 +232,15 @@ func (w *world) trace() string {
 // invariant, a monotonic generation, no name created twice, never more than
 // maxReplicas workers alive, backoffLimit, and finished jobs staying finished.
 func TestDecideProperties(t *testing.T) {
+	trainedThroughNotices = 0
+	defer func() {
+		// The random worlds do reach the rule that lets a noticed worker
+		// stay a member until its stop time.
+		if !t.Failed() && trainedThroughNotices == 0 {
+			t.Errorf("no plan kept a noticed worker training through its notice")
+		}
+		t.Logf("%d members trained through a notice", trainedThroughNotices)
+	}()
 	for seed := range uint64(300) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 42))
@@ -258,6 +294,9 @@ func TestDecideProperties(t *testing.T) {
 	}
 }
 
+// trainedThroughNotices counts the members on a noticed node checkInvariants saw.
+var trainedThroughNotices int
+
 func checkInvariants(t *testing.T, w *world, prev etjobv1.ElasticJobStatus, plan core.Plan) {
 	t.Helper()
 	st := plan.Status
@@ -279,19 +318,38 @@ func checkInvariants(t *testing.T, w *world, prev etjobv1.ElasticJobStatus, plan
 	for _, d := range plan.Delete {
 		deleted[d.Name] = true
 	}
-	// Members are ready workers that are not leaving, never a leaver or a pod
-	// this plan deletes.
+	// Members are ready workers on an existing node, never a pod this plan
+	// deletes, and either staying (not told to leave, on an un-noticed node)
+	// or on a noticed node before their stop time: the stop time this plan
+	// or an earlier one gave them, which leaves at least the stop margin
+	// (15 s) before the notice's deadline, and is not here yet.
 	for _, h := range st.Membership.Hosts {
 		name := h[:strings.LastIndexByte(h, ':')]
 		p := w.pods[name]
-		if p == nil || deleted[name] || signaled[name] || p.DeletionTimestamp != nil {
-			t.Fatalf("%s: member %s is gone, deleted or signalled", w.trace(), name)
+		if p == nil || deleted[name] || p.DeletionTimestamp != nil {
+			t.Fatalf("%s: member %s is gone or deleted", w.trace(), name)
 		}
 		ready := p.Status.Phase == corev1.PodRunning && len(p.Status.Conditions) > 0 && p.Status.Conditions[0].Status == corev1.ConditionTrue
 		node, nodeOK := w.nodes[p.Spec.NodeName]
-		noticed := nodeOK && node.Annotations[etjobv1.AnnotationNodeNotice] != ""
-		if !ready || !nodeOK || noticed || p.Annotations[etjobv1.AnnotationLeave] != "" {
-			t.Fatalf("%s: member %s is not a ready, staying worker (ready %v, node %v, noticed %v)", w.trace(), name, ready, nodeOK, noticed)
+		if !ready || !nodeOK {
+			t.Fatalf("%s: member %s is not ready (%v) or its node is gone (%v)", w.trace(), name, ready, nodeOK)
+		}
+		deadline := node.Annotations[etjobv1.AnnotationNodeNotice]
+		if deadline == "" && !signaled[name] && p.Annotations[etjobv1.AnnotationLeave] == "" {
+			continue // staying
+		}
+		trainedThroughNotices++
+		lead := signalStopLead(plan, name)
+		if lead == 0 && !signaled[name] {
+			n, _ := strconv.Atoi(p.Annotations[etjobv1.AnnotationStopLead])
+			lead = time.Duration(n) * time.Second
+		}
+		d, err := time.Parse(time.RFC3339, deadline)
+		stopAt := d.Add(-lead)
+		if err != nil || lead < 15*time.Second || !w.now.Before(stopAt) ||
+			p.Annotations[etjobv1.AnnotationLeaveReason] != "" && !strings.HasPrefix(p.Annotations[etjobv1.AnnotationLeaveReason], "ReclaimNotice") {
+			t.Fatalf("%s: member %s is leaving (notice deadline %q, stop at %s, leave reason %q) and not training through a notice",
+				w.trace(), name, deadline, stopAt, p.Annotations[etjobv1.AnnotationLeaveReason])
 		}
 	}
 	// The running invariant.

@@ -93,6 +93,12 @@ const (
 	// write, plus the ConfigMap for horovod; one restart of the workers) instead of one
 	// per worker (issue #6's 2k+3 writes; the trace simulator's join restarts).
 	JoinBatchWindow = 5 * time.Second
+	// NoticeJoinHold: a newly ready worker waits up to this long for a
+	// member training through its notice to stop, and joins in the same
+	// membership change (one checkpoint and restart instead of two). A
+	// restart of the whole group costs more worker-time than one worker
+	// idle meanwhile (make sim: docs/benchmarks.md).
+	NoticeJoinHold = 2 * time.Minute
 )
 
 // SlotsPerWorker returns the slots per worker in effect: spec.slotsPerWorker,
@@ -182,6 +188,9 @@ type podView struct {
 	// leaveAt: when the controller told it to leave (zero if never), and why.
 	leaveAt     time.Time
 	leaveReason string
+	// stopLead: how long before its notice's deadline a worker on a noticed
+	// node stops training (etjob.dev/stop-lead; 0: at once).
+	stopLead time.Duration
 	// scaleIn: named by a ScaleIn request.
 	scaleIn bool
 	// finishedAt: when its first container terminated (zero if unknown).
@@ -252,6 +261,9 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 	if t, err := time.Parse(time.RFC3339, pod.Annotations[etjobv1.AnnotationLeave]); err == nil {
 		v.leaveAt = t
 		v.leaveReason = pod.Annotations[etjobv1.AnnotationLeaveReason]
+	}
+	if n, err := strconv.ParseInt(pod.Annotations[etjobv1.AnnotationStopLead], 10, 32); err == nil && n > 0 {
+		v.stopLead = time.Duration(n) * time.Second
 	}
 	_, v.scaleIn = pod.Annotations[etjobv1.AnnotationScaleIn]
 	if raw := pod.Annotations[etjobv1.AnnotationCheckpoint]; raw != "" {

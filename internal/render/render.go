@@ -106,6 +106,12 @@ func Worker(job *etjobv1.ElasticJob, index int32) *corev1.Pod {
 	if sp := job.Spec.Spot; sp != nil && sp.Enabled {
 		preferSpot(&pod.Spec)
 	}
+	if core.TrainsThroughNotices(&job.Spec) {
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[etjobv1.AnnotationNoticeLeadTime] = string(etjobv1.NoticeLeadTimeTrain)
+	}
 	return pod
 }
 

@@ -172,6 +172,7 @@ func newElastic(tr *Trace, p Params) *elastic {
 // torchrun, spot, one GPU per worker, replicas = maxReplicas.
 func simJob(p Params) *etjobv1.ElasticJob {
 	backoff := int32(6)
+	margin := int32(p.StopMargin / time.Second)
 	return &etjobv1.ElasticJob{
 		TypeMeta:   metav1.TypeMeta{APIVersion: etjobv1.GroupVersion.String(), Kind: "ElasticJob"},
 		ObjectMeta: metav1.ObjectMeta{Name: jobName, Namespace: jobNamespace, UID: types.UID(jobName + "-uid"), Generation: 1},
@@ -183,7 +184,8 @@ func simJob(p Params) *etjobv1.ElasticJob {
 			CleanPodPolicy:      etjobv1.CleanPodPolicyRunning,
 			BackoffLimit:        &backoff,
 			CheckpointDir:       "/ckpt",
-			Spot:                &etjobv1.SpotSpec{Enabled: true, LeaveGracePeriodSeconds: int32(p.LeaveGrace / time.Second)},
+			Spot: &etjobv1.SpotSpec{Enabled: true, LeaveGracePeriodSeconds: int32(p.LeaveGrace / time.Second),
+				NoticeLeadTime: p.NoticeLeadTime, StopMarginSeconds: &margin},
 			WorkerTemplate: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
 				Name: "worker", Image: "train", Command: []string{"torchrun", "train.py"},
 				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{core.GPUResource: *resourceOne()}},
@@ -442,6 +444,9 @@ func (w *elastic) apply(plan core.Plan) bool {
 		}
 		p.Annotations[etjobv1.AnnotationLeave] = s.At.UTC().Format(time.RFC3339)
 		p.Annotations[etjobv1.AnnotationLeaveReason] = s.Reason
+		if s.StopLead > 0 {
+			p.Annotations[etjobv1.AnnotationStopLead] = strconv.Itoa(int(s.StopLead / time.Second))
+		}
 		if s.Reason == etjobv1.ReasonWaitingForCapacity {
 			w.res.StoppedBelowMin++
 		}

@@ -3,6 +3,8 @@ package sim
 import (
 	"fmt"
 	"slices"
+	"strconv"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 
@@ -12,7 +14,9 @@ import (
 
 // check holds a plan to DESIGN.md's rules, computed independently of the
 // decision core: it only deletes and signals pods that exist; members are
-// ready workers on live, unnoticed nodes that were not told to leave; Running
+// ready workers on live nodes that were not told to leave and are not on a
+// noticed node, or that train through their notice until their stop time;
+// Running
 // means minReplicas <= members <= maxReplicas; the generation moves by one
 // exactly when the hosts change; no worker name is created twice; never more
 // than maxReplicas workers are alive.
@@ -40,14 +44,33 @@ func (w *elastic) check(prev etjobv1.ElasticJobStatus, plan core.Plan) error {
 		return fmt.Errorf("hosts %v -> %v but generation %d -> %d", prev.Membership.Hosts, st.Membership.Hosts,
 			prev.Membership.Generation, st.Membership.Generation)
 	}
+	leads := map[string]time.Duration{}
+	for _, s := range plan.Signal {
+		leads[s.Pod] = s.StopLead
+	}
 	for _, name := range hostNames(st.Membership.Hosts) {
 		p := w.pods[name]
-		if p == nil || deleted[name] || signaled[name] {
-			return fmt.Errorf("member %s is gone, deleted or signalled", name)
+		if p == nil || deleted[name] {
+			return fmt.Errorf("member %s is gone or deleted", name)
 		}
 		n := w.nodes[p.Spec.NodeName]
-		if !ready(p) || n == nil || w.leaving(p) {
-			return fmt.Errorf("member %s is not a ready, staying worker on a live node", name)
+		if !ready(p) || n == nil {
+			return fmt.Errorf("member %s is not a ready worker on a live node", name)
+		}
+		if !signaled[name] && !w.leaving(p) {
+			continue
+		}
+		// A leaver stays a member only on a noticed node, until its stop
+		// time: at least the stop margin before the deadline.
+		lead, ok := leads[name]
+		if !ok {
+			n, _ := strconv.Atoi(p.Annotations[etjobv1.AnnotationStopLead])
+			lead = time.Duration(n) * time.Second
+		}
+		deadline, err := time.Parse(time.RFC3339, n.Annotations[etjobv1.AnnotationNodeNotice])
+		if err != nil || lead < w.p.StopMargin || lead == 0 || !w.at().Before(deadline.Add(-lead)) {
+			return fmt.Errorf("member %s is leaving and not training through a notice (lead %s, deadline %q)",
+				name, lead, n.Annotations[etjobv1.AnnotationNodeNotice])
 		}
 	}
 	if meta.IsStatusConditionTrue(st.Conditions, etjobv1.ConditionRunning) {

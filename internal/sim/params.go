@@ -94,6 +94,12 @@ type Params struct {
 	StartDelay time.Duration
 	// LeaveGrace is spec.spot.leaveGracePeriodSeconds of the simulated job.
 	LeaveGrace time.Duration
+	// NoticeLeadTime is spec.spot.noticeLeadTime of the simulated job: Train
+	// (or empty) trains through a notice until deadline - (checkpoint time +
+	// StopMargin), Stop stops at the notice.
+	NoticeLeadTime etjobv1.NoticeLeadTime
+	// StopMargin is spec.spot.stopMarginSeconds (whole seconds).
+	StopMargin time.Duration
 	// CheckpointInterval is the periodic checkpoint interval (training time);
 	// 0 picks Young/Daly's sqrt(2 C MTBF) for each strategy from the failures
 	// it cannot see coming, capped at MaxCheckpointInterval.
@@ -132,6 +138,8 @@ func DefaultParams() Params {
 		HardPause:             19700 * time.Millisecond,
 		StartDelay:            2880 * time.Millisecond,
 		LeaveGrace:            30 * time.Second,
+		NoticeLeadTime:        etjobv1.NoticeLeadTimeTrain,
+		StopMargin:            15 * time.Second,
 		MaxCheckpointInterval: time.Hour,
 		SpotPrice:             0.91,
 		OnDemandPrice:         3.06,
@@ -155,7 +163,7 @@ func (p *Params) Validate() error {
 		v    time.Duration
 	}{
 		{"notice stop", p.NoticeStop}, {"checkpoint time", p.CheckpointTime}, {"resume pause", p.ResumePause},
-		{"hard pause", p.HardPause}, {"start delay", p.StartDelay}, {"leave grace", p.LeaveGrace},
+		{"hard pause", p.HardPause}, {"start delay", p.StartDelay}, {"leave grace", p.LeaveGrace}, {"stop margin", p.StopMargin},
 		{"checkpoint interval", p.CheckpointInterval}, {"max checkpoint interval", p.MaxCheckpointInterval},
 		{"notice window", p.Provider.Window}, {"usable notice", p.Provider.Usable},
 	} {
@@ -168,6 +176,12 @@ func (p *Params) Validate() error {
 	}
 	if p.LeaveGrace%time.Second != 0 {
 		errs = append(errs, fmt.Sprintf("leave grace %s: must be whole seconds (spec.spot.leaveGracePeriodSeconds)", p.LeaveGrace))
+	}
+	if p.StopMargin%time.Second != 0 {
+		errs = append(errs, fmt.Sprintf("stop margin %s: must be whole seconds (spec.spot.stopMarginSeconds)", p.StopMargin))
+	}
+	if l := p.NoticeLeadTime; l != "" && l != etjobv1.NoticeLeadTimeTrain && l != etjobv1.NoticeLeadTimeStop {
+		errs = append(errs, fmt.Sprintf("notice lead time %q: must be Train or Stop", l))
 	}
 	if p.SpotPrice < 0 || p.OnDemandPrice < 0 {
 		errs = append(errs, "prices must be 0 or more")

@@ -8,7 +8,10 @@ import (
 
 // Strategy names.
 const (
-	StrategyElastic     = "etjob"
+	StrategyElastic = "etjob"
+	// StrategyElasticStop is etjob with spec.spot.noticeLeadTime Stop: a
+	// noticed worker stops at the notice instead of training through it.
+	StrategyElasticStop = "etjob, stops at the notice"
 	StrategyRestart     = "checkpoint-restart"
 	StrategyRestartGrow = "checkpoint-restart+grow"
 	// StrategyRestartFixed is the non-elastic checkpoint-restart job of a

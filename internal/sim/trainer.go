@@ -162,9 +162,10 @@ func (t *trainer) phaseEnd(gen int) {
 		if len(t.group) > 0 {
 			t.w.reportCheckpoint(t.group[0], int64(t.led.committed/t.w.p.Rate)+1)
 		}
-		// The leavers' part is written: they exit with the reserved code.
+		// The leavers' part is written: they exit with the reserved code;
+		// a member that trains through its notice stays until its stop.
 		for _, pod := range t.group {
-			if p := t.w.pods[pod]; p != nil && t.w.leaving(p) {
+			if p := t.w.pods[pod]; p != nil && t.w.leaving(p) && !slices.Contains(t.target, pod) {
 				t.w.exit(pod)
 			}
 		}

@@ -83,6 +83,9 @@ func (w *JobWrapper) BackoffLimit(n int32) *JobWrapper { w.Spec.BackoffLimit = &
 // MaxWaitTime sets spec.maxWaitTime.
 func (w *JobWrapper) MaxWaitTime(s int32) *JobWrapper { w.Spec.MaxWaitTime = s; return w }
 
+// Spot sets spec.spot.
+func (w *JobWrapper) Spot(sp etjobv1.SpotSpec) *JobWrapper { w.Spec.Spot = &sp; return w }
+
 // Suspend sets spec.suspend.
 func (w *JobWrapper) Suspend(b bool) *JobWrapper { w.Spec.Suspend = &b; return w }
 
@@ -253,6 +256,15 @@ func (n *NodeWrapper) Notice(deadline time.Time, source string) *NodeWrapper {
 		etjobv1.AnnotationNodeNotice:       deadline.UTC().Format(time.RFC3339),
 		etjobv1.AnnotationNodeNoticeSource: source,
 	}
+	return n
+}
+
+// Label sets a label on the node.
+func (n *NodeWrapper) Label(k, v string) *NodeWrapper {
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels[k] = v
 	return n
 }
 

@@ -70,6 +70,9 @@ type Signal struct {
 	Deadline string `json:"deadline"`
 	// Source is the provider or taint behind the notice, or "controller".
 	Source string `json:"source"`
+	// StopAt (RFC 3339), on a leave, is when to stop: until then the worker
+	// trains through its notice. Empty: stop at the next step.
+	StopAt string `json:"stopAt,omitempty"`
 }
 
 // Progress is a worker's training progress, POSTed to /v1/progress.
@@ -106,6 +109,8 @@ type Options struct {
 	Client *http.Client
 	// Exit ends the process (os.Exit by default); tests replace it.
 	Exit func(code int)
+	// Now is the clock (time.Now by default); tests replace it.
+	Now func() time.Time
 }
 
 // Supervisor tracks what the node agent says about one pod, and SIGTERM.
@@ -114,6 +119,9 @@ type Supervisor struct {
 	mu     sync.Mutex
 	sig    Signal
 	term   bool
+	// pending: a checkpoint was asked for (an early warning, a notice this
+	// worker trains through) and ShouldCheckpoint has not said so yet.
+	pending bool
 	warned map[string]bool
 	start  sync.Once
 	stop   context.CancelFunc
@@ -150,6 +158,9 @@ func New(o Options) *Supervisor {
 	}
 	if o.Exit == nil {
 		o.Exit = os.Exit
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	if o.AgentAddr != "" && !strings.Contains(o.AgentAddr, "://") {
 		o.AgentAddr = "http://" + o.AgentAddr
@@ -202,19 +213,44 @@ func (s *Supervisor) Close() {
 }
 
 // CheckAlive is false once this worker must checkpoint and stop
-// (kubeai.check_alive()).
+// (kubeai.check_alive()). A worker on a noticed node that the controller
+// lets train through the notice stays alive until the signal's StopAt.
 func (s *Supervisor) CheckAlive() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.term && s.sig.Action != ActionLeave
+	return !s.term && !s.stopping()
 }
 
-// ShouldCheckpoint is true when a checkpoint is wanted now: an early warning
-// or a stop.
+// stopping: told to leave, and its stop time (if any) has come.
+func (s *Supervisor) stopping() bool {
+	if s.sig.Action != ActionLeave {
+		return false
+	}
+	at, err := time.Parse(time.RFC3339, s.sig.StopAt)
+	return err != nil || !s.opts.Now().Before(at)
+}
+
+// ShouldCheckpoint is true when a checkpoint is wanted now: once for each
+// early warning or notice this worker trains through (the first answer after
+// none), and always while it stops.
 func (s *Supervisor) ShouldCheckpoint() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.term || s.sig.Action == ActionCheckpoint || s.sig.Action == ActionLeave
+	if s.term || s.stopping() {
+		return true
+	}
+	p := s.pending
+	s.pending = false
+	return p
+}
+
+// StopAt is when this worker stops training through its notice, if it does.
+func (s *Supervisor) StopAt() (time.Time, bool) {
+	s.mu.Lock()
+	d := s.sig.StopAt
+	s.mu.Unlock()
+	t, err := time.Parse(time.RFC3339, d)
+	return t, err == nil
 }
 
 // Deadline is when this worker's node goes, if the notice says.
@@ -292,11 +328,18 @@ func (s *Supervisor) PollOnce(ctx context.Context) error {
 		s.mu.Unlock()
 		return nil
 	}
-	changed := got.Action != s.sig.Action
+	changed := got.Action != s.sig.Action || got.StopAt != s.sig.StopAt
+	if s.sig.Action == ActionNone && got.Action != ActionNone {
+		s.pending = true
+	}
 	s.sig = got
 	s.mu.Unlock()
 	if changed && got.Action != ActionNone {
-		s.opts.Log(fmt.Sprintf("node agent says %s (%s, deadline %s)", got.Action, got.Reason, got.Deadline))
+		msg := fmt.Sprintf("node agent says %s (%s, deadline %s)", got.Action, got.Reason, got.Deadline)
+		if got.StopAt != "" {
+			msg += ": training on until " + got.StopAt
+		}
+		s.opts.Log(msg)
 	}
 	return nil
 }

@@ -89,9 +89,10 @@ func TestSignals(t *testing.T) {
 	}{
 		{"none", 200, `{"action":"none"}`, false, true, false, ""},
 		{"early warning", 200, `{"action":"checkpoint","reason":"EarlyWarning(aws-rebalance)","source":"aws"}`, false, true, true, "EarlyWarning(aws-rebalance)"},
-		{"malformed answer keeps the last one", 200, `{"action":`, true, true, true, "EarlyWarning(aws-rebalance)"},
-		{"unknown action keeps the last one", 200, `{"action":"dance"}`, true, true, true, "EarlyWarning(aws-rebalance)"},
-		{"agent error keeps the last one", 503, `restarting`, true, true, true, "EarlyWarning(aws-rebalance)"},
+		// One checkpoint per warning, not one per step while it lasts.
+		{"malformed answer keeps the last one", 200, `{"action":`, true, true, false, "EarlyWarning(aws-rebalance)"},
+		{"unknown action keeps the last one", 200, `{"action":"dance"}`, true, true, false, "EarlyWarning(aws-rebalance)"},
+		{"agent error keeps the last one", 503, `restarting`, true, true, false, "EarlyWarning(aws-rebalance)"},
 		{"leave", 200, `{"action":"leave","reason":"ReclaimNotice(gcp)","deadline":"2026-11-29T12:00:30Z","source":"gcp"}`, false, false, true, "ReclaimNotice(gcp)"},
 		// Finding M5: a leave stands. A later "none" (an agent restarted
 		// during the notice) must not send the rank back to training.
@@ -120,6 +121,50 @@ func TestSignals(t *testing.T) {
 	}
 	if len(*logs) == 0 {
 		t.Error("a malformed answer logged nothing")
+	}
+}
+
+// TestTrainThroughNotice: a leave with a stop time keeps the worker alive
+// until then, with one checkpoint at the notice; a stop time the agent moves
+// earlier is followed.
+func TestTrainThroughNotice(t *testing.T) {
+	stub := &agentStub{}
+	srv := httptest.NewServer(stub)
+	defer srv.Close()
+	s, logs, _ := newSupervisor(t, srv.URL)
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	s = supervisor.New(supervisor.Options{AgentAddr: srv.URL, Namespace: "ml", Pod: "w-0", NoSIGTERM: true,
+		Log: func(m string) { *logs = append(*logs, m) }, Now: func() time.Time { return now }})
+	ctx := context.Background()
+	poll := func(answer string) {
+		t.Helper()
+		stub.set(200, answer)
+		if err := s.PollOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll(`{"action":"leave","reason":"ReclaimNotice(aws)","deadline":"2026-11-29T12:02:00Z","source":"aws","stopAt":"2026-11-29T12:01:30Z"}`)
+	if !s.CheckAlive() || !s.ShouldCheckpoint() || s.ShouldCheckpoint() {
+		t.Errorf("at the notice: alive %v, want true, and one checkpoint", s.CheckAlive())
+	}
+	if at, ok := s.StopAt(); !ok || !at.Equal(now.Add(90*time.Second)) {
+		t.Errorf("StopAt() = %v %v, want 12:01:30", at, ok)
+	}
+	now = now.Add(89 * time.Second)
+	if !s.CheckAlive() || s.ShouldCheckpoint() {
+		t.Errorf("a second before the stop: alive %v checkpoint %v, want true false", s.CheckAlive(), s.ShouldCheckpoint())
+	}
+	now = now.Add(time.Second)
+	if s.CheckAlive() || !s.ShouldCheckpoint() {
+		t.Errorf("at the stop time: alive %v checkpoint %v, want false true", s.CheckAlive(), s.ShouldCheckpoint())
+	}
+	now = now.Add(-30 * time.Second)
+	poll(`{"action":"leave","reason":"ReclaimNotice(aws)","deadline":"2026-11-29T12:01:20Z","source":"aws","stopAt":"2026-11-29T12:00:50Z"}`)
+	if s.CheckAlive() {
+		t.Errorf("the deadline moved earlier, past the new stop time: still alive")
+	}
+	if !strings.Contains(strings.Join(*logs, "\n"), "training on until 2026-11-29T12:01:30Z") {
+		t.Errorf("logs %q do not say the stop time", *logs)
 	}
 }
 

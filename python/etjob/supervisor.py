@@ -45,7 +45,7 @@ class Supervisor:
     """Supervisor polls the node agent and tracks SIGTERM for one pod."""
 
     def __init__(self, agent_addr=None, namespace=None, pod=None, token_path=TOKEN_PATH,
-                 interval=0.1, install_sigterm=True, log=None):
+                 interval=0.1, install_sigterm=True, log=None, clock=time.time):
         self.agent_addr = agent_addr if agent_addr is not None else os.environ.get("ETJOB_AGENT_ADDR", "")
         self.namespace = namespace or os.environ.get("ETJOB_NAMESPACE", "default")
         self.pod = pod or os.environ.get("ETJOB_POD_NAME") or os.environ.get("HOSTNAME", "")
@@ -55,6 +55,8 @@ class Supervisor:
         self._lock = threading.Lock()
         self._signal = {"action": "none", "reason": "", "deadline": "", "source": ""}
         self._sigterm = False
+        self._pending = False  # a checkpoint asked for and not yet reported by should_checkpoint
+        self._clock = clock
         self._stop = threading.Event()
         self._thread = None
         self._warned = set()
@@ -77,27 +79,38 @@ class Supervisor:
         self._stop.set()
 
     def check_alive(self):
-        """check_alive is False once this worker must checkpoint and stop."""
+        """check_alive is False once this worker must checkpoint and stop. A
+        worker on a noticed node that the controller lets train through the
+        notice stays alive until the signal's stopAt (stop_at())."""
         with self._lock:
-            return not self._sigterm and self._signal["action"] != "leave"
+            return not self._sigterm and not self._stopping()
+
+    def _stopping(self):
+        if self._signal["action"] != "leave":
+            return False
+        at = _parse_time(self._signal.get("stopAt") or "")
+        return at is None or self._clock() >= at
 
     def should_checkpoint(self):
-        """should_checkpoint is True when a checkpoint is wanted now: an early
-        warning (AWS rebalance, GCP maintenance) or a stop."""
+        """should_checkpoint is True when a checkpoint is wanted now: once for
+        each early warning (AWS rebalance, GCP maintenance) or notice this
+        worker trains through, and always while it stops."""
         with self._lock:
-            return self._sigterm or self._signal["action"] in ("checkpoint", "leave")
+            if self._sigterm or self._stopping():
+                return True
+            pending, self._pending = self._pending, False
+            return pending
+
+    def stop_at(self):
+        """stop_at is when this worker stops training through its notice
+        (seconds since the epoch), or None."""
+        with self._lock:
+            return _parse_time(self._signal.get("stopAt") or "")
 
     def deadline(self):
         """deadline is the reclamation deadline (seconds since the epoch), or None."""
         with self._lock:
-            d = self._signal.get("deadline") or ""
-        if not d:
-            return None
-        try:
-            from datetime import datetime
-            return datetime.fromisoformat(d.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
+            return _parse_time(self._signal.get("deadline") or "")
 
     def reason(self):
         """reason says why this worker must stop ("" while it may go on)."""
@@ -146,10 +159,15 @@ class Supervisor:
                 # A leave stands: the ranks are already stopping at an agreed
                 # step, and a restarted agent may not know the notice yet.
                 return True
-            changed = got.get("action") != self._signal.get("action")
+            changed = got.get("action") != self._signal.get("action") or got.get("stopAt") != self._signal.get("stopAt")
+            if self._signal.get("action") == "none" and got.get("action") != "none":
+                self._pending = True
             self._signal = got
         if changed and got.get("action") != "none":
-            self._log("node agent %s says %s (%s, deadline %s)" % (self.agent_addr, got.get("action"), got.get("reason", ""), got.get("deadline", "")))
+            msg = "node agent %s says %s (%s, deadline %s)" % (self.agent_addr, got.get("action"), got.get("reason", ""), got.get("deadline", ""))
+            if got.get("stopAt"):
+                msg += ": training on until " + got["stopAt"]
+            self._log(msg)
         return True
 
     # -- internals -----------------------------------------------------------
@@ -187,6 +205,17 @@ class Supervisor:
             self._log(msg)
 
 
+def _parse_time(s):
+    """_parse_time reads an RFC 3339 time as seconds since the epoch (None if empty or not a time)."""
+    if not s:
+        return None
+    try:
+        from datetime import datetime
+        return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 _default = None
 
 
@@ -215,6 +244,11 @@ def should_checkpoint():
 def deadline():
     """deadline is the reclamation deadline (epoch seconds) or None."""
     return _sup().deadline()
+
+
+def stop_at():
+    """stop_at is when this worker stops training through its notice (epoch seconds) or None."""
+    return _sup().stop_at()
 
 
 def reason():

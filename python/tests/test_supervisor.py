@@ -57,6 +57,27 @@ class SupervisorTest(unittest.TestCase):
         s.poll_once()
         self.assertTrue(s.check_alive())
         self.assertTrue(s.should_checkpoint())
+        # One checkpoint per warning, not one per step while it lasts.
+        s.poll_once()
+        self.assertFalse(s.should_checkpoint())
+        self.assertTrue(s.check_alive())
+
+    def test_a_notice_with_a_stop_time_trains_until_then(self):
+        now = [datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc).timestamp()]
+        s = self.sup(clock=lambda: now[0])
+        self.agent.answer = {"action": "leave", "reason": "ReclaimNotice(aws)", "deadline": "2026-11-29T12:02:00Z",
+                             "source": "aws", "stopAt": "2026-11-29T12:01:30Z"}
+        s.poll_once()
+        self.assertTrue(s.check_alive())
+        self.assertTrue(s.should_checkpoint())  # once, at the notice, in case the node goes early
+        self.assertFalse(s.should_checkpoint())
+        self.assertEqual(s.stop_at(), now[0] + 90)
+        now[0] += 89
+        self.assertTrue(s.check_alive())
+        now[0] += 1
+        self.assertFalse(s.check_alive())
+        self.assertTrue(s.should_checkpoint())
+        self.assertEqual(s.reason(), "ReclaimNotice(aws)")
 
     def test_malformed_or_unknown_answers_keep_the_last_state(self):
         s = self.sup()
