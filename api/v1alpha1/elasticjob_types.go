@@ -324,6 +324,53 @@ type TimelineEvent struct {
 	Message string `json:"message,omitempty"`
 }
 
+// CostStatus is the job's bill, kept by the controller: the worker hours of
+// every worker pod the job ever ran (also the deleted ones), by capacity type
+// and price, and what those hours cost on demand.
+type CostStatus struct {
+	// time: the bill covers the job's worker pods up to this time. The
+	// controller brings it up to date with every status write and at least
+	// every 5 minutes while a worker runs.
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
+	// rows are the worker hours by capacity type and price.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Rows []CostRow `json:"rows,omitempty"`
+	// workerHours is the rows' hours together, as a decimal.
+	// +optional
+	WorkerHours string `json:"workerHours,omitempty"`
+	// cost is the rows' cost together, in US dollars, as a decimal.
+	// +optional
+	Cost string `json:"cost,omitempty"`
+	// onDemandCost is what the same hours cost at the on-demand price of the
+	// same instance types, in US dollars ("" where no on-demand price is
+	// known for some of them).
+	// +optional
+	OnDemandCost string `json:"onDemandCost,omitempty"`
+}
+
+// CostRow is the worker time at one capacity type and price.
+type CostRow struct {
+	// capacityType is the nodes' karpenter.sh/capacity-type: spot,
+	// on-demand, or "" when unknown.
+	// +optional
+	CapacityType string `json:"capacityType,omitempty"`
+	// instanceType is the nodes' node.kubernetes.io/instance-type.
+	// +optional
+	InstanceType string `json:"instanceType,omitempty"`
+	// pricePerHour is the nodes' etjob.dev/price-per-hour ("" when unknown).
+	// +optional
+	PricePerHour string `json:"pricePerHour,omitempty"`
+	// onDemandPricePerHour is the on-demand price of that instance type
+	// ("" when unknown).
+	// +optional
+	OnDemandPricePerHour string `json:"onDemandPricePerHour,omitempty"`
+	// milliseconds is the worker time, summed over pods.
+	Milliseconds int64 `json:"milliseconds"`
+}
+
 // ElasticJobStatus is the observed state of an ElasticJob.
 type ElasticJobStatus struct {
 	// conditions: Running, Resizing, Suspended, Complete, Failed, with reasons.
@@ -391,6 +438,11 @@ type ElasticJobStatus struct {
 	// lastCheckpoint is the last checkpoint the workers reported.
 	// +optional
 	LastCheckpoint *CheckpointStatus `json:"lastCheckpoint,omitempty"`
+
+	// cost is the job's bill: worker hours and cost by capacity type and
+	// price, next to the on-demand equivalent.
+	// +optional
+	Cost *CostStatus `json:"cost,omitempty"`
 
 	// timeline is a bounded history of membership events (newest last).
 	// +kubebuilder:validation:MaxItems=64

@@ -19,6 +19,11 @@ const (
 	// LabelPricePerHour on a node is its price in US dollars per hour, a
 	// decimal number ("0.91"): what `etjob cost` and the demo charge.
 	LabelPricePerHour = "etjob.dev/price-per-hour"
+	// LabelOnDemandPricePerHour on a node is the on-demand price of its
+	// instance type, where no on-demand node of that type says it.
+	LabelOnDemandPricePerHour = "etjob.dev/on-demand-price-per-hour"
+	// LabelInstanceType is the well-known instance type label.
+	LabelInstanceType = "node.kubernetes.io/instance-type"
 )
 
 // PricePerHour is a price in US dollars per node-hour: a node's, in its

@@ -36,11 +36,13 @@ func newCostCommand(f *factory) *cobra.Command {
 	o := &CostOptions{factory: f}
 	cmd := &cobra.Command{
 		Use:   "cost [NAME...]",
-		Short: "Worker-hours and cost by capacity type, next to the on-demand equivalent (pods that still exist only)",
+		Short: "Worker-hours and cost by capacity type, next to the on-demand equivalent (the controller's bill, status.cost)",
 		Long: `Worker-hours of each job by capacity type (spot or on-demand) and node price (the node label
 etjob.dev/price-per-hour), the on-demand equivalent at the on-demand price of the same instance type
-(or --on-demand-price), and the share saved. It covers only the job's pods that still exist: the
-controller does not accumulate cost yet, so deleted pods (replaced, preempted, scaled in) are missing.`,
+(or --on-demand-price where none is known), and the share saved. It reads the bill the controller
+keeps in status.cost, which counts every worker pod the job ran, deleted ones too, and survives
+controller restarts; it is brought up to date with every status write and at least every 5 minutes.
+For a job without one (a controller older than the bill), only the pods that still exist are counted.`,
 		Example: f.examples(`  etjob cost digits
   etjob cost --on-demand-price 3.06`),
 		ValidArgsFunction: f.completeJobNamesMulti,
@@ -101,6 +103,10 @@ func (o *CostOptions) Run(ctx context.Context) error {
 		if i > 0 {
 			fmt.Fprintln(out)
 		}
+		if c, ok := StatusCost(&jobs[i], o.OnDemandPrice); ok {
+			printCost(out, c)
+			continue
+		}
 		printCost(out, JobCost(&jobs[i], pods, nodes.Items, o.OnDemandPrice, o.Now()))
 	}
 	return nil
@@ -119,14 +125,40 @@ type CostRow struct {
 	OnDemandPrice etjobv1.PricePerHour
 }
 
-// Cost is the cost of one job's existing worker pods.
+// Cost is the cost of one job's worker pods.
 type Cost struct {
 	// Job is namespace/name.
 	Job string
-	// Pods is the number of worker pods counted.
+	// Pods is the number of worker pods counted (existing pods only; 0 for
+	// the controller's bill).
 	Pods int
 	// Rows are sorted by capacity, then price.
 	Rows []CostRow
+	// Since is the time of the controller's bill (status.cost.time); zero
+	// when the cost was computed from the existing pods.
+	Since time.Time
+}
+
+// StatusCost is the controller's bill of the job (status.cost), with
+// onDemandPrice where it knew no on-demand price; ok is false without one.
+func StatusCost(job *etjobv1.ElasticJob, onDemandPrice etjobv1.PricePerHour) (Cost, bool) {
+	b := job.Status.Cost
+	if b == nil || b.Time == nil {
+		return Cost{}, false
+	}
+	c := Cost{Job: job.Namespace + "/" + job.Name, Since: b.Time.Time}
+	for _, r := range b.Rows {
+		row := CostRow{Capacity: r.CapacityType, Hours: float64(r.Milliseconds) / float64(time.Hour/time.Millisecond), OnDemandPrice: onDemandPrice}
+		if row.Capacity == "" {
+			row.Capacity = "unknown"
+		}
+		row.PricePerHour, _ = etjobv1.ParsePricePerHour(r.PricePerHour)
+		if p, err := etjobv1.ParsePricePerHour(r.OnDemandPricePerHour); err == nil && p > 0 {
+			row.OnDemandPrice = p
+		}
+		c.Rows = append(c.Rows, row)
+	}
+	return c, true
 }
 
 // JobCost computes the worker-hours of the job's worker pods that still exist
@@ -214,7 +246,11 @@ func podRunTime(p *corev1.Pod, now time.Time) time.Duration {
 }
 
 func printCost(out io.Writer, c Cost) {
-	fmt.Fprintf(out, "Job %s: %d worker pods (only pods that still exist are counted: the controller does not accumulate cost yet)\n", c.Job, c.Pods)
+	if c.Since.IsZero() {
+		fmt.Fprintf(out, "Job %s: %d worker pods (only pods that still exist are counted: the job has no status.cost)\n", c.Job, c.Pods)
+	} else {
+		fmt.Fprintf(out, "Job %s: the controller's bill, every worker pod the job ran, up to %s\n", c.Job, c.Since.UTC().Format(time.RFC3339))
+	}
 	if len(c.Rows) == 0 {
 		fmt.Fprintln(out, "  no worker has run yet")
 		return

@@ -354,6 +354,13 @@ func printJob(out io.Writer, job *etjobv1.ElasticJob, pods []corev1.Pod, events 
 	} else if job.Spec.CheckpointDir != "" {
 		fmt.Fprintf(out, "Checkpoint:  none yet (in %s)\n", job.Spec.CheckpointDir)
 	}
+	if c := st.Cost; c != nil && c.Cost != "" {
+		fmt.Fprintf(out, "Cost:        $%s for %s worker-hours", trimDecimal(c.Cost, 4), trimDecimal(c.WorkerHours, 3))
+		if c.OnDemandCost != "" {
+			fmt.Fprintf(out, " (on demand: $%s)", trimDecimal(c.OnDemandCost, 4))
+		}
+		fmt.Fprintln(out)
+	}
 	if r := waitingReason(job); r != "" {
 		fmt.Fprintf(out, "Reason:      %s\n", r)
 	}
@@ -407,4 +414,13 @@ func printJob(out io.Writer, job *etjobv1.ElasticJob, pods []corev1.Pod, events 
 		}
 		_ = tw.Flush()
 	}
+}
+
+// trimDecimal rounds a decimal string of status.cost to digits places.
+func trimDecimal(s string, digits int) string {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return s
+	}
+	return strconv.FormatFloat(f, 'f', digits, 64)
 }

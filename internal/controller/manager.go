@@ -143,6 +143,7 @@ func SlimPod(obj any) (any, error) {
 			Reason:     pod.Status.Reason,
 			Message:    pod.Status.Message,
 			Conditions: pod.Status.Conditions,
+			StartTime:  pod.Status.StartTime, // the bill (status.cost) starts there
 		},
 	}
 	for _, cs := range pod.Status.ContainerStatuses {

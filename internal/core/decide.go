@@ -43,6 +43,8 @@ func Decide(s Snapshot, now time.Time) Plan {
 	// completion) it records the membership that path changed.
 	d.recordMembership()
 	d.summarize()
+	d.bill()
+	d.plan.Status = d.st
 	return d.plan
 }
 

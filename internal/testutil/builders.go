@@ -155,6 +155,13 @@ func (p *PodWrapper) Attempt(a int32) *PodWrapper {
 }
 
 // Node binds the pod to a node.
+// Started sets status.startTime, where the bill (status.cost) starts.
+func (p *PodWrapper) Started(t time.Time) *PodWrapper {
+	ts := metav1.NewTime(t)
+	p.Status.StartTime = &ts
+	return p
+}
+
 func (p *PodWrapper) Node(n string) *PodWrapper { p.Spec.NodeName = n; return p }
 
 // Ready makes the pod Running and Ready on node n.

@@ -81,7 +81,7 @@ func TestCLIStory(t *testing.T) {
 
 	must("submit", "etjob", "--name=digits-cli", "--workers=3", "--min-workers=2", "--max-workers=4", "--gpus=1",
 		"--spot-instance", "--image=etjob/digits:local", "--data-dir", repo+":/opt/etjob", "--data-dir", ckpt+":/ckpt",
-		"--checkpoint-dir=/ckpt", "-e", "PATH=/usr/bin:/bin", "-e", "PYTHONPATH=/opt/etjob/python", "-e", "EPOCHS=40", "-e", "WIDTH=64",
+		"--checkpoint-dir=/ckpt", "-e", "PATH=/usr/bin:/bin", "-e", "PYTHONPATH=/opt/etjob/python", "-e", "EPOCHS=60", "-e", "WIDTH=64",
 		"python3 -m etjob.torchrun /opt/etjob/examples/digits/train.py")
 	waitFor("3 members", 5*time.Minute, func(j *etjobv1.ElasticJob) bool { return j.Status.Members == 3 })
 	out := must("get", "digits-cli")
@@ -133,6 +133,82 @@ func TestCLIStory(t *testing.T) {
 	must("cluster", "add-node", "--spot")
 	waitFor("4 members again", 4*time.Minute, func(j *etjobv1.ElasticJob) bool { return j.Status.Members == 4 })
 
+	// A 60 s notice: the noticed worker trains through it (issue #14), a
+	// member until deadline - (checkpoint time + the 15 s margin), then
+	// every rank stops at one agreed step before the deadline, and no step is
+	// lost.
+	// The victim is the longest-serving member on a cloud whose notice
+	// carries its own deadline (AWS, Alibaba; GCP's and Azure's are 30 s
+	// whatever --notice says, less than the checkpoint time + the margin).
+	must("cluster", "add-node", "--spot")
+	j = getJob()
+	victim, victimPod := "", ""
+	for _, w := range j.Status.Workers {
+		if w.State != etjobv1.WorkerMember || !strings.HasPrefix(w.Node, "spot-") {
+			continue
+		}
+		node, err := cs.CoreV1().Nodes().Get(ctx, w.Node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := node.Labels[etjobv1.LabelCloudProvider]; (p == "aws" || p == "alibaba") && victim == "" {
+			victim, victimPod = w.Node, w.Name
+		}
+	}
+	if victim == "" {
+		t.Fatalf("no member runs on an AWS or Alibaba node: %+v", j.Status.Workers)
+	}
+	noticeAt := time.Now()
+	deadlineAt := noticeAt.Add(60 * time.Second)
+	reclaimedSpot := make(chan error, 1)
+	go func() {
+		_, err := etjob("cluster", "reclaim", victim, "--notice", "60s")
+		reclaimedSpot <- err
+	}()
+	time.Sleep(25 * time.Second)
+	if mid := getJob(); mid.Status.Members != 4 {
+		t.Errorf("25 s into a 60 s notice the job has %d members, want 4: the noticed %s trains on until its stop time", mid.Status.Members, victimPod)
+	}
+	if err := <-reclaimedSpot; err != nil {
+		t.Fatalf("etjob-local cluster reclaim %s: %v", victim, err)
+	}
+	lines, err := driver.ReadLogs(dir, "default", "digits-cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The noticed worker's last step before its deadline, and the agreed
+	// stop that ended it (the first after it; a join's restart may stop the
+	// ranks once before).
+	var lastStep, stop *driver.LogLine
+	for i, l := range lines {
+		at := time.Unix(0, int64(l.T*1e9))
+		if l.Kind == "step" && l.Pod == victimPod && !at.Before(noticeAt) && !at.After(deadlineAt) {
+			lastStep = &lines[i]
+		}
+	}
+	for i, l := range lines {
+		if l.Kind == "stop" && lastStep != nil && l.T >= lastStep.T && l.T <= float64(deadlineAt.UnixNano())/1e9 {
+			stop = &lines[i]
+			break
+		}
+	}
+	switch {
+	case lastStep == nil || stop == nil:
+		t.Errorf("no step of %s (%v) or no agreed stop (%v) between the notice and its deadline", victimPod, lastStep, stop)
+	default:
+		trained := time.Duration((lastStep.T - float64(noticeAt.UnixNano())/1e9) * float64(time.Second))
+		stopped := time.Duration((stop.T - float64(noticeAt.UnixNano())/1e9) * float64(time.Second))
+		t.Logf("lead time: %s trained %s into its 60 s notice; the agreed stop at step %d came %s after the notice, %s before the deadline",
+			victimPod, trained.Round(100*time.Millisecond), stop.Step, stopped.Round(100*time.Millisecond), (60*time.Second - stopped).Round(100*time.Millisecond))
+		if trained < 30*time.Second || stopped < trained || stopped >= 60*time.Second {
+			t.Errorf("want the noticed worker training >= 30 s after the notice, then the stop, before the deadline: trained %s, stop at %s", trained, stopped)
+		}
+		if lastStep.Step > stop.Step {
+			t.Errorf("%s trained step %d past the agreed stop step %d", victimPod, lastStep.Step, stop.Step)
+		}
+	}
+	waitFor("4 members after the 60 s notice", 4*time.Minute, func(j *etjobv1.ElasticJob) bool { return j.Status.Members == 4 })
+
 	// The launcher's node is reclaimed: the rendezvous store moves. Every
 	// worker checkpoints at the agreed step and stops, the job restarts with a
 	// new launcher on other on-demand capacity, and resumes from that step;
@@ -177,7 +253,7 @@ func TestCLIStory(t *testing.T) {
 		t.Errorf("failures %d preemptions %d restarts %d: the reclaimed worker and the moved launcher are preemptions, the move one restart",
 			j.Status.Failures, j.Status.Preemptions, j.Status.Restarts)
 	}
-	lines, err := driver.ReadLogs(dir, "default", "digits-cli")
+	lines, err = driver.ReadLogs(dir, "default", "digits-cli")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,164 @@
+package core
+
+import (
+	"sort"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+)
+
+// CostFlushInterval: the bill (status.cost) is brought up to date with every
+// status write, and at least this often while a worker runs, so a running
+// job costs one status write in this interval and the bill shown lags at
+// most this much.
+const CostFlushInterval = 5 * time.Minute
+
+// costKey is one row of the bill.
+type costKey struct {
+	capacity, instance, price, onDemand string
+}
+
+// bill brings status.cost up to now when this pass writes the status anyway
+// or the bill is CostFlushInterval old: every worker pod (any attempt) adds
+// the time since the bill's last update that it ran, from its start
+// (status.startTime) to its container's end, or to now while it runs, at its
+// node's capacity type and price. A pod deleted between two updates loses
+// its time since the last one, which is why the bill follows every status
+// write: a worker's end (terminal, deleting, leaving) changes the status.
+// A pod on a node that is gone adds nothing more (its price went with it).
+func (d *decision) bill() {
+	prev := d.s.Job.Status.Cost
+	var from time.Time
+	if prev != nil && prev.Time != nil {
+		from = prev.Time.Time
+	}
+	running := false
+	for _, v := range d.all() {
+		if v.role == etjobv1.RoleWorker && v.pod.Status.StartTime != nil && !v.terminal && !v.lost {
+			running = true
+		}
+	}
+	changed := !equality.Semantic.DeepEqual(d.s.Job.Status, d.st)
+	due := !from.IsZero() && !d.now.Before(from.Add(CostFlushInterval))
+	if !changed && !due && !(from.IsZero() && running) {
+		if running {
+			d.requeueAt(from.Add(CostFlushInterval))
+		}
+		return
+	}
+	if !d.now.After(from) {
+		return
+	}
+	rows := map[costKey]int64{}
+	if prev != nil {
+		for _, r := range prev.Rows {
+			rows[costKey{r.CapacityType, r.InstanceType, r.PricePerHour, r.OnDemandPricePerHour}] += r.Milliseconds
+		}
+	}
+	onDemand := onDemandPrices(d.s.Nodes)
+	for _, v := range d.all() {
+		if v.role != etjobv1.RoleWorker || v.pod.Status.StartTime == nil || v.lost {
+			continue
+		}
+		node := d.s.Nodes[v.pod.Spec.NodeName]
+		if node == nil {
+			continue
+		}
+		start, end := v.pod.Status.StartTime.Time, d.now
+		if v.terminal {
+			end = v.finishedAt // zero when unknown: nothing more
+		}
+		if start.Before(from) {
+			start = from
+		}
+		if !end.After(start) {
+			continue
+		}
+		rows[nodeCostKey(node.Labels, onDemand)] += end.Sub(start).Milliseconds()
+	}
+	d.st.Cost = costStatus(rows, d.now)
+	if running {
+		d.requeueAt(d.now.Add(CostFlushInterval))
+	}
+}
+
+// onDemandPrices are the on-demand prices by instance type that the
+// cluster's on-demand nodes carry.
+func onDemandPrices(nodes map[string]*corev1.Node) map[string]string {
+	out := map[string]string{}
+	for _, n := range nodes {
+		if n.Labels[etjobv1.LabelCapacityType] != etjobv1.CapacityTypeOnDemand {
+			continue
+		}
+		if p, ok := etjobv1.NodePricePerHour(n.Labels); ok && p > 0 {
+			out[n.Labels[etjobv1.LabelInstanceType]] = p.String()
+		}
+	}
+	return out
+}
+
+// nodeCostKey is the bill's row of a node: its capacity type, instance
+// type, price and the on-demand price of its type (its own label, else that
+// of an on-demand node of the same type; an on-demand node's own price).
+func nodeCostKey(labels map[string]string, onDemand map[string]string) costKey {
+	k := costKey{capacity: labels[etjobv1.LabelCapacityType], instance: labels[etjobv1.LabelInstanceType]}
+	if p, ok := etjobv1.NodePricePerHour(labels); ok {
+		k.price = p.String()
+	}
+	switch {
+	case labels[etjobv1.LabelOnDemandPricePerHour] != "":
+		if p, err := etjobv1.ParsePricePerHour(labels[etjobv1.LabelOnDemandPricePerHour]); err == nil {
+			k.onDemand = p.String()
+		}
+	case k.capacity == etjobv1.CapacityTypeOnDemand:
+		k.onDemand = k.price
+	default:
+		k.onDemand = onDemand[k.instance]
+	}
+	return k
+}
+
+// costStatus writes the rows out, sorted, with their totals.
+func costStatus(rows map[costKey]int64, now time.Time) *etjobv1.CostStatus {
+	c := &etjobv1.CostStatus{Time: &metav1.Time{Time: now}}
+	var ms int64
+	var cost, onDemand float64
+	onDemandKnown := true
+	for k, v := range rows {
+		c.Rows = append(c.Rows, etjobv1.CostRow{CapacityType: k.capacity, InstanceType: k.instance, PricePerHour: k.price,
+			OnDemandPricePerHour: k.onDemand, Milliseconds: v})
+		hours := float64(v) / float64(time.Hour/time.Millisecond)
+		ms += v
+		p, _ := strconv.ParseFloat(k.price, 64)
+		cost += hours * p
+		if od, err := strconv.ParseFloat(k.onDemand, 64); err == nil {
+			onDemand += hours * od
+		} else {
+			onDemandKnown = false
+		}
+	}
+	sort.Slice(c.Rows, func(i, j int) bool {
+		a, b := c.Rows[i], c.Rows[j]
+		if a.CapacityType != b.CapacityType {
+			return a.CapacityType > b.CapacityType // spot first
+		}
+		if a.InstanceType != b.InstanceType {
+			return a.InstanceType < b.InstanceType
+		}
+		return a.PricePerHour < b.PricePerHour
+	})
+	if len(c.Rows) > 64 {
+		c.Rows = c.Rows[:64] // the CRD's bound; a job on more than 64 prices keeps its totals
+	}
+	c.WorkerHours = strconv.FormatFloat(float64(ms)/float64(time.Hour/time.Millisecond), 'f', 6, 64)
+	c.Cost = strconv.FormatFloat(cost, 'f', 6, 64)
+	if onDemandKnown {
+		c.OnDemandCost = strconv.FormatFloat(onDemand, 'f', 6, 64)
+	}
+	return c
+}

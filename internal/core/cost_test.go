@@ -1,0 +1,115 @@
+package core_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/core"
+	. "github.com/etjob/etjob/internal/testutil"
+)
+
+// priced is a node with a capacity type, an instance type and a price.
+func priced(name, capacity, price string) *corev1.Node {
+	return MakeNode(name).Label(etjobv1.LabelCapacityType, capacity).Label(etjobv1.LabelInstanceType, "p3.2xlarge").
+		Label(etjobv1.LabelPricePerHour, price).Obj()
+}
+
+// TestBill checks status.cost (cost.go): each worker pod adds the time it ran
+// since the bill's last update, at its node's price, next to the on-demand
+// price of the same instance type; the bill survives the pods.
+func TestBill(t *testing.T) {
+	job := base().Replicas(2)
+	members := etjobv1.MembershipStatus{Generation: 1, Hosts: []string{"j-worker-0:1", "j-worker-1:1"}}
+	nodes := map[string]*corev1.Node{
+		"od": priced("od", etjobv1.CapacityTypeOnDemand, "3.06"),
+		"s0": priced("s0", etjobv1.CapacityTypeSpot, "0.91"),
+		"s1": priced("s1", etjobv1.CapacityTypeSpot, "1.2"),
+	}
+	spot := func(price string, ms int64) etjobv1.CostRow {
+		return etjobv1.CostRow{CapacityType: "spot", InstanceType: "p3.2xlarge", PricePerHour: price, OnDemandPricePerHour: "3.06", Milliseconds: ms}
+	}
+	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: t0.Add(d)} }
+	testCases := map[string]struct {
+		prev     *etjobv1.CostStatus
+		pods     []*corev1.Pod
+		want     *etjobv1.CostStatus
+		wantNext time.Duration // the requeue the bill asks for (0: none of its own)
+	}{
+		"the first bill: two workers since they started": {
+			pods: []*corev1.Pod{
+				MakeWorker(job.Obj(), 0).Ready("s0").Started(t0.Add(-time.Hour)).Obj(),
+				MakeWorker(job.Obj(), 1).Ready("s1").Started(t0.Add(-30 * time.Minute)).Obj(),
+			},
+			want: &etjobv1.CostStatus{Time: at(0), Rows: []etjobv1.CostRow{spot("0.91", 3600000), spot("1.2", 1800000)},
+				WorkerHours: "1.500000", Cost: "1.510000", OnDemandCost: "4.590000"},
+			wantNext: core.CostFlushInterval,
+		},
+		"a bill updated a minute ago, nothing else changed: no write, a look at the flush time": {
+			prev: &etjobv1.CostStatus{Time: at(-time.Minute), Rows: []etjobv1.CostRow{spot("0.91", 3600000)}, WorkerHours: "1.000000", Cost: "0.910000", OnDemandCost: "3.060000"},
+			pods: []*corev1.Pod{
+				MakeWorker(job.Obj(), 0).Ready("s0").Started(t0.Add(-time.Hour)).Obj(),
+				MakeWorker(job.Obj(), 1).Ready("s1").Started(t0.Add(-time.Hour)).Obj(),
+			},
+			want:     &etjobv1.CostStatus{Time: at(-time.Minute), Rows: []etjobv1.CostRow{spot("0.91", 3600000)}, WorkerHours: "1.000000", Cost: "0.910000", OnDemandCost: "3.060000"},
+			wantNext: 4 * time.Minute,
+		},
+		"a bill CostFlushInterval old adds the time since, also of a pod that finished, to its end only": {
+			prev: &etjobv1.CostStatus{Time: at(-core.CostFlushInterval), Rows: []etjobv1.CostRow{spot("0.91", 3600000), spot("1.2", 1000)}},
+			pods: []*corev1.Pod{
+				MakeWorker(job.Obj(), 0).Ready("s0").Started(t0.Add(-time.Hour)).Obj(),
+				MakeWorker(job.Obj(), 1).Node("s1").Started(t0.Add(-time.Hour)).Exited(75, t0.Add(-4*time.Minute)).Obj(),
+			},
+			want: &etjobv1.CostStatus{Time: at(0), Rows: []etjobv1.CostRow{spot("0.91", 3600000+300000), spot("1.2", 1000+60000)},
+				WorkerHours: "1.100278", Cost: "1.006167", OnDemandCost: "3.366850"},
+			wantNext: core.CostFlushInterval,
+		},
+		"a pod whose node is gone adds nothing more; the hours of deleted pods stay": {
+			prev: &etjobv1.CostStatus{Time: at(-core.CostFlushInterval), Rows: []etjobv1.CostRow{spot("1.2", 7200000)}},
+			pods: []*corev1.Pod{
+				MakeWorker(job.Obj(), 0).Ready("gone").Started(t0.Add(-time.Hour)).Obj(),
+			},
+			want: &etjobv1.CostStatus{Time: at(0), Rows: []etjobv1.CostRow{spot("1.2", 7200000)},
+				WorkerHours: "2.000000", Cost: "2.400000", OnDemandCost: "6.120000"},
+		},
+		"an on-demand worker is its own on-demand price; a price unknown is billed at 0 and named": {
+			pods: []*corev1.Pod{
+				MakeWorker(job.Obj(), 0).Ready("od").Started(t0.Add(-time.Hour)).Obj(),
+				MakeWorker(job.Obj(), 1).Ready("bare").Started(t0.Add(-time.Hour)).Obj(),
+			},
+			want: &etjobv1.CostStatus{Time: at(0), Rows: []etjobv1.CostRow{
+				{CapacityType: "on-demand", InstanceType: "p3.2xlarge", PricePerHour: "3.06", OnDemandPricePerHour: "3.06", Milliseconds: 3600000},
+				{Milliseconds: 3600000},
+			}, WorkerHours: "2.000000", Cost: "3.060000"},
+			wantNext: core.CostFlushInterval,
+		},
+	}
+	for name, tc := range testCases {
+		t.Run(name, func(t *testing.T) {
+			ns := map[string]*corev1.Node{"bare": MakeNode("bare").Obj()}
+			for k, v := range nodes {
+				ns[k] = v
+			}
+			st := running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2, Membership: members, Cost: tc.prev})
+			j := job.DeepCopy()
+			j.Status = st
+			// A settled status first (what the pass before wrote), with the
+			// bill of the case: only the bill's own rules then say whether
+			// it is brought up to date.
+			settled := core.Decide(core.Snapshot{Job: j, Pods: tc.pods, Nodes: ns}, t0.Add(-10*time.Minute))
+			j.Status = settled.Status
+			j.Status.Cost = tc.prev
+			plan := core.Decide(core.Snapshot{Job: j, Pods: tc.pods, Nodes: ns}, t0)
+			if diff := cmp.Diff(tc.want, plan.Status.Cost); diff != "" {
+				t.Errorf("status.cost (-want +got):\n%s", diff)
+			}
+			if tc.wantNext != 0 && plan.RequeueAfter != tc.wantNext {
+				t.Errorf("RequeueAfter = %s, want %s (the next flush)", plan.RequeueAfter, tc.wantNext)
+			}
+		})
+	}
+}
