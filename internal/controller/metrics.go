@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,10 +55,13 @@ var (
 	descCkptTime     = prometheus.NewDesc("etjob_job_last_checkpoint_timestamp_seconds", "When the last checkpoint was written (Unix time).", jobLabels, nil)
 	descCkptDuration = prometheus.NewDesc("etjob_job_last_checkpoint_duration_seconds", "How long the last checkpoint took to write.", jobLabels, nil)
 	descStart        = prometheus.NewDesc("etjob_job_start_timestamp_seconds", "When the job first ran (Unix time).", jobLabels, nil)
+	descWorkerSeconds  = prometheus.NewDesc("etjob_job_worker_seconds_total", "Worker time the job ran, by capacity type and price (status.cost).", withLabels("capacity_type", "price_per_hour"), nil)
+	descCost         = prometheus.NewDesc("etjob_job_cost_dollars_total", "What the job's workers cost, in US dollars (status.cost.cost).", jobLabels, nil)
+	descOnDemandCost = prometheus.NewDesc("etjob_job_on_demand_cost_dollars_total", "What the same worker hours cost on demand, in US dollars (status.cost.onDemandCost).", jobLabels, nil)
 
 	jobDescs = []*prometheus.Desc{descInfo, descSpecReplicas, descMinReplicas, descMaxReplicas, descReplicas, descReady,
 		descMembers, descLeaving, descWorkers, descCondition, descGeneration, descRestarts, descFailures, descPreemptions,
-		descCkptStep, descCkptTime, descCkptDuration, descStart}
+		descCkptStep, descCkptTime, descCkptDuration, descStart, descWorkerSeconds, descCost, descOnDemandCost}
 
 	jobConditions = []string{etjobv1.ConditionRunning, etjobv1.ConditionResizing, etjobv1.ConditionSuspended,
 		etjobv1.ConditionComplete, etjobv1.ConditionFailed, etjobv1.ConditionCheckpointTooSlow, etjobv1.ConditionCreateRefused}
@@ -135,5 +139,23 @@ func collectJob(ch chan<- prometheus.Metric, j *etjobv1.ElasticJob) {
 	}
 	if s.StartTime != nil {
 		gauge(descStart, float64(s.StartTime.Unix()))
+	}
+	if c := s.Cost; c != nil {
+		total := func(d *prometheus.Desc, v float64, extra ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append(slices.Clone(l), extra...)...)
+		}
+		hours := map[[2]string]float64{}
+		for _, r := range c.Rows {
+			hours[[2]string{r.CapacityType, r.PricePerHour}] += float64(r.Milliseconds) / 1000
+		}
+		for k, h := range hours {
+			total(descWorkerSeconds, h, k[0], k[1])
+		}
+		if v, err := strconv.ParseFloat(c.Cost, 64); err == nil {
+			total(descCost, v)
+		}
+		if v, err := strconv.ParseFloat(c.OnDemandCost, 64); err == nil {
+			total(descOnDemandCost, v)
+		}
 	}
 }

@@ -30,7 +30,9 @@ func metricsJob() *etjobv1.ElasticJob {
 				{Name: "w2", State: etjobv1.WorkerLeaving}},
 			Conditions:     []metav1.Condition{{Type: etjobv1.ConditionRunning, Status: metav1.ConditionTrue, Reason: "Training", LastTransitionTime: now}},
 			LastCheckpoint: &etjobv1.CheckpointStatus{Step: 1200, Time: &now, DurationMilliseconds: 1500},
-			StartTime:      &now,
+			Cost: &etjobv1.CostStatus{Time: &now, Rows: []etjobv1.CostRow{{CapacityType: "spot", PricePerHour: "0.91", OnDemandPricePerHour: "3.06", Milliseconds: 5400000}},
+				WorkerHours: "1.500000", Cost: "1.365000", OnDemandCost: "4.590000"},
+			StartTime: &now,
 		},
 	}
 }
@@ -70,6 +72,16 @@ etjob_job_condition{condition="Resizing",job="digits",namespace="team-a"} 0
 etjob_job_condition{condition="Running",job="digits",namespace="team-a"} 1
 etjob_job_condition{condition="Suspended",job="digits",namespace="team-a"} 0
 `), "etjob_job_condition"); err != nil {
+		t.Error(err)
+	}
+	if err := testutil.CollectAndCompare(col, strings.NewReader(`
+# HELP etjob_job_cost_dollars_total What the job's workers cost, in US dollars (status.cost.cost).
+# TYPE etjob_job_cost_dollars_total counter
+etjob_job_cost_dollars_total{job="digits",namespace="team-a"} 1.365
+# HELP etjob_job_worker_seconds_total Worker time the job ran, by capacity type and price (status.cost).
+# TYPE etjob_job_worker_seconds_total counter
+etjob_job_worker_seconds_total{capacity_type="spot",job="digits",namespace="team-a",price_per_hour="0.91"} 5400
+`), "etjob_job_cost_dollars_total", "etjob_job_worker_seconds_total"); err != nil {
 		t.Error(err)
 	}
 	if lint, err := testutil.CollectAndLint(col); err != nil || len(lint) > 0 {

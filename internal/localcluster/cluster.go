@@ -309,8 +309,17 @@ func (c *Cluster) StopNode(name string, hard bool) error {
 	}
 	err := c.stop("node-"+name, sig)
 	c.killPods(name)
+	if hard {
+		// The pods died with the node and wrote no end in its ledger.
+		_ = os.WriteFile(c.path("nodes", name, LedgerStopFile), []byte(strconv.FormatInt(time.Now().UnixNano(), 10)+"\n"), 0o644)
+	}
 	return err
 }
+
+// LedgerStopFile, in a node's directory, holds when the node was killed
+// with its pods (Unix nanoseconds): the end of every pod its billing ledger
+// (processnode.LedgerFile) left open.
+const LedgerStopFile = "killed-at"
 
 // killPods kills the process groups recorded by a node's pods (pid files
 // under nodes/<name>/pods), so no pod outlives its node.

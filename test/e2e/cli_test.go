@@ -3,10 +3,12 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,8 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/driver"
+	"github.com/etjob/etjob/internal/localcluster"
+	"github.com/etjob/etjob/internal/localcluster/processnode"
 )
 
 // TestCLIStory drives a spot story through the etjob CLI only, with Arena's
@@ -268,5 +272,66 @@ func TestCLIStory(t *testing.T) {
 			t.Errorf("restart %d (resumed at %d after reaching %d) lost %d committed steps", i+1, r.From, r.Reached, r.Lost)
 		}
 	}
+	// The bill (status.cost) against the local cluster's own record: each
+	// node's billing ledger of its pods' start and end, times its price.
+	if want := ledgerCost(t, dir, "default", "digits-cli-worker-"); j.Status.Cost == nil {
+		t.Errorf("no status.cost; the nodes' ledgers say $%.6f", want)
+	} else {
+		got, _ := strconv.ParseFloat(j.Status.Cost.Cost, 64)
+		t.Logf("status.cost: $%.6f for %s worker-hours (on demand $%s); the nodes' ledgers: $%.6f", got, j.Status.Cost.WorkerHours, j.Status.Cost.OnDemandCost, want)
+		if want <= 0 || math.Abs(got-want) > 0.01*want {
+			t.Errorf("status.cost.cost = $%.6f, the nodes' ledgers say $%.6f: more than 1%% apart", got, want)
+		}
+	}
+	if out := must("cost", "digits-cli"); !strings.Contains(out, "the controller's bill") {
+		t.Errorf("etjob cost does not print the controller's bill:\n%s", out)
+	}
 	must("delete", "digits-cli")
+}
+
+// ledgerCost is what the process nodes' billing ledgers
+// (processnode.LedgerFile) say the pods named prefix* in namespace cost:
+// each pod's start to its last container's end (or to when its node was
+// killed with it), times its node's price.
+func ledgerCost(t *testing.T, dir, namespace, prefix string) float64 {
+	t.Helper()
+	ledgers, _ := filepath.Glob(filepath.Join(dir, "nodes", "*", processnode.LedgerFile))
+	total := 0.0
+	for _, f := range ledgers {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var killed int64
+		if k, err := os.ReadFile(filepath.Join(filepath.Dir(f), localcluster.LedgerStopFile)); err == nil {
+			killed, _ = strconv.ParseInt(strings.TrimSpace(string(k)), 10, 64)
+		}
+		start, end, price := map[string]int64{}, map[string]int64{}, map[string]float64{}
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			fs := strings.Fields(line)
+			if len(fs) < 4 || !strings.HasPrefix(fs[2], namespace+"/"+prefix) {
+				continue
+			}
+			at, _ := strconv.ParseInt(fs[3], 10, 64)
+			switch fs[0] {
+			case "start":
+				start[fs[1]] = at
+				if len(fs) > 4 {
+					price[fs[1]], _ = strconv.ParseFloat(fs[4], 64)
+				}
+			case "end":
+				end[fs[1]] = max(end[fs[1]], at)
+			}
+		}
+		for uid, s := range start {
+			e, ok := end[uid]
+			if !ok && killed > 0 {
+				e = killed
+			}
+			if e > s {
+				total += float64(e-s) / float64(time.Hour) * price[uid]
+			}
+		}
+	}
+	return total
 }

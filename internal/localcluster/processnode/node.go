@@ -91,14 +91,16 @@ func NewNode(opts Options) (*nodeutil.Node, *Provider, error) {
 	var provider *Provider
 	newProvider := func(cfg nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
 		p, err := NewProvider(ProviderConfig{
-			NodeName:   opts.NodeName,
-			NodeIP:     opts.NodeIP,
-			WorkDir:    opts.WorkDir,
-			ConfigMaps: cfg.ConfigMaps,
-			Secrets:    cfg.Secrets,
-			Client:     opts.Client,
-			Images:     opts.Images,
-			APIServer:  opts.APIServer,
+			NodeName: opts.NodeName,
+			NodeIP:   opts.NodeIP,
+			WorkDir:  opts.WorkDir,
+			// The price label, as etjob-local gives it with --labels.
+			PricePerHour: opts.Labels["etjob.dev/price-per-hour"],
+			ConfigMaps:   cfg.ConfigMaps,
+			Secrets:      cfg.Secrets,
+			Client:       opts.Client,
+			Images:       opts.Images,
+			APIServer:    opts.APIServer,
 		})
 		provider = p
 		return p, nil, err // nil NodeProvider: nodeutil's naive one marks the node Ready

@@ -59,6 +59,9 @@ type ProviderConfig struct {
 	// such references "not found".
 	ConfigMaps corev1listers.ConfigMapLister
 	Secrets    corev1listers.SecretLister
+	// PricePerHour is the node's price (its etjob.dev/price-per-hour
+	// label), written into the node's billing ledger.
+	PricePerHour string
 	// Images is the node's image table: what each container image brings
 	// (environment and files). An image it does not match runs the host as
 	// it is.
@@ -83,6 +86,7 @@ type Provider struct {
 	nodeName string
 	nodeIP   string
 	workDir  string
+	price    string
 	env      envSources
 	client   kubernetes.Interface
 	images   Images
@@ -168,6 +172,7 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 		nodeName:  cfg.NodeName,
 		nodeIP:    cfg.NodeIP,
 		workDir:   cfg.WorkDir,
+		price:     cfg.PricePerHour,
 		env:       envSources{configMaps: cfg.ConfigMaps, secrets: cfg.Secrets},
 		client:    cfg.Client,
 		images:    cfg.Images,
@@ -234,6 +239,7 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	p.pods[key] = pr
+	p.ledger("start", pr.pod, pr.pod.Status.StartTime.Time)
 	p.mu.Unlock()
 	p.wakeUp()
 	p.publish(pr)
@@ -558,6 +564,7 @@ func (p *Provider) exitedLocked(pr *podRun, cr *containerRun, started metav1.Tim
 		ContainerID: cs.ContainerID,
 	}
 	cs.State = corev1.ContainerState{Terminated: terminated}
+	p.ledger("end", pr.pod, now.Time)
 	cs.Ready = false
 	cs.Started = new(false)
 	if !pr.deleting && shouldRestart(pr.pod.Spec.RestartPolicy, code) {
@@ -949,3 +956,25 @@ func (p *Provider) Shutdown(ctx context.Context, grace time.Duration) {
 // Namespaced reports whether pods get mount, UTS and PID namespaces of their
 // own (the node runs as root and util-linux unshare works here).
 func (p *Provider) Namespaced() bool { return p.unshare != "" }
+
+// LedgerFile is the node's billing ledger in its work directory: one line
+// per pod start ("start <uid> <namespace>/<name> <unix nanoseconds>
+// <price per hour>") and container end ("end <uid> <namespace>/<name> <unix
+// nanoseconds>"), the local cluster's own record of the node time each pod
+// used (the e2e tests check status.cost against it). A node killed with
+// its pods writes no end: the cluster records when it stopped the node.
+const LedgerFile = "billing.log"
+
+// ledger appends one line to the billing ledger; best effort.
+func (p *Provider) ledger(kind string, pod *corev1.Pod, at time.Time) {
+	line := fmt.Sprintf("%s %s %s/%s %d", kind, pod.UID, pod.Namespace, pod.Name, at.UnixNano())
+	if kind == "start" {
+		line += " " + p.price
+	}
+	f, err := os.OpenFile(filepath.Join(p.workDir, LedgerFile), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	_, _ = f.WriteString(line + "\n")
+	_ = f.Close()
+}
