@@ -115,16 +115,16 @@ type Options struct {
 
 // Supervisor tracks what the node agent says about one pod, and SIGTERM.
 type Supervisor struct {
-	opts   Options
-	mu     sync.Mutex
-	sig    Signal
-	term   bool
+	opts Options
+	mu   sync.Mutex
+	sig  Signal
+	term bool
 	// pending: a checkpoint was asked for (an early warning, a notice this
 	// worker trains through) and ShouldCheckpoint has not said so yet.
 	pending bool
-	warned map[string]bool
-	start  sync.Once
-	stop   context.CancelFunc
+	warned  map[string]bool
+	start   sync.Once
+	stop    context.CancelFunc
 }
 
 // New returns a Supervisor; Start begins polling.
