@@ -26,6 +26,30 @@ const (
 	LabelInstanceType = "node.kubernetes.io/instance-type"
 )
 
+// SpotLabels maps the node labels that real clouds use to mark spot
+// capacity to their spot value. Workers of spot jobs prefer nodes matching
+// any; launchers of spot jobs require nodes matching none; a node matching
+// any is billed as spot.
+var SpotLabels = map[string]string{
+	LabelCapacityType:                            CapacityTypeSpot, // Karpenter (any cloud), and etjob's local cluster
+	"eks.amazonaws.com/capacityType":             "SPOT",           // EKS managed node groups
+	"cloud.google.com/gke-spot":                  "true",           // GKE Spot VMs
+	"cloud.google.com/gke-preemptible":           "true",           // GKE preemptible VMs
+	"kubernetes.azure.com/scalesetpriority":      "spot",           // AKS spot node pools
+	"node.alibabacloud.com/instance-charge-type": "SpotInstance",   // ACK spot node pools
+}
+
+// NodeCapacityType is CapacityTypeSpot for a node with any cloud's spot
+// label (SpotLabels), else CapacityTypeOnDemand.
+func NodeCapacityType(labels map[string]string) string {
+	for k, v := range SpotLabels {
+		if labels[k] == v {
+			return CapacityTypeSpot
+		}
+	}
+	return CapacityTypeOnDemand
+}
+
 // PricePerHour is a price in US dollars per node-hour: a node's, in its
 // LabelPricePerHour label, or a simulated one.
 type PricePerHour float64

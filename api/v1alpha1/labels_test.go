@@ -27,3 +27,21 @@ func TestPricePerHour(t *testing.T) {
 		t.Errorf("Cost(2h) = %v", c)
 	}
 }
+
+func TestNodeCapacityType(t *testing.T) {
+	for _, tc := range []struct {
+		labels map[string]string
+		want   string
+	}{
+		{map[string]string{LabelCapacityType: CapacityTypeSpot}, CapacityTypeSpot},
+		{map[string]string{"cloud.google.com/gke-spot": "true"}, CapacityTypeSpot},
+		{map[string]string{"eks.amazonaws.com/capacityType": "SPOT"}, CapacityTypeSpot},
+		{map[string]string{"eks.amazonaws.com/capacityType": "ON_DEMAND"}, CapacityTypeOnDemand},
+		{map[string]string{LabelCapacityType: CapacityTypeOnDemand}, CapacityTypeOnDemand},
+		{map[string]string{}, CapacityTypeOnDemand},
+	} {
+		if got := NodeCapacityType(tc.labels); got != tc.want {
+			t.Errorf("NodeCapacityType(%v) = %q, want %q", tc.labels, got, tc.want)
+		}
+	}
+}

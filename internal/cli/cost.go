@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
-	"github.com/etjob/etjob/internal/render"
 )
 
 const labelInstanceType = "node.kubernetes.io/instance-type"
@@ -169,7 +168,7 @@ func JobCost(job *etjobv1.ElasticJob, pods []corev1.Pod, nodes []corev1.Node, on
 	for i := range nodes {
 		n := &nodes[i]
 		byName[n.Name] = n
-		if capacityType(n) == etjobv1.CapacityTypeOnDemand {
+		if etjobv1.NodeCapacityType(n.Labels) == etjobv1.CapacityTypeOnDemand {
 			if p, ok := etjobv1.NodePricePerHour(n.Labels); ok {
 				odByType[n.Labels[labelInstanceType]] = max(odByType[n.Labels[labelInstanceType]], p)
 			}
@@ -185,7 +184,7 @@ func JobCost(job *etjobv1.ElasticJob, pods []corev1.Pod, nodes []corev1.Node, on
 		hours := podRunTime(p, now).Hours()
 		row := CostRow{Capacity: "unknown"}
 		if n := byName[p.Spec.NodeName]; n != nil {
-			row.Capacity = capacityType(n)
+			row.Capacity = etjobv1.NodeCapacityType(n.Labels)
 			row.PricePerHour, _ = etjobv1.NodePricePerHour(n.Labels)
 			row.OnDemandPrice = odByType[n.Labels[labelInstanceType]]
 			if row.Capacity == etjobv1.CapacityTypeOnDemand && row.PricePerHour > 0 {
@@ -216,15 +215,6 @@ func JobCost(job *etjobv1.ElasticJob, pods []corev1.Pod, nodes []corev1.Node, on
 	return cost
 }
 
-// capacityType is spot when the node carries any cloud's spot label.
-func capacityType(n *corev1.Node) string {
-	for k, v := range render.CapacityTypeLabels {
-		if n.Labels[k] == v {
-			return etjobv1.CapacityTypeSpot
-		}
-	}
-	return etjobv1.CapacityTypeOnDemand
-}
 
 // podRunTime is how long the pod's containers ran: from the pod's start to
 // its last container's end, or now while running.

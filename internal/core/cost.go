@@ -92,7 +92,7 @@ func (d *decision) bill() {
 func onDemandPrices(nodes map[string]*corev1.Node) map[string]string {
 	out := map[string]string{}
 	for _, n := range nodes {
-		if n.Labels[etjobv1.LabelCapacityType] != etjobv1.CapacityTypeOnDemand {
+		if etjobv1.NodeCapacityType(n.Labels) != etjobv1.CapacityTypeOnDemand {
 			continue
 		}
 		if p, ok := etjobv1.NodePricePerHour(n.Labels); ok && p > 0 {
@@ -106,7 +106,7 @@ func onDemandPrices(nodes map[string]*corev1.Node) map[string]string {
 // type, price and the on-demand price of its type (its own label, else that
 // of an on-demand node of the same type; an on-demand node's own price).
 func nodeCostKey(labels map[string]string, onDemand map[string]string) costKey {
-	k := costKey{capacity: labels[etjobv1.LabelCapacityType], instance: labels[etjobv1.LabelInstanceType]}
+	k := costKey{capacity: etjobv1.NodeCapacityType(labels), instance: labels[etjobv1.LabelInstanceType]}
 	if p, ok := etjobv1.NodePricePerHour(labels); ok {
 		k.price = p.String()
 	}

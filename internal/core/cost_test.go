@@ -76,14 +76,14 @@ func TestBill(t *testing.T) {
 			want: &etjobv1.CostStatus{Time: at(0), Rows: []etjobv1.CostRow{spot("1.2", 7200000)},
 				WorkerHours: "2.000000", Cost: "2.400000", OnDemandCost: "6.120000"},
 		},
-		"an on-demand worker is its own on-demand price; a price unknown is billed at 0 and named": {
+		"an on-demand worker is its own on-demand price; a node without labels is on-demand at an unknown price, billed at 0": {
 			pods: []*corev1.Pod{
 				MakeWorker(job.Obj(), 0).Ready("od").Started(t0.Add(-time.Hour)).Obj(),
 				MakeWorker(job.Obj(), 1).Ready("bare").Started(t0.Add(-time.Hour)).Obj(),
 			},
 			want: &etjobv1.CostStatus{Time: at(0), Rows: []etjobv1.CostRow{
+				{CapacityType: "on-demand", Milliseconds: 3600000},
 				{CapacityType: "on-demand", InstanceType: "p3.2xlarge", PricePerHour: "3.06", OnDemandPricePerHour: "3.06", Milliseconds: 3600000},
-				{Milliseconds: 3600000},
 			}, WorkerHours: "2.000000", Cost: "3.060000"},
 			wantNext: core.CostFlushInterval,
 		},

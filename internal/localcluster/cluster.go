@@ -247,7 +247,7 @@ func (n NodeSpec) NodeIP() string { return fmt.Sprintf("127.0.%d.1", n.Index) }
 func (n NodeSpec) MetadataURL() string { return fmt.Sprintf("http://%s:%d", n.NodeIP(), MetadataPort) }
 
 // Labels are the node's labels: capacity type as Karpenter writes it (the
-// labels real clouds use are listed in internal/render.CapacityTypeLabels),
+// labels real clouds use are listed in etjobv1.SpotLabels),
 // instance type, price, zone.
 func (n NodeSpec) Labels() map[string]string {
 	ct := etjobv1.CapacityTypeOnDemand

@@ -22,18 +22,6 @@ import (
 // AgentPort is the port of the node agent's node-local signal endpoint.
 const AgentPort = 9477
 
-// CapacityTypeLabels maps the node labels that real clouds use to mark spot
-// capacity to their spot value. Workers of spot jobs prefer nodes matching any;
-// launchers of spot jobs require nodes matching none.
-var CapacityTypeLabels = map[string]string{
-	etjobv1.LabelCapacityType:                    etjobv1.CapacityTypeSpot, // Karpenter (any cloud), and etjob's local cluster
-	"eks.amazonaws.com/capacityType":             "SPOT",                   // EKS managed node groups
-	"cloud.google.com/gke-spot":                  "true",                   // GKE Spot VMs
-	"cloud.google.com/gke-preemptible":           "true",                   // GKE preemptible VMs
-	"kubernetes.azure.com/scalesetpriority":      "spot",                   // AKS spot node pools
-	"node.alibabacloud.com/instance-charge-type": "SpotInstance",           // ACK spot node pools
-}
-
 // spotTolerations are the taints that providers put on spot nodes.
 var spotTolerations = []corev1.Toleration{
 	{Key: "cloud.google.com/gke-spot", Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule},
@@ -333,18 +321,18 @@ func preferSpot(spec *corev1.PodSpec) {
 		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
 	}
 	na := spec.Affinity.NodeAffinity
-	for _, k := range sortedKeys(CapacityTypeLabels) {
+	for _, k := range sortedKeys(etjobv1.SpotLabels) {
 		na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution,
 			corev1.PreferredSchedulingTerm{Weight: 50, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
-				Key: k, Operator: corev1.NodeSelectorOpIn, Values: []string{CapacityTypeLabels[k]},
+				Key: k, Operator: corev1.NodeSelectorOpIn, Values: []string{etjobv1.SpotLabels[k]},
 			}}}})
 	}
 }
 
 func requireOnDemand(spec *corev1.PodSpec) {
 	var reqs []corev1.NodeSelectorRequirement
-	for _, k := range sortedKeys(CapacityTypeLabels) {
-		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: k, Operator: corev1.NodeSelectorOpNotIn, Values: []string{CapacityTypeLabels[k]}})
+	for _, k := range sortedKeys(etjobv1.SpotLabels) {
+		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: k, Operator: corev1.NodeSelectorOpNotIn, Values: []string{etjobv1.SpotLabels[k]}})
 	}
 	spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: reqs}}},

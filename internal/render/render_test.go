@@ -82,7 +82,7 @@ func TestSpotPlacement(t *testing.T) {
 	job := MakeElasticJob("train", "ml").Obj()
 	job.Spec.Spot = &etjobv1.SpotSpec{Enabled: true}
 	w := render.Worker(job, 0)
-	if w.Spec.Affinity == nil || len(w.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != len(render.CapacityTypeLabels) {
+	if w.Spec.Affinity == nil || len(w.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != len(etjobv1.SpotLabels) {
 		t.Errorf("spot worker affinity %+v", w.Spec.Affinity)
 	}
 	if len(w.Spec.Tolerations) == 0 {
@@ -90,7 +90,7 @@ func TestSpotPlacement(t *testing.T) {
 	}
 	l := render.Launcher(job)
 	terms := l.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	if len(terms) != 1 || len(terms[0].MatchExpressions) != len(render.CapacityTypeLabels) || terms[0].MatchExpressions[0].Operator != corev1.NodeSelectorOpNotIn {
+	if len(terms) != 1 || len(terms[0].MatchExpressions) != len(etjobv1.SpotLabels) || terms[0].MatchExpressions[0].Operator != corev1.NodeSelectorOpNotIn {
 		t.Errorf("launcher of a spot job must require on-demand capacity: %+v", terms)
 	}
 	if l.Spec.Containers[0].Command[2] != "etjob.rdzv" || l.Spec.Containers[0].Image != "python:3.11" {
