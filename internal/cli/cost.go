@@ -215,7 +215,6 @@ func JobCost(job *etjobv1.ElasticJob, pods []corev1.Pod, nodes []corev1.Node, on
 	return cost
 }
 
-
 // podRunTime is how long the pod's containers ran: from the pod's start to
 // its last container's end, or now while running.
 func podRunTime(p *corev1.Pod, now time.Time) time.Duration {
