@@ -96,10 +96,6 @@ func StopMargin(spec *etjobv1.ElasticJobSpec) time.Duration {
 	return 15 * time.Second
 }
 
-// noticeReserve is how long before a notice's deadline a cloud takes the
-// node's pods: GKE gives pods ~15 s of GCP's 30 (FACTS.md, UsableNoticeWindow).
-var noticeReserve = map[string]time.Duration{"gcp": 15 * time.Second}
-
 // noticeStopLead is how long before its notice's deadline a worker on a
 // noticed node stops training: what its cloud keeps back, the longest
 // checkpoint write the workers reported and the stop margin, in whole
@@ -114,7 +110,7 @@ func (d *decision) noticeStopLead(w *podView) time.Duration {
 	if took <= 0 {
 		return 0
 	}
-	lead := (noticeReserve[w.provider] + took + StopMargin(d.spec) + time.Second - 1).Truncate(time.Second)
+	lead := (NoticeWindows[w.provider].Reserve() + took + StopMargin(d.spec) + time.Second - 1).Truncate(time.Second)
 	if !w.noticeDeadline.Add(-lead).After(d.now) {
 		return 0
 	}

@@ -344,14 +344,23 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 	return v
 }
 
-// UsableNoticeWindow is, per cloud, how long a worker has between a
-// reclamation notice and the loss of its node (FACTS.md): Alibaba ~5 min, AWS
-// 2 min, Azure at least 30 s, GCP 30 s of which GKE pods get ~15 s.
-var UsableNoticeWindow = map[string]time.Duration{
-	"alibaba": 300 * time.Second,
-	"aws":     120 * time.Second,
-	"azure":   30 * time.Second,
-	"gcp":     15 * time.Second,
+// NoticeWindow is a cloud's reclamation notice: how long before its node goes
+// it comes, and how much of that the node's pods get.
+type NoticeWindow struct {
+	Window, Usable time.Duration
+}
+
+// Reserve is how long before the notice's deadline the cloud takes the
+// node's pods.
+func (w NoticeWindow) Reserve() time.Duration { return w.Window - w.Usable }
+
+// NoticeWindows are the clouds' notices (FACTS.md): Alibaba ~5 min, AWS 2
+// min, Azure at least 30 s, GCP 30 s of which GKE pods get ~15 s.
+var NoticeWindows = map[string]NoticeWindow{
+	"alibaba": {Window: 300 * time.Second, Usable: 300 * time.Second},
+	"aws":     {Window: 120 * time.Second, Usable: 120 * time.Second},
+	"azure":   {Window: 30 * time.Second, Usable: 30 * time.Second},
+	"gcp":     {Window: 30 * time.Second, Usable: 15 * time.Second},
 }
 
 // nodeProvider names a node's cloud from its providerID (aws://, gce://,

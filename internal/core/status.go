@@ -194,9 +194,9 @@ func (d *decision) lastCheckpoint() {
 	took := time.Duration(d.st.LastCheckpoint.DurationMilliseconds) * time.Millisecond
 	slow := ""
 	for _, w := range d.members {
-		if window, ok := UsableNoticeWindow[w.provider]; ok && took > window {
+		if n, ok := NoticeWindows[w.provider]; ok && took > n.Usable {
 			slow = fmt.Sprintf("the last checkpoint took %s, longer than the ~%s a %s reclamation notice leaves (worker %s): a noticed loss there would lose the steps since the previous checkpoint",
-				took.Round(100*time.Millisecond), window, w.provider, w.pod.Name)
+				took.Round(100*time.Millisecond), n.Usable, w.provider, w.pod.Name)
 			break
 		}
 	}

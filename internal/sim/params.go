@@ -8,6 +8,7 @@ import (
 	"time"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/core"
 )
 
 // Provider is a cloud's reclamation notice as the simulator replays it: the
@@ -23,14 +24,20 @@ type Provider struct {
 	ProviderIDPrefix string
 }
 
-// Providers are the clouds of FACTS.md with their documented notice windows.
-// "none" replays every removal as a hard loss.
+// Providers are the clouds of FACTS.md with their documented notice windows,
+// the decision core's (core.NoticeWindows). "none" replays every removal as a
+// hard loss.
 var Providers = map[string]Provider{
-	"alibaba": {Name: "alibaba", Window: 300 * time.Second, Usable: 300 * time.Second, ProviderIDPrefix: "alicloud://"},
-	"aws":     {Name: "aws", Window: 120 * time.Second, Usable: 120 * time.Second, ProviderIDPrefix: "aws://"},
-	"azure":   {Name: "azure", Window: 30 * time.Second, Usable: 30 * time.Second, ProviderIDPrefix: "azure://"},
-	"gcp":     {Name: "gcp", Window: 30 * time.Second, Usable: 15 * time.Second, ProviderIDPrefix: "gce://"},
+	"alibaba": provider("alibaba", "alicloud://"),
+	"aws":     provider("aws", "aws://"),
+	"azure":   provider("azure", "azure://"),
+	"gcp":     provider("gcp", "gce://"),
 	"none":    {Name: "none"},
+}
+
+func provider(name, idPrefix string) Provider {
+	n := core.NoticeWindows[name]
+	return Provider{Name: name, Window: n.Window, Usable: n.Usable, ProviderIDPrefix: idPrefix}
 }
 
 // ProviderNames lists the known providers, sorted.
