@@ -123,6 +123,37 @@ func nodeCostKey(labels map[string]string, onDemand map[string]string) costKey {
 	return k
 }
 
+// MaxCostRows is status.cost.rows' bound in the CRD.
+const MaxCostRows = 64
+
+// mergeRows folds rows into one at their time-weighted prices, so that the
+// bill of a job that ran on more than MaxCostRows prices keeps its totals.
+func mergeRows(rows []etjobv1.CostRow) etjobv1.CostRow {
+	out := etjobv1.CostRow{CapacityType: rows[0].CapacityType}
+	var cost, onDemand float64
+	onDemandKnown := true
+	for _, r := range rows {
+		out.Milliseconds += r.Milliseconds
+		p, _ := strconv.ParseFloat(r.PricePerHour, 64)
+		cost += p * float64(r.Milliseconds)
+		if od, err := strconv.ParseFloat(r.OnDemandPricePerHour, 64); err == nil {
+			onDemand += od * float64(r.Milliseconds)
+		} else {
+			onDemandKnown = false
+		}
+		if r.CapacityType != out.CapacityType {
+			out.CapacityType = ""
+		}
+	}
+	if out.Milliseconds > 0 {
+		out.PricePerHour = strconv.FormatFloat(cost/float64(out.Milliseconds), 'f', -1, 64)
+		if onDemandKnown {
+			out.OnDemandPricePerHour = strconv.FormatFloat(onDemand/float64(out.Milliseconds), 'f', -1, 64)
+		}
+	}
+	return out
+}
+
 // costStatus writes the rows out, sorted, with their totals.
 func costStatus(rows map[costKey]int64, now time.Time) *etjobv1.CostStatus {
 	c := &etjobv1.CostStatus{Time: &metav1.Time{Time: now}}
@@ -152,8 +183,8 @@ func costStatus(rows map[costKey]int64, now time.Time) *etjobv1.CostStatus {
 		}
 		return a.PricePerHour < b.PricePerHour
 	})
-	if len(c.Rows) > 64 {
-		c.Rows = c.Rows[:64] // the CRD's bound; a job on more than 64 prices keeps its totals
+	if len(c.Rows) > MaxCostRows {
+		c.Rows = append(c.Rows[:MaxCostRows-1], mergeRows(c.Rows[MaxCostRows-1:]))
 	}
 	c.WorkerHours = strconv.FormatFloat(float64(ms)/float64(time.Hour/time.Millisecond), 'f', 6, 64)
 	c.Cost = strconv.FormatFloat(cost, 'f', 6, 64)

@@ -1,6 +1,9 @@
 package core_test
 
 import (
+	"fmt"
+	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -111,5 +114,39 @@ func TestBill(t *testing.T) {
 				t.Errorf("RequeueAfter = %s, want %s (the next flush)", plan.RequeueAfter, tc.wantNext)
 			}
 		})
+	}
+}
+
+// TestBillPastMaxCostRows: a job on more prices than status.cost.rows may
+// hold folds the rest into one row at their weighted price, and its totals
+// stay right, also at the next update.
+func TestBillPastMaxCostRows(t *testing.T) {
+	job := base().Replicas(70).Max(70).Obj()
+	nodes := map[string]*corev1.Node{"od": priced("od", etjobv1.CapacityTypeOnDemand, "3.06")}
+	var pods []*corev1.Pod
+	sum := 0.0
+	for i := range int32(70) {
+		name := fmt.Sprintf("s%d", i)
+		price := fmt.Sprintf("%.2f", 0.5+float64(i)/100)
+		nodes[name] = priced(name, etjobv1.CapacityTypeSpot, price)
+		pods = append(pods, MakeWorker(job, i).Ready(name).Started(t0.Add(-time.Hour)).Obj())
+		sum += 0.5 + float64(i)/100
+	}
+	job.Status = running(etjobv1.ElasticJobStatus{NextWorkerIndex: 70})
+	for _, at := range []time.Duration{0, core.CostFlushInterval} {
+		plan := core.Decide(core.Snapshot{Job: job, Pods: pods, Nodes: nodes}, t0.Add(at))
+		c := plan.Status.Cost
+		if c == nil || len(c.Rows) != core.MaxCostRows {
+			t.Fatalf("at +%s: status.cost = %+v, want %d rows", at, c, core.MaxCostRows)
+		}
+		hours := (time.Hour + at).Hours()
+		if got, _ := strconv.ParseFloat(c.Cost, 64); math.Abs(got-sum*hours) > 1e-4 {
+			t.Errorf("at +%s: cost %v, want %v", at, got, sum*hours)
+		}
+		if got, _ := strconv.ParseFloat(c.OnDemandCost, 64); math.Abs(got-70*3.06*hours) > 1e-4 {
+			t.Errorf("at +%s: on-demand cost %v, want %v", at, got, 70*3.06*hours)
+		}
+		job = job.DeepCopy()
+		job.Status = plan.Status
 	}
 }

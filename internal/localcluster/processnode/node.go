@@ -21,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 )
 
 // ResourceGPU is the extended resource of the emulated accelerator that every
@@ -91,11 +93,10 @@ func NewNode(opts Options) (*nodeutil.Node, *Provider, error) {
 	var provider *Provider
 	newProvider := func(cfg nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
 		p, err := NewProvider(ProviderConfig{
-			NodeName: opts.NodeName,
-			NodeIP:   opts.NodeIP,
-			WorkDir:  opts.WorkDir,
-			// The price label, as etjob-local gives it with --labels.
-			PricePerHour: opts.Labels["etjob.dev/price-per-hour"],
+			NodeName:     opts.NodeName,
+			NodeIP:       opts.NodeIP,
+			WorkDir:      opts.WorkDir,
+			PricePerHour: opts.Labels[etjobv1.LabelPricePerHour],
 			ConfigMaps:   cfg.ConfigMaps,
 			Secrets:      cfg.Secrets,
 			Client:       opts.Client,
