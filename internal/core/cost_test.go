@@ -3,6 +3,7 @@ package core_test
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
@@ -148,5 +149,65 @@ func TestBillPastMaxCostRows(t *testing.T) {
 		}
 		job = job.DeepCopy()
 		job.Status = plan.Status
+	}
+}
+
+// TestBillAddsUp: however the passes fall, the bill's worker time is the
+// pods' own, start to end, to the millisecond (the pods stay in the
+// snapshot; a pod that ended shows its end from then on).
+func TestBillAddsUp(t *testing.T) {
+	for seed := range uint64(50) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		job := base().Replicas(4).Max(8).Obj()
+		nodes := map[string]*corev1.Node{}
+		type span struct{ start, end time.Time }
+		var spans []span
+		horizon := t0.Add(time.Hour)
+		for i := range 8 {
+			name := fmt.Sprintf("s%d", i)
+			nodes[name] = priced(name, etjobv1.CapacityTypeSpot, "1")
+			start := t0.Add(time.Duration(r.IntN(1800000)) * time.Millisecond)
+			end := start.Add(time.Duration(1+r.IntN(3600000)) * time.Millisecond)
+			spans = append(spans, span{start, end})
+		}
+		job.Status = running(etjobv1.ElasticJobStatus{NextWorkerIndex: 8})
+		for now := t0; !now.After(horizon); now = now.Add(time.Duration(1+r.IntN(400000)) * time.Millisecond) {
+			var pods []*corev1.Pod
+			for i, sp := range spans {
+				w := MakeWorker(job, int32(i))
+				switch {
+				case sp.start.After(now):
+					continue
+				case !sp.end.After(now):
+					w = w.Node(nodes[fmt.Sprintf("s%d", i)].Name).Started(sp.start).Exited(75, sp.end)
+				default:
+					w = w.Ready(fmt.Sprintf("s%d", i)).Started(sp.start)
+				}
+				pods = append(pods, w.Obj())
+			}
+			plan := core.Decide(core.Snapshot{Job: job, Pods: pods, Nodes: nodes}, now)
+			job = job.DeepCopy()
+			job.Status = plan.Status
+		}
+		// The last pass before the horizon billed up to it at most; the
+		// time after the last pass is not billed yet.
+		var got int64
+		for _, row := range job.Status.Cost.Rows {
+			got += row.Milliseconds
+		}
+		last := job.Status.Cost.Time.Time
+		var upToLast time.Duration
+		for _, sp := range spans {
+			e := sp.end
+			if e.After(last) {
+				e = last
+			}
+			if e.After(sp.start) {
+				upToLast += e.Sub(sp.start)
+			}
+		}
+		if time.Duration(got)*time.Millisecond != upToLast {
+			t.Errorf("seed %d: billed %s up to %s, the pods ran %s by then", seed, time.Duration(got)*time.Millisecond, last, upToLast)
+		}
 	}
 }
