@@ -26,7 +26,8 @@ type costKey struct {
 // bill brings status.cost up to now when this pass writes the status anyway
 // or the bill is CostFlushInterval old: every worker pod (any attempt) adds
 // the time since the bill's last update that it ran, from its start
-// (status.startTime) to its container's end, or to now while it runs, at its
+// (status.startTime) to its container's end, or while it runs to the whole
+// second before now (the bill's time is stored in whole seconds), at its
 // node's capacity type and price. A pod deleted between two updates loses
 // its time since the last one, which is why the bill follows every status
 // write: a worker's end (terminal, deleting, leaving) changes the status.
@@ -51,7 +52,10 @@ func (d *decision) bill() {
 		}
 		return
 	}
-	if !d.now.After(from) {
+	// The bill's time is stored in whole seconds (metav1.Time): it bills up
+	// to the second before now, so the next pass starts exactly there.
+	upTo := d.now.Truncate(time.Second)
+	if !upTo.After(from) {
 		return
 	}
 	rows := map[costKey]int64{}
@@ -69,8 +73,8 @@ func (d *decision) bill() {
 		if node == nil {
 			continue
 		}
-		start, end := v.pod.Status.StartTime.Time, d.now
-		if v.terminal {
+		start, end := v.pod.Status.StartTime.Time, upTo
+		if v.terminal && v.finishedAt.Before(upTo) {
 			end = v.finishedAt // zero when unknown: nothing more
 		}
 		if start.Before(from) {
@@ -81,7 +85,7 @@ func (d *decision) bill() {
 		}
 		rows[nodeCostKey(node.Labels, onDemand)] += end.Sub(start).Milliseconds()
 	}
-	d.st.Cost = costStatus(rows, d.now)
+	d.st.Cost = costStatus(rows, upTo)
 	if running {
 		d.requeueAt(d.now.Add(CostFlushInterval))
 	}
