@@ -221,6 +221,10 @@ type NodeSpec struct {
 	Spot         bool
 	InstanceType string
 	PricePerHour etjobv1.PricePerHour
+	// OnDemandPricePerHour is the on-demand price of a spot node's instance
+	// type (etjobv1.LabelOnDemandPricePerHour), what status.cost sets its
+	// hours beside; 0 on on-demand nodes, whose own price it is.
+	OnDemandPricePerHour etjobv1.PricePerHour
 	// Provider is the cloud whose metadata service the node emulates
 	// (alibaba, aws, gcp, azure) and whose notices its agent reads.
 	Provider string
@@ -254,13 +258,17 @@ func (n NodeSpec) Labels() map[string]string {
 	if n.Spot {
 		ct = etjobv1.CapacityTypeSpot
 	}
-	return map[string]string{
-		etjobv1.LabelCapacityType:          ct,
-		"node.kubernetes.io/instance-type": n.InstanceType,
-		"topology.kubernetes.io/zone":      "local-a",
-		etjobv1.LabelPricePerHour:          n.PricePerHour.String(),
-		etjobv1.LabelCloudProvider:         n.Provider,
+	labels := map[string]string{
+		etjobv1.LabelCapacityType:     ct,
+		etjobv1.LabelInstanceType:     n.InstanceType,
+		"topology.kubernetes.io/zone": "local-a",
+		etjobv1.LabelPricePerHour:     n.PricePerHour.String(),
+		etjobv1.LabelCloudProvider:    n.Provider,
 	}
+	if n.OnDemandPricePerHour > 0 {
+		labels[etjobv1.LabelOnDemandPricePerHour] = n.OnDemandPricePerHour.String()
+	}
+	return labels
 }
 
 // StartNode starts (or finds running) a process node.

@@ -53,12 +53,12 @@ var Providers = []string{"aws", "gcp", "azure", "alibaba"}
 // NewNodeSpec names a GPU node's capacity, price and cloud; index picks its
 // loopback /24 (and, round-robin, its cloud).
 func NewNodeSpec(name string, spot bool, index int) NodeSpec {
-	price := OnDemandPrice
-	if spot {
-		price = SpotPrice
-	}
-	return NodeSpec{Name: name, Spot: spot, InstanceType: InstanceType, PricePerHour: price, Index: index, GPUs: 1,
+	n := NodeSpec{Name: name, Spot: spot, InstanceType: InstanceType, PricePerHour: OnDemandPrice, Index: index, GPUs: 1,
 		Provider: Providers[index%len(Providers)]}
+	if spot {
+		n.PricePerHour, n.OnDemandPricePerHour = SpotPrice, OnDemandPrice
+	}
+	return n
 }
 
 // NewLauncherNodeSpec is an on-demand CPU node (no accelerator): reliable
