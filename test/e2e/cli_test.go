@@ -113,23 +113,32 @@ func TestCLIStory(t *testing.T) {
 	// A spot node is reclaimed with a notice: the job shrinks in place, then
 	// grows back on a new node.
 	// Its cloud is one the other stories have not reclaimed yet, when it can be.
-	j := getJob()
-	victim, provider := "", ""
-	done := reclaimedProviders()
 	cs, err := cl.Clientset()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range j.Status.Workers {
-		if w.State != etjobv1.WorkerMember || !strings.HasPrefix(w.Node, "spot-") {
-			continue
+	// spotMembers are the job's members on spot nodes, with their node's cloud.
+	type member struct{ pod, node, provider string }
+	spotMembers := func() []member {
+		t.Helper()
+		var out []member
+		for _, w := range getJob().Status.Workers {
+			if w.State != etjobv1.WorkerMember || !strings.HasPrefix(w.Node, "spot-") {
+				continue
+			}
+			node, err := cs.CoreV1().Nodes().Get(ctx, w.Node, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, member{w.Name, w.Node, node.Labels[etjobv1.LabelCloudProvider]})
 		}
-		node, err := cs.CoreV1().Nodes().Get(ctx, w.Node, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p := node.Labels[etjobv1.LabelCloudProvider]; victim == "" || (slices.Contains(done, provider) && !slices.Contains(done, p)) {
-			victim, provider = w.Node, p
+		return out
+	}
+	victim, provider := "", ""
+	done := reclaimedProviders()
+	for _, m := range spotMembers() {
+		if victim == "" || (slices.Contains(done, provider) && !slices.Contains(done, m.provider)) {
+			victim, provider = m.node, m.provider
 		}
 	}
 	must("cluster", "reclaim", victim, "--notice", "15s")
@@ -145,22 +154,14 @@ func TestCLIStory(t *testing.T) {
 	// carries its own deadline (AWS, Alibaba; GCP's and Azure's are 30 s
 	// whatever --notice says, less than the checkpoint time + the margin).
 	must("cluster", "add-node", "--spot")
-	j = getJob()
 	victim, victimPod := "", ""
-	for _, w := range j.Status.Workers {
-		if w.State != etjobv1.WorkerMember || !strings.HasPrefix(w.Node, "spot-") {
-			continue
-		}
-		node, err := cs.CoreV1().Nodes().Get(ctx, w.Node, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p := node.Labels[etjobv1.LabelCloudProvider]; (p == "aws" || p == "alibaba") && victim == "" {
-			victim, victimPod = w.Node, w.Name
+	for _, m := range spotMembers() {
+		if (m.provider == "aws" || m.provider == "alibaba") && victim == "" {
+			victim, victimPod = m.node, m.pod
 		}
 	}
 	if victim == "" {
-		t.Fatalf("no member runs on an AWS or Alibaba node: %+v", j.Status.Workers)
+		t.Fatalf("no member runs on an AWS or Alibaba node: %+v", getJob().Status.Workers)
 	}
 	noticeAt := time.Now()
 	deadlineAt := noticeAt.Add(60 * time.Second)
@@ -169,9 +170,19 @@ func TestCLIStory(t *testing.T) {
 		_, err := etjob("cluster", "reclaim", victim, "--notice", "60s")
 		reclaimedSpot <- err
 	}()
+	// Mid-notice the worker is still a member, with the stop lead the
+	// controller gave it: its checkpoint time + the margin.
 	time.Sleep(25 * time.Second)
 	if mid := getJob(); mid.Status.Members != 4 {
 		t.Errorf("25 s into a 60 s notice the job has %d members, want 4: the noticed %s trains on until its stop time", mid.Status.Members, victimPod)
+	}
+	var lead time.Duration
+	if pod, err := cs.CoreV1().Pods("default").Get(ctx, victimPod, metav1.GetOptions{}); err != nil {
+		t.Errorf("the noticed %s: %v", victimPod, err)
+	} else if n, err := strconv.Atoi(pod.Annotations[etjobv1.AnnotationStopLead]); err != nil || n < 15 {
+		t.Errorf("the noticed %s has stop lead %q, want the checkpoint time + the 15 s margin", victimPod, pod.Annotations[etjobv1.AnnotationStopLead])
+	} else {
+		lead = time.Duration(n) * time.Second
 	}
 	if err := <-reclaimedSpot; err != nil {
 		t.Fatalf("etjob-local cluster reclaim %s: %v", victim, err)
@@ -183,15 +194,15 @@ func TestCLIStory(t *testing.T) {
 	// The noticed worker's last step before its deadline, and the agreed
 	// stop that ended it (the first after it; a join's restart may stop the
 	// ranks once before).
+	secs := func(at time.Time) float64 { return float64(at.UnixNano()) / 1e9 }
 	var lastStep, stop *driver.LogLine
 	for i, l := range lines {
-		at := time.Unix(0, int64(l.T*1e9))
-		if l.Kind == "step" && l.Pod == victimPod && !at.Before(noticeAt) && !at.After(deadlineAt) {
+		if l.Kind == "step" && l.Pod == victimPod && l.T >= secs(noticeAt) && l.T <= secs(deadlineAt) {
 			lastStep = &lines[i]
 		}
 	}
 	for i, l := range lines {
-		if l.Kind == "stop" && lastStep != nil && l.T >= lastStep.T && l.T <= float64(deadlineAt.UnixNano())/1e9 {
+		if l.Kind == "stop" && lastStep != nil && l.T >= lastStep.T && l.T <= secs(deadlineAt) {
 			stop = &lines[i]
 			break
 		}
@@ -199,13 +210,15 @@ func TestCLIStory(t *testing.T) {
 	switch {
 	case lastStep == nil || stop == nil:
 		t.Errorf("no step of %s (%v) or no agreed stop (%v) between the notice and its deadline", victimPod, lastStep, stop)
-	default:
-		trained := time.Duration((lastStep.T - float64(noticeAt.UnixNano())/1e9) * float64(time.Second))
-		stopped := time.Duration((stop.T - float64(noticeAt.UnixNano())/1e9) * float64(time.Second))
-		t.Logf("lead time: %s trained %s into its 60 s notice; the agreed stop at step %d came %s after the notice, %s before the deadline",
-			victimPod, trained.Round(100*time.Millisecond), stop.Step, stopped.Round(100*time.Millisecond), (60*time.Second - stopped).Round(100*time.Millisecond))
-		if trained < 30*time.Second || stopped < trained || stopped >= 60*time.Second {
-			t.Errorf("want the noticed worker training >= 30 s after the notice, then the stop, before the deadline: trained %s, stop at %s", trained, stopped)
+	case lead > 0:
+		// The agent's deadline is whole seconds (RFC 3339): the stop time
+		// is deadline - lead, up to a second earlier.
+		stopAt := secs(deadlineAt.Add(-lead)) - 1
+		t.Logf("lead time: %s trained %.1fs into its 60 s notice; stop lead %s; the agreed stop at step %d came %.1fs after the notice, %.1fs before the deadline",
+			victimPod, lastStep.T-secs(noticeAt), lead, stop.Step, stop.T-secs(noticeAt), secs(deadlineAt)-stop.T)
+		if lastStep.T < stopAt-1 || stop.T < stopAt {
+			t.Errorf("the noticed worker stopped training before deadline - its stop lead: last step %.1fs, stop %.1fs after the notice, stop time %.1fs",
+				lastStep.T-secs(noticeAt), stop.T-secs(noticeAt), stopAt-secs(noticeAt))
 		}
 		if lastStep.Step > stop.Step {
 			t.Errorf("%s trained step %d past the agreed stop step %d", victimPod, lastStep.Step, stop.Step)
@@ -249,7 +262,7 @@ func TestCLIStory(t *testing.T) {
 
 	// Arena's scale-in.
 	must("scalein", "etjob", "--name=digits-cli", "--count=1", "--timeout=4m")
-	j = waitFor("completion", 15*time.Minute, func(j *etjobv1.ElasticJob) bool { return j.Status.CompletionTime != nil })
+	j := waitFor("completion", 15*time.Minute, func(j *etjobv1.ElasticJob) bool { return j.Status.CompletionTime != nil })
 	if out := must("get", "digits-cli"); !strings.Contains(out, "SUCCEEDED") {
 		t.Errorf("etjob get after completion:\n%s", out)
 	}
@@ -273,14 +286,22 @@ func TestCLIStory(t *testing.T) {
 		}
 	}
 	// The bill (status.cost) against the local cluster's own record: each
-	// node's billing ledger of its pods' start and end, times its price.
-	if want := ledgerCost(t, dir, "default", "digits-cli-worker-"); j.Status.Cost == nil {
+	// node's billing ledger of its pods' start and end, times its price; and
+	// the on-demand equivalent, those hours at the on-demand price.
+	want, hours := ledgerCost(t, dir, "default", "digits-cli-worker-")
+	if c := j.Status.Cost; c == nil {
 		t.Errorf("no status.cost; the nodes' ledgers say $%.6f", want)
 	} else {
-		got, _ := strconv.ParseFloat(j.Status.Cost.Cost, 64)
-		t.Logf("status.cost: $%.6f for %s worker-hours (on demand $%s); the nodes' ledgers: $%.6f", got, j.Status.Cost.WorkerHours, j.Status.Cost.OnDemandCost, want)
+		got, _ := strconv.ParseFloat(c.Cost, 64)
+		onDemand, _ := strconv.ParseFloat(c.OnDemandCost, 64)
+		wantOnDemand := float64(localcluster.OnDemandPrice) * hours
+		t.Logf("status.cost: $%.6f for %s worker-hours (on demand $%.6f); the nodes' ledgers: $%.6f for %.6f worker-hours (on demand $%.6f)",
+			got, c.WorkerHours, onDemand, want, hours, wantOnDemand)
 		if want <= 0 || math.Abs(got-want) > 0.01*want {
 			t.Errorf("status.cost.cost = $%.6f, the nodes' ledgers say $%.6f: more than 1%% apart", got, want)
+		}
+		if math.Abs(onDemand-wantOnDemand) > 0.01*wantOnDemand {
+			t.Errorf("status.cost.onDemandCost = $%.6f, the ledgers' hours on demand are $%.6f: more than 1%% apart", onDemand, wantOnDemand)
 		}
 	}
 	if out := must("cost", "digits-cli"); !strings.Contains(out, "the controller's bill") {
@@ -290,13 +311,12 @@ func TestCLIStory(t *testing.T) {
 }
 
 // ledgerCost is what the process nodes' billing ledgers
-// (processnode.LedgerFile) say the pods named prefix* in namespace cost:
-// each pod's start to its last container's end (or to when its node was
-// killed with it), times its node's price.
-func ledgerCost(t *testing.T, dir, namespace, prefix string) float64 {
+// (processnode.LedgerFile) say the pods named prefix* in namespace cost, and
+// their hours: each pod's start to its last container's end (or to when its
+// node was killed with it), times its node's price.
+func ledgerCost(t *testing.T, dir, namespace, prefix string) (cost, hours float64) {
 	t.Helper()
 	ledgers, _ := filepath.Glob(filepath.Join(dir, "nodes", "*", processnode.LedgerFile))
-	total := 0.0
 	for _, f := range ledgers {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -329,9 +349,11 @@ func ledgerCost(t *testing.T, dir, namespace, prefix string) float64 {
 				e = killed
 			}
 			if e > s {
-				total += float64(e-s) / float64(time.Hour) * price[uid]
+				h := float64(e-s) / float64(time.Hour)
+				cost += h * price[uid]
+				hours += h
 			}
 		}
 	}
-	return total
+	return cost, hours
 }
