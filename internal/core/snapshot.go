@@ -8,11 +8,13 @@
 // decide.go holds Decide and the one order of its steps; each policy has its
 // own file and test file: launcher.go (the launcher, its move, horovodrun),
 // failures.go (failures, preemptions, backoffLimit, restarts), leaving.go
-// (workers told to leave and their grace), completion.go (completion,
+// (workers told to leave, their grace, and the notice's lead time),
+// completion.go (completion,
 // activeDeadlineSeconds, cleanup and TTL), scaling.go (the job's size),
 // membership.go (the published membership, join batching), capacity.go
-// (below minReplicas), suspend.go (spec.suspend) and status.go (conditions
-// and the status summary). scale.go decides ScaleOut and ScaleIn requests.
+// (below minReplicas), suspend.go (spec.suspend), status.go (conditions
+// and the status summary) and cost.go (the bill, status.cost). scale.go
+// decides ScaleOut and ScaleIn requests.
 package core
 
 import (
