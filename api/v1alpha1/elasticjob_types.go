@@ -328,11 +328,12 @@ type TimelineEvent struct {
 // every worker pod the job ever ran (also the deleted ones), by capacity type
 // and price, and what those hours cost on demand.
 type CostStatus struct {
-	// time: the bill covers the job's worker pods up to this time. The
-	// controller brings it up to date with every status write and at least
-	// every 5 minutes while a worker runs.
+	// time: the bill covers the job's worker pods up to this time (to the
+	// microsecond: the next update starts exactly there). The controller
+	// brings it up to date with every status write and at least every 5
+	// minutes while a worker runs.
 	// +optional
-	Time *metav1.Time `json:"time,omitempty"`
+	Time *metav1.MicroTime `json:"time,omitempty"`
 	// rows are the worker hours by capacity type and price.
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=atomic

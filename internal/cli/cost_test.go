@@ -13,7 +13,7 @@ import (
 // TestStatusCost: `etjob cost` prints the controller's bill, with the
 // on-demand price given where the bill knows none.
 func TestStatusCost(t *testing.T) {
-	at := metav1.NewTime(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	at := metav1.NewMicroTime(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	job := &etjobv1.ElasticJob{ObjectMeta: metav1.ObjectMeta{Name: "digits", Namespace: "ml"}}
 	if _, ok := StatusCost(job, 0); ok {
 		t.Fatal("a job without status.cost has a bill")

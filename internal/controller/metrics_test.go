@@ -30,7 +30,7 @@ func metricsJob() *etjobv1.ElasticJob {
 				{Name: "w2", State: etjobv1.WorkerLeaving}},
 			Conditions:     []metav1.Condition{{Type: etjobv1.ConditionRunning, Status: metav1.ConditionTrue, Reason: "Training", LastTransitionTime: now}},
 			LastCheckpoint: &etjobv1.CheckpointStatus{Step: 1200, Time: &now, DurationMilliseconds: 1500},
-			Cost: &etjobv1.CostStatus{Time: &now, Rows: []etjobv1.CostRow{{CapacityType: "spot", PricePerHour: "0.91", OnDemandPricePerHour: "3.06", Milliseconds: 5400000}},
+			Cost: &etjobv1.CostStatus{Time: &metav1.MicroTime{Time: now.Time}, Rows: []etjobv1.CostRow{{CapacityType: "spot", PricePerHour: "0.91", OnDemandPricePerHour: "3.06", Milliseconds: 5400000}},
 				WorkerHours: "1.500000", Cost: "1.365000", OnDemandCost: "4.590000"},
 			StartTime: &now,
 		},

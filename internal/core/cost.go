@@ -26,9 +26,8 @@ type costKey struct {
 // bill brings status.cost up to now when this pass writes the status anyway
 // or the bill is CostFlushInterval old: every worker pod (any attempt) adds
 // the time since the bill's last update that it ran, from its start
-// (status.startTime) to its container's end, or while it runs to the whole
-// second before now (the bill's time is stored in whole seconds), at its
-// node's capacity type and price. A pod deleted between two updates loses
+// (status.startTime) to its container's end, or to now while it runs, at
+// its node's capacity type and price. A pod deleted between two updates loses
 // its time since the last one, which is why the bill follows every status
 // write: a worker's end (terminal, deleting, leaving) changes the status.
 // A pod on a node that is gone adds nothing more (its price went with it).
@@ -52,9 +51,9 @@ func (d *decision) bill() {
 		}
 		return
 	}
-	// The bill's time is stored in whole seconds (metav1.Time): it bills up
-	// to the second before now, so the next pass starts exactly there.
-	upTo := d.now.Truncate(time.Second)
+	// The bill's time is stored to the microsecond (metav1.MicroTime): it
+	// bills up to that, so the next pass starts exactly there.
+	upTo := d.now.Truncate(time.Microsecond)
 	if !upTo.After(from) {
 		return
 	}
@@ -160,7 +159,7 @@ func mergeRows(rows []etjobv1.CostRow) etjobv1.CostRow {
 
 // costStatus writes the rows out, sorted, with their totals.
 func costStatus(rows map[costKey]int64, now time.Time) *etjobv1.CostStatus {
-	c := &etjobv1.CostStatus{Time: &metav1.Time{Time: now}}
+	c := &etjobv1.CostStatus{Time: &metav1.MicroTime{Time: now}}
 	var ms int64
 	var cost, onDemand float64
 	onDemandKnown := true
