@@ -11,10 +11,11 @@ import (
 )
 
 // testdata/decisions.jsonl.gz is a slice of a real run's decision record
-// (`etjob-local chaos --seed 1`, <dir>/decisions.jsonl, records 1-13, 18-20
-// and 35-36, cut on 2026-12-01 when status.cost joined the plans): the job's
-// creation, its first membership, a replaced worker, and two noticed reclaims
-// with their replacements. A deliberate change of what Decide plans for
+// (`etjob-local chaos --seed 1`, <dir>/decisions.jsonl, records 1-13, 15, 22,
+// 32, 36 and 41, cut on 2026-12-01 when status.cost joined the plans): the
+// job's creation, its first membership, three noticed reclaims with their
+// replacements, and the deletion of noticed and replaced workers. A
+// deliberate change of what Decide plans for
 // these snapshots fails TestReplayRecorded: cut a new slice from a fresh
 // run's record (the records named above) and say why in the change.
 const recorded = "testdata/decisions.jsonl.gz"
