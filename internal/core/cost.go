@@ -31,6 +31,8 @@ type costKey struct {
 // its time since the last one, which is why the bill follows every status
 // write: a worker's end (terminal, deleting, leaving) changes the status.
 // A pod on a node that is gone adds nothing more (its price went with it).
+// It reads every pod observed (d.pods), not d.workers, which a restart
+// empties: a restart's pass once billed none of the workers it deleted.
 func (d *decision) bill() {
 	prev := d.s.Job.Status.Cost
 	var from time.Time
@@ -38,7 +40,7 @@ func (d *decision) bill() {
 		from = prev.Time.Time
 	}
 	running := false
-	for _, v := range d.all() {
+	for _, v := range d.pods {
 		if v.role == etjobv1.RoleWorker && v.pod.Status.StartTime != nil && !v.terminal && !v.lost {
 			running = true
 		}
@@ -64,7 +66,7 @@ func (d *decision) bill() {
 		}
 	}
 	onDemand := onDemandPrices(d.s.Nodes)
-	for _, v := range d.all() {
+	for _, v := range d.pods {
 		if v.role != etjobv1.RoleWorker || v.pod.Status.StartTime == nil || v.lost {
 			continue
 		}

@@ -232,3 +232,31 @@ func TestBillAddsUp(t *testing.T) {
 		}
 	}
 }
+
+// TestBillOnRestart: the pass that restarts the job (and so deletes every
+// pod) bills the workers it deletes up to their end: the first CLI-story runs
+// under a launcher move lost 13 s of four workers' time there.
+func TestBillOnRestart(t *testing.T) {
+	job := base().Replicas(2).RestartPolicy(etjobv1.RestartPolicyOnFailure).Obj()
+	job.Status = running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2,
+		Membership: etjobv1.MembershipStatus{Generation: 1, Hosts: []string{"j-worker-0:1", "j-worker-1:1"}},
+		Cost:       &etjobv1.CostStatus{Time: &metav1.MicroTime{Time: t0.Add(-10 * time.Minute)}}})
+	nodes := map[string]*corev1.Node{
+		"od": priced("od", etjobv1.CapacityTypeOnDemand, "3.06"),
+		"s0": priced("s0", etjobv1.CapacityTypeSpot, "1"),
+		"s1": priced("s1", etjobv1.CapacityTypeSpot, "1"),
+	}
+	pods := []*corev1.Pod{
+		MakeLauncher(job).Node("od").Exited(1, t0.Add(-time.Minute)).Obj(),
+		MakeWorker(job, 0).Ready("s0").Started(t0.Add(-time.Hour)).Obj(),
+		MakeWorker(job, 1).Node("s1").Started(t0.Add(-time.Hour)).Exited(75, t0.Add(-5*time.Minute)).Obj(),
+	}
+	plan := core.Decide(core.Snapshot{Job: job, Pods: pods, Nodes: nodes}, t0)
+	if plan.Status.Restarts != 1 || len(plan.Delete) != 3 {
+		t.Fatalf("want the job restarted, every pod deleted: restarts %d, deletions %v", plan.Status.Restarts, plan.Delete)
+	}
+	c := plan.Status.Cost
+	if c == nil || len(c.Rows) != 1 || c.Rows[0].Milliseconds != (10*time.Minute+5*time.Minute).Milliseconds() {
+		t.Errorf("status.cost = %+v, want 10 min of worker 0 and 5 of worker 1", c)
+	}
+}

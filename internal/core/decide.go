@@ -130,6 +130,9 @@ type decision struct {
 	workers  []*podView // current attempt, by index
 	launcher *podView   // current attempt
 	stale    []*podView // older attempts
+	// pods are every pod of the snapshot, classified; unlike workers (which
+	// a restart empties) they stay what was observed: the bill reads them.
+	pods []*podView
 	deleted  map[string]bool
 	signaled map[string]bool
 	created  []int32
@@ -158,6 +161,7 @@ func newDecision(s Snapshot, now time.Time) *decision {
 	attempt := d.st.Restarts
 	for _, p := range s.Pods {
 		v := classify(&s, p)
+		d.pods = append(d.pods, v)
 		if v.role == etjobv1.RoleWorker && v.index >= d.st.NextWorkerIndex {
 			// Names are never reused, even if a status write was lost.
 			d.st.NextWorkerIndex = v.index + 1
