@@ -132,7 +132,7 @@ type decision struct {
 	stale    []*podView // older attempts
 	// pods are every pod of the snapshot, classified; unlike workers (which
 	// a restart empties) they stay what was observed: the bill reads them.
-	pods []*podView
+	pods     []*podView
 	deleted  map[string]bool
 	signaled map[string]bool
 	created  []int32
