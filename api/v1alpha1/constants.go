@@ -44,8 +44,14 @@ const (
 	ReasonPodCreateAccepted   = "PodCreateAccepted"
 	ReasonMaxWaitTimeExceeded = "MaxWaitTimeExceeded"
 	ReasonScaleIn             = "ScaleIn"
-	ReasonCompleting          = "Completing"
-	ReasonNeverRan            = "Pending"
+	// ReasonGrowth: an extra worker given back (its probe timed out, or the
+	// job needs fewer extra workers); a release, not a preemption.
+	ReasonGrowth = "Growth"
+	// ReasonPriceAboveMax: the worker's node's price rose above
+	// spec.spot.maxPricePerHour; it leaves at an agreed step (a release).
+	ReasonPriceAboveMax = "PriceAboveMax"
+	ReasonCompleting    = "Completing"
+	ReasonNeverRan      = "Pending"
 	// ReasonLauncherMoving: the launcher's node has a reclamation notice; the
 	// workers checkpoint and stop, then the job restarts with a new launcher
 	// (the rendezvous store cannot move under running workers).
@@ -62,6 +68,12 @@ const (
 	LabelWorkerIndex = "etjob.dev/worker-index"
 	// LabelAttempt is the job's restart count when the pod was created.
 	LabelAttempt = "etjob.dev/attempt"
+	// LabelExtra marks an extra worker, created above spec.replicas by
+	// spec.growth's Opportunistic policy, at its lower PriorityClass.
+	LabelExtra = "etjob.dev/extra"
+	// LabelKueueQueue is Kueue's queue label: a job that carries it does not
+	// grow above spec.replicas, the size Kueue admitted.
+	LabelKueueQueue = "kueue.x-k8s.io/queue-name"
 	// LabelCloudProvider names a node's cloud (aws, gcp, azure, alibaba) where
 	// its spec.providerID does not: etjob's local cluster sets it on process
 	// nodes, whose metadata service emulates that cloud.
@@ -133,6 +145,9 @@ type CheckpointAnnotation struct {
 	Time string `json:"time"`
 	// Seconds is how long writing it took.
 	Seconds float64 `json:"seconds"`
+	// SamplesPerSecond is the worker's throughput when it reported the
+	// checkpoint (0 when it did not say).
+	SamplesPerSecond float64 `json:"samplesPerSecond,omitempty"`
 }
 
 // The types of status.timeline's events (TimelineEvent.Type).

@@ -163,6 +163,11 @@ type ElasticJobSpec struct {
 	// +optional
 	Spot *SpotSpec `json:"spot,omitempty"`
 
+	// growth lets the job grow above replicas, up to maxReplicas, on capacity
+	// that nobody else asks for (policy Opportunistic).
+	// +optional
+	Growth *GrowthSpec `json:"growth,omitempty"`
+
 	// cleanPodPolicy says which pods are deleted when the job finishes.
 	// +kubebuilder:default=Running
 	// +optional
@@ -228,6 +233,78 @@ type SpotSpec struct {
 	// +kubebuilder:validation:Maximum=3600
 	// +optional
 	StopMarginSeconds *int32 `json:"stopMarginSeconds,omitempty"`
+
+	// maxPricePerHour is the most the job pays for a worker's node an hour,
+	// in US dollars, as a decimal ("0.95"), read from the nodes'
+	// etjob.dev/price-per-hour. New workers are kept off nodes above it; a
+	// worker whose node's price rises above it leaves at an agreed step, as
+	// on a notice, and is replaced elsewhere. Unset: no limit.
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	MaxPricePerHour string `json:"maxPricePerHour,omitempty"`
+}
+
+// GrowthPolicy says how far a job grows.
+// +kubebuilder:validation:Enum=Replicas;Opportunistic
+type GrowthPolicy string
+
+const (
+	// GrowthReplicas grows the job back to spec.replicas only.
+	GrowthReplicas GrowthPolicy = "Replicas"
+	// GrowthOpportunistic aims for spec.replicas and adds extra workers, up
+	// to spec.maxReplicas, while they are scheduled on free capacity.
+	GrowthOpportunistic GrowthPolicy = "Opportunistic"
+)
+
+// DefaultGrowthPriorityClass is the PriorityClass of extra workers that the
+// chart ships: below every workload's default (0), never preempting.
+const DefaultGrowthPriorityClass = "etjob-opportunistic"
+
+// GrowthSpec configures growth above spec.replicas.
+type GrowthSpec struct {
+	// policy: Replicas (the default) grows back to spec.replicas only;
+	// Opportunistic adds extra workers while they are scheduled on free
+	// capacity. Extra workers run at priorityClassName, so the scheduler
+	// preempts them first for any other pod, and the job lets them go at an
+	// agreed step (a planned leave, never a failure). A job queued by Kueue
+	// (label kueue.x-k8s.io/queue-name) does not grow above what was
+	// admitted, spec.replicas.
+	// +kubebuilder:default=Replicas
+	// +optional
+	Policy GrowthPolicy `json:"policy,omitempty"`
+
+	// priorityClassName is the PriorityClass of extra workers; the chart ships
+	// etjob-opportunistic (value -10, preemptionPolicy Never).
+	// +kubebuilder:default=etjob-opportunistic
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// probeTimeoutSeconds: an extra worker that is not scheduled this long
+	// after its creation is given up (deleted).
+	// +kubebuilder:default=120
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	// +optional
+	ProbeTimeoutSeconds int32 `json:"probeTimeoutSeconds,omitempty"`
+
+	// backoffSeconds: after a probe was given up, or an extra worker was taken
+	// back, no new extra worker is created for this long.
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	// +optional
+	BackoffSeconds int32 `json:"backoffSeconds,omitempty"`
+
+	// minSamplesPerSecondPerWorker stops growth when the job's measured
+	// throughput (the samplesPerSecond the workers report with their
+	// checkpoints) gained less than this per added worker; 0 turns the rule
+	// off.
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MinSamplesPerSecondPerWorker int64 `json:"minSamplesPerSecondPerWorker,omitempty"`
 }
 
 // NoticeLeadTime is what a noticed worker does with the time before the
@@ -322,6 +399,40 @@ type TimelineEvent struct {
 	// message says what happened.
 	// +optional
 	Message string `json:"message,omitempty"`
+}
+
+// GrowthStatus is the state of growth above spec.replicas.
+type GrowthStatus struct {
+	// extraWorkers is the number of extra workers above spec.replicas that
+	// are not leaving.
+	// +optional
+	ExtraWorkers int32 `json:"extraWorkers,omitempty"`
+	// limit is the most workers growth aims for now.
+	// +optional
+	Limit int32 `json:"limit,omitempty"`
+	// reason says what holds growth at limit: MaxReplicas, Admitted (a Kueue
+	// job), Throughput, Backoff, Probing or Replicas (the base workers come
+	// first).
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// backoffUntil: no extra worker is created before this time.
+	// +optional
+	BackoffUntil *metav1.Time `json:"backoffUntil,omitempty"`
+	// throughput is the job's measured throughput at each size it ran at
+	// (from the workers' checkpoints), smallest size first.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	// +optional
+	Throughput []ThroughputPoint `json:"throughput,omitempty"`
+}
+
+// ThroughputPoint is the job's throughput at one size.
+type ThroughputPoint struct {
+	// workers is the number of members.
+	Workers int32 `json:"workers"`
+	// samplesPerSecond is the members' reported throughput together, in
+	// whole samples a second.
+	SamplesPerSecond int64 `json:"samplesPerSecond"`
 }
 
 // CostStatus is the job's bill, kept by the controller: the worker hours of
@@ -444,6 +555,10 @@ type ElasticJobStatus struct {
 	// price, next to the on-demand equivalent.
 	// +optional
 	Cost *CostStatus `json:"cost,omitempty"`
+
+	// growth is the state of growth above spec.replicas (spec.growth).
+	// +optional
+	Growth *GrowthStatus `json:"growth,omitempty"`
 
 	// timeline is a bounded history of membership events (newest last).
 	// +kubebuilder:validation:MaxItems=64

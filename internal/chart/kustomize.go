@@ -13,7 +13,7 @@ import (
 
 // KustomizeDirs are the kustomize tree's directories, in the order
 // config/default applies them.
-var KustomizeDirs = []string{"crd", "rbac", "manager", "agent", "dashboard"}
+var KustomizeDirs = []string{"crd", "rbac", "priorityclass", "manager", "agent", "dashboard"}
 
 // Kustomize renders the chart with its default values as the kustomize
 // tree under config/: each template's output at config/<dir>/<file>

@@ -190,7 +190,7 @@ func (r *ElasticJobReconciler) apply(ctx context.Context, job *etjobv1.ElasticJo
 		pods = append(pods, render.Launcher(withStatus(job, plan)))
 	}
 	for _, i := range plan.CreateWorkers {
-		pods = append(pods, render.Worker(withStatus(job, plan), i))
+		pods = append(pods, render.PlannedWorker(withStatus(job, plan), plan, i))
 	}
 	for _, p := range pods {
 		r.expectations.ExpectCreate(key, p.Name, r.Clock.Now())

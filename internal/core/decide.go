@@ -55,6 +55,8 @@ func Decide(s Snapshot, now time.Time) Plan {
 //  2. deadlineExceeded (completion.go): spec.activeDeadlineSeconds fails the job.
 //  3. deleteStale (failures.go): the pods of earlier attempts go; a restart
 //     creates nothing until they are gone.
+//     leaveOverPrice (price.go) tells the workers on nodes priced above
+//     spec.spot.maxPricePerHour to leave.
 //  4. handleLauncher (launcher.go), handleCompletion (completion.go) and
 //     handleWorkers (failures.go, leaving.go); the first that does not
 //     proceed ends the pass. Completion comes before the workers: once a
@@ -62,7 +64,8 @@ func Decide(s Snapshot, now time.Time) Plan {
 //     rendezvous, and neither is a failure of the job. A step that holds (a
 //     launcher move, a completion in progress) ends the pass with a publish:
 //     the membership without the workers it told to stop or that finished.
-//  5. scale (scaling.go): new workers up to the desired size, or leavers.
+//  5. scale (scaling.go): new workers up to the desired size, or leavers;
+//     extra workers above it under spec.growth (growth.go).
 //  6. publish (membership.go): the membership from the ready workers.
 //  7. startHorovodLauncher (launcher.go): horovodrun once step 6 found
 //     enough members.
@@ -82,6 +85,7 @@ func (d *decision) run() {
 		return
 	}
 	d.deleteStale()
+	d.leaveOverPrice()
 	for _, step := range []func() outcome{d.handleLauncher, d.handleCompletion, d.handleWorkers} {
 		switch step() {
 		case ended:

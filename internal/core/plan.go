@@ -16,6 +16,12 @@ type Plan struct {
 	// CreateWorkers lists the indices of new workers to create (names are
 	// derived from them and never reused).
 	CreateWorkers []int32
+	// ExtraWorkers are the indices in CreateWorkers of extra workers, above
+	// spec.replicas (spec.growth): created at its lower PriorityClass.
+	ExtraWorkers []int32
+	// AvoidNodes are nodes the new workers must not be scheduled on (priced
+	// above spec.spot.maxPricePerHour), by name.
+	AvoidNodes []string
 	// Delete lists pods to delete.
 	Delete []Deletion
 	// Signal lists pods to tell to leave (the etjob.dev/leave annotation).

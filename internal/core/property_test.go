@@ -93,7 +93,7 @@ func (w *world) apply(t *testing.T, plan core.Plan) {
 		newPods = append(newPods, render.Launcher(job))
 	}
 	for _, i := range plan.CreateWorkers {
-		newPods = append(newPods, render.Worker(job, i))
+		newPods = append(newPods, render.PlannedWorker(job, &plan, i))
 	}
 	for _, p := range newPods {
 		if w.created[p.Name] {
@@ -192,10 +192,18 @@ func (w *world) step() {
 		s := &w.job.Spec
 		s.Replicas = s.MinReplicas + w.r.Int32N(s.MaxReplicas-s.MinReplicas+1)
 		w.log = append(w.log, fmt.Sprintf("scale %d", s.Replicas))
-	case e < 96: // suspend toggles
+	case e < 95: // suspend toggles
 		b := !(w.job.Spec.Suspend != nil && *w.job.Spec.Suspend)
 		w.job.Spec.Suspend = &b
 		w.log = append(w.log, fmt.Sprintf("suspend %v", b))
+	case e < 98: // a node's spot price changes
+		if p := pick(func(p *corev1.Pod) bool { return alive(p) && w.nodes[p.Spec.NodeName] != nil }); p != nil {
+			n := w.nodes[p.Spec.NodeName].DeepCopy()
+			price := []string{"0.3", "0.9", "1.2"}[w.r.IntN(3)]
+			n.Labels = map[string]string{etjobv1.LabelPricePerHour: price}
+			w.nodes[n.Name] = n
+			w.log = append(w.log, fmt.Sprintf("price of %s's node %s", p.Name, price))
+		}
 	default: // time passes a lot
 		w.now = w.now.Add(time.Duration(w.r.IntN(120)) * time.Second)
 		w.log = append(w.log, "time passes")
@@ -241,6 +249,13 @@ func TestDecideProperties(t *testing.T) {
 		}
 		t.Logf("%d members trained through a notice", trainedThroughNotices)
 	}()
+	extraSeen := 0
+	defer func() {
+		if !t.Failed() && extraSeen == 0 {
+			t.Errorf("no plan created an extra worker")
+		}
+		t.Logf("%d extra workers created", extraSeen)
+	}()
 	for seed := range uint64(300) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 42))
@@ -252,6 +267,12 @@ func TestDecideProperties(t *testing.T) {
 				RestartPolicy([]etjobv1.RestartPolicy{etjobv1.RestartPolicyNever, etjobv1.RestartPolicyOnFailure}[r.IntN(2)])
 			if r.IntN(2) == 0 {
 				job.Framework(etjobv1.FrameworkHorovod)
+			}
+			if r.IntN(2) == 0 {
+				job.Growth(etjobv1.GrowthSpec{Policy: etjobv1.GrowthOpportunistic, ProbeTimeoutSeconds: 30, BackoffSeconds: []int32{0, 60}[r.IntN(2)]})
+			}
+			if r.IntN(2) == 0 {
+				job.Spot(etjobv1.SpotSpec{Enabled: true, MaxPricePerHour: "1.0", LeaveGracePeriodSeconds: 30})
 			}
 			w := &world{r: r, now: t0, job: job.Obj(), pods: map[string]*corev1.Pod{}, nodes: map[string]*corev1.Node{}, created: map[string]bool{}}
 			finished := false
@@ -280,6 +301,12 @@ func TestDecideProperties(t *testing.T) {
 				if alive > int(w.job.Spec.MaxReplicas) {
 					t.Fatalf("%s: %d workers alive, max %d", w.trace(), alive, w.job.Spec.MaxReplicas)
 				}
+				// Extra workers only under the Opportunistic policy, and
+				// never while base workers are being created.
+				if len(plan.ExtraWorkers) > 0 && (!core.Opportunistic(&w.job.Spec) || len(plan.ExtraWorkers) < len(plan.CreateWorkers)) {
+					t.Fatalf("%s: extra workers %v (created %v) under %+v", w.trace(), plan.ExtraWorkers, plan.CreateWorkers, w.job.Spec.Growth)
+				}
+				extraSeen += len(plan.ExtraWorkers)
 				done := meta.IsStatusConditionTrue(st.Conditions, etjobv1.ConditionComplete) || meta.IsStatusConditionTrue(st.Conditions, etjobv1.ConditionFailed)
 				if finished && !done {
 					t.Fatalf("%s: a finished job became unfinished: %+v", w.trace(), st.Conditions)
@@ -319,8 +346,8 @@ func checkInvariants(t *testing.T, w *world, prev etjobv1.ElasticJobStatus, plan
 		deleted[d.Name] = true
 	}
 	// Members are ready workers on an existing node, never a pod this plan
-	// deletes, and either staying (not told to leave, on an un-noticed node)
-	// or on a noticed node before their stop time: the stop time this plan
+	// deletes, and either staying (not told to leave, on an un-noticed node
+	// priced within spec.spot.maxPricePerHour) or on a noticed node before their stop time: the stop time this plan
 	// or an earlier one gave them, which leaves at least the stop margin
 	// (15 s) before the notice's deadline, and is not here yet.
 	for _, h := range st.Membership.Hosts {
@@ -336,7 +363,11 @@ func checkInvariants(t *testing.T, w *world, prev etjobv1.ElasticJobStatus, plan
 		}
 		deadline := node.Annotations[etjobv1.AnnotationNodeNotice]
 		if deadline == "" && !signaled[name] && p.Annotations[etjobv1.AnnotationLeave] == "" {
-			continue // staying
+			// Staying, so never on a node priced above the limit.
+			if price, ok := etjobv1.NodePricePerHour(node.Labels); ok && spec.Spot != nil && spec.Spot.MaxPricePerHour == "1.0" && price > 1 {
+				t.Fatalf("%s: member %s is on a node priced %s, above spec.spot.maxPricePerHour", w.trace(), name, price)
+			}
+			continue
 		}
 		trainedThroughNotices++
 		lead := signalStopLead(plan, name)

@@ -10,22 +10,37 @@ import (
 
 // scale brings the number of active workers to the desired size: new workers
 // up to desired (never above maxReplicas pods alive, bounded per pass), and on a
-// scale-in the named workers, then the highest indices, told to leave.
+// scale-in the named workers, then the highest indices, told to leave. Under
+// spec.growth's Opportunistic policy (growth.go) it also adds extra workers
+// above desired, and gives them back first.
 func (d *decision) scale() {
 	desired := d.desired()
-	var active []*podView
+	var base, extra []*podView
 	alive := 0
 	for _, w := range d.workers {
 		if d.deleted[w.pod.Name] || w.deleting || w.terminal {
 			continue
 		}
 		alive++
-		if w.active() {
-			active = append(active, w)
+		switch {
+		case !w.active():
+		case w.extra:
+			extra = append(extra, w)
+		default:
+			base = append(base, w)
 		}
 	}
-	if n := int32(len(active)) - desired; n > 0 {
-		victims := slices.Clone(active)
+	g := d.growthRoom(desired, base, extra)
+	extra = slices.DeleteFunc(extra, func(w *podView) bool { return d.deleted[w.pod.Name] })
+	if n := len(extra) - int(g.room); n > 0 {
+		d.giveBack(extra, n)
+		extra = extra[:len(extra)-n]
+	}
+	if d.st.Growth != nil {
+		d.st.Growth.ExtraWorkers = int32(len(extra))
+	}
+	if n := int32(len(base)) - desired; n > 0 {
+		victims := slices.Clone(base)
 		sort.SliceStable(victims, func(i, j int) bool {
 			if victims[i].scaleIn != victims[j].scaleIn {
 				return victims[i].scaleIn
@@ -33,11 +48,7 @@ func (d *decision) scale() {
 			return victims[i].index > victims[j].index
 		})
 		for _, v := range victims[:n] {
-			if v.ready {
-				d.signal(v, etjobv1.ReasonScaleIn)
-			} else {
-				d.delete(v, etjobv1.ReasonScaleIn)
-			}
+			d.release(v, etjobv1.ReasonScaleIn)
 		}
 		d.record(etjobv1.TimelineScale, fmt.Sprintf("scale in to %d workers", desired))
 		return
@@ -45,13 +56,57 @@ func (d *decision) scale() {
 	if d.restarting {
 		return
 	}
-	n := desired - int32(len(active))
-	n = min(n, MaxCreatesPerPass, d.spec.MaxReplicas-int32(alive))
-	for range max(n, 0) {
-		d.created = append(d.created, d.st.NextWorkerIndex)
-		d.st.NextWorkerIndex++
+	n := min(desired-int32(len(base)), MaxCreatesPerPass, d.spec.MaxReplicas-int32(alive))
+	d.create(n, false)
+	if g.probe {
+		k := min(g.room-int32(len(extra)), MaxCreatesPerPass-int32(len(d.created)), d.spec.MaxReplicas-int32(alive)-int32(len(d.created)))
+		if d.create(k, true) > 0 {
+			d.growthStatus().ExtraWorkers += k
+			d.record(etjobv1.TimelineScale, fmt.Sprintf("probe for capacity with %d extra workers (growth up to %d)", k, desired+g.room))
+		}
 	}
 	d.plan.CreateWorkers = d.created
+	if len(d.created) > 0 {
+		d.plan.AvoidNodes = d.avoidNodes()
+	}
+}
+
+// create adds n new workers (extra ones above spec.replicas) to the plan and
+// returns how many.
+func (d *decision) create(n int32, extra bool) int32 {
+	for range max(n, 0) {
+		d.created = append(d.created, d.st.NextWorkerIndex)
+		if extra {
+			d.plan.ExtraWorkers = append(d.plan.ExtraWorkers, d.st.NextWorkerIndex)
+		}
+		d.st.NextWorkerIndex++
+	}
+	return max(n, 0)
+}
+
+// giveBack lets n extra workers go: the unscheduled ones first, then the
+// highest indices.
+func (d *decision) giveBack(extra []*podView, n int) {
+	sort.SliceStable(extra, func(i, j int) bool {
+		if extra[i].scheduled != extra[j].scheduled {
+			return extra[i].scheduled
+		}
+		return extra[i].index < extra[j].index
+	})
+	for _, v := range extra[len(extra)-n:] {
+		d.release(v, etjobv1.ReasonGrowth)
+	}
+	d.record(etjobv1.TimelineScale, fmt.Sprintf("give back %d extra workers", n))
+}
+
+// release tells a ready worker to leave at an agreed step and deletes one
+// that is not ready yet.
+func (d *decision) release(v *podView, reason string) {
+	if v.ready {
+		d.signal(v, reason)
+	} else {
+		d.delete(v, reason)
+	}
 }
 
 // desired is spec.replicas within [minReplicas, maxReplicas].

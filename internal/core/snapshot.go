@@ -195,6 +195,8 @@ type podView struct {
 	stopLead time.Duration
 	// scaleIn: named by a ScaleIn request.
 	scaleIn bool
+	// extra: created above spec.replicas by spec.growth (etjob.dev/extra).
+	extra bool
 	// finishedAt: when its first container terminated (zero if unknown).
 	finishedAt time.Time
 	// notReadySince: when its node became NotReady (zero if Ready).
@@ -268,6 +270,7 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 		v.stopLead = time.Duration(n) * time.Second
 	}
 	_, v.scaleIn = pod.Annotations[etjobv1.AnnotationScaleIn]
+	v.extra = pod.Labels[etjobv1.LabelExtra] == "true"
 	if raw := pod.Annotations[etjobv1.AnnotationCheckpoint]; raw != "" {
 		c := &etjobv1.CheckpointAnnotation{}
 		if json.Unmarshal([]byte(raw), c) == nil && c.Step > 0 {
@@ -384,10 +387,15 @@ func nodeProvider(n *corev1.Node) string {
 }
 
 // isRelease reports whether a leave reason is the job's own decision (a
-// scale-in, or stopping every worker to wait for capacity below min): a worker
+// scale-in, stopping every worker to wait for capacity below min, an extra
+// worker given back, a node priced above spec.spot.maxPricePerHour): a worker
 // that leaves for it is neither a failure nor a preemption.
 func isRelease(reason string) bool {
-	return reason == etjobv1.ReasonScaleIn || reason == etjobv1.ReasonWaitingForCapacity
+	switch reason {
+	case etjobv1.ReasonScaleIn, etjobv1.ReasonWaitingForCapacity, etjobv1.ReasonGrowth, etjobv1.ReasonPriceAboveMax:
+		return true
+	}
+	return false
 }
 
 // retryableExit reports whether an exit code is retryable under the ExitCode

@@ -6,6 +6,7 @@ package render
 import (
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -101,6 +102,55 @@ func Worker(job *etjobv1.ElasticJob, index int32) *corev1.Pod {
 		pod.Annotations[etjobv1.AnnotationNoticeLeadTime] = string(etjobv1.NoticeLeadTimeTrain)
 	}
 	return pod
+}
+
+// PlannedWorker builds the worker with the given index as plan wants it
+// created: an extra worker (spec.growth) is labelled etjob.dev/extra and runs
+// at the growth PriorityClass; every new worker is kept off plan.AvoidNodes.
+func PlannedWorker(job *etjobv1.ElasticJob, plan *core.Plan, index int32) *corev1.Pod {
+	pod := Worker(job, index)
+	if slices.Contains(plan.ExtraWorkers, index) {
+		pod.Labels[etjobv1.LabelExtra] = "true"
+		pod.Spec.PriorityClassName = core.GrowthPriorityClass(&job.Spec)
+		// The Priority admission plugin sets it from the class; a value
+		// copied from the template would be refused.
+		pod.Spec.Priority = nil
+		pod.Spec.PreemptionPolicy = nil
+	}
+	avoidNodes(&pod.Spec, plan.AvoidNodes)
+	return pod
+}
+
+// avoidNodes keeps the pod off the named nodes: a required node affinity on
+// metadata.name, added to every term the template already requires (terms
+// are ORed, so each must exclude them). The API allows one value per field
+// requirement, so there is one per node.
+func avoidNodes(spec *corev1.PodSpec, nodes []string) {
+	if len(nodes) == 0 {
+		return
+	}
+	var reqs []corev1.NodeSelectorRequirement
+	for _, n := range nodes {
+		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{n}})
+	}
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
+	}
+	sel := na.RequiredDuringSchedulingIgnoredDuringExecution
+	if len(sel.NodeSelectorTerms) == 0 {
+		sel.NodeSelectorTerms = []corev1.NodeSelectorTerm{{}}
+	}
+	for i := range sel.NodeSelectorTerms {
+		t := &sel.NodeSelectorTerms[i]
+		t.MatchFields = append(t.MatchFields, reqs...)
+	}
 }
 
 // mountAgentToken gives every container the pod's token for the node agent

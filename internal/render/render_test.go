@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/core"
 	"github.com/etjob/etjob/internal/render"
 	. "github.com/etjob/etjob/internal/testutil"
 )
@@ -138,5 +139,49 @@ func TestKubexecScriptQuotes(t *testing.T) {
 	s := render.KubexecScript("team-a", "w'; touch /tmp/pwned; '")
 	if !strings.Contains(s, `--namespace 'team-a' --container 'w'\''; touch /tmp/pwned; '\'''`) {
 		t.Errorf("container name not quoted:\n%s", s)
+	}
+}
+
+// TestPlannedWorker: extra workers carry the label and the growth
+// PriorityClass; every new worker is kept off the plan's AvoidNodes, in each
+// node selector term the template requires.
+func TestPlannedWorker(t *testing.T) {
+	job := MakeElasticJob("train", "ml").Replicas(2).Max(4).Growth(etjobv1.GrowthSpec{Policy: etjobv1.GrowthOpportunistic}).Obj()
+	prio := int32(100)
+	job.Spec.WorkerTemplate.Spec.Priority = &prio
+	job.Spec.WorkerTemplate.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+			{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}},
+			{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"b"}}}},
+		}}}}
+	plan := &core.Plan{CreateWorkers: []int32{2, 3}, ExtraWorkers: []int32{3}, AvoidNodes: []string{"n1", "n2"}}
+
+	base := render.PlannedWorker(job, plan, 2)
+	if _, ok := base.Labels[etjobv1.LabelExtra]; ok || base.Spec.PriorityClassName != "" || base.Spec.Priority == nil {
+		t.Errorf("base worker: labels %v, priorityClassName %q, priority %v; want the template's", base.Labels, base.Spec.PriorityClassName, base.Spec.Priority)
+	}
+	extra := render.PlannedWorker(job, plan, 3)
+	if extra.Labels[etjobv1.LabelExtra] != "true" || extra.Spec.PriorityClassName != etjobv1.DefaultGrowthPriorityClass || extra.Spec.Priority != nil {
+		t.Errorf("extra worker: labels %v, priorityClassName %q, priority %v", extra.Labels, extra.Spec.PriorityClassName, extra.Spec.Priority)
+	}
+	want := []corev1.NodeSelectorRequirement{
+		{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"n1"}},
+		{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{"n2"}},
+	}
+	terms := extra.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 2 {
+		t.Fatalf("terms = %+v, want the template's two", terms)
+	}
+	for i, term := range terms {
+		if diff := cmp.Diff(want, term.MatchFields); diff != "" {
+			t.Errorf("term %d's matchFields (-want +got):\n%s", i, diff)
+		}
+	}
+	if len(job.Spec.WorkerTemplate.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields) != 0 {
+		t.Errorf("the template itself was changed")
+	}
+	plain := MakeElasticJob("train", "ml").Obj()
+	if p := render.PlannedWorker(plain, &core.Plan{AvoidNodes: []string{"n1"}}, 0); len(p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) != 1 {
+		t.Errorf("without a template affinity: %+v, want one term", p.Spec.Affinity)
 	}
 }

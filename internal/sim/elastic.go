@@ -461,7 +461,7 @@ func (w *elastic) apply(plan core.Plan) bool {
 		created = append(created, render.Launcher(&job))
 	}
 	for _, i := range plan.CreateWorkers {
-		created = append(created, render.Worker(&job, i))
+		created = append(created, render.PlannedWorker(&job, &plan, i))
 	}
 	for _, p := range created {
 		if w.pods[p.Name] != nil {

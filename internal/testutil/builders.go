@@ -86,6 +86,18 @@ func (w *JobWrapper) MaxWaitTime(s int32) *JobWrapper { w.Spec.MaxWaitTime = s; 
 // Spot sets spec.spot.
 func (w *JobWrapper) Spot(sp etjobv1.SpotSpec) *JobWrapper { w.Spec.Spot = &sp; return w }
 
+// Growth sets spec.growth.
+func (w *JobWrapper) Growth(g etjobv1.GrowthSpec) *JobWrapper { w.Spec.Growth = &g; return w }
+
+// Label sets a label on the job.
+func (w *JobWrapper) Label(k, v string) *JobWrapper {
+	if w.Labels == nil {
+		w.Labels = map[string]string{}
+	}
+	w.Labels[k] = v
+	return w
+}
+
 // Suspend sets spec.suspend.
 func (w *JobWrapper) Suspend(b bool) *JobWrapper { w.Spec.Suspend = &b; return w }
 
@@ -154,13 +166,21 @@ func (p *PodWrapper) Attempt(a int32) *PodWrapper {
 	return p
 }
 
-// Node binds the pod to a node.
 // Started sets status.startTime, where the bill (status.cost) starts.
 func (p *PodWrapper) Started(t time.Time) *PodWrapper {
 	ts := metav1.NewTime(t)
 	p.Status.StartTime = &ts
 	return p
 }
+
+// Extra marks the pod an extra worker (spec.growth), created at t.
+func (p *PodWrapper) Extra(created time.Time) *PodWrapper {
+	p.Labels[etjobv1.LabelExtra] = "true"
+	p.CreationTimestamp = metav1.NewTime(created)
+	return p
+}
+
+// Node binds the pod to a node.
 
 func (p *PodWrapper) Node(n string) *PodWrapper { p.Spec.NodeName = n; return p }
 
