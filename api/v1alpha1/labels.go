@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // The node labels etjob reads to tell spot capacity from on-demand and to
@@ -17,7 +19,10 @@ const (
 	CapacityTypeOnDemand = "on-demand"
 
 	// LabelPricePerHour on a node is its price in US dollars per hour, a
-	// decimal number ("0.91"): what `etjob cost` and the demo charge.
+	// decimal number ("0.91"): what status.cost, `etjob cost` and the demo
+	// charge, and what spec.spot.maxPricePerHour is held against. An
+	// annotation of the same key, where a price feed writes the current
+	// price, comes first (NodePrice).
 	LabelPricePerHour = "etjob.dev/price-per-hour"
 	// LabelOnDemandPricePerHour on a node is the on-demand price of its
 	// instance type, where no on-demand node of that type says it.
@@ -61,6 +66,20 @@ func ParsePricePerHour(s string) (PricePerHour, error) {
 		return 0, fmt.Errorf("price per hour %q: want a decimal number of US dollars, 0 or more", s)
 	}
 	return PricePerHour(f), nil
+}
+
+// NodePrice is a node's current price: its etjob.dev/price-per-hour
+// annotation, where a price feed writes the market's price as it moves
+// (labels are the node's own, and its kubelet puts back the ones it
+// registered with), else the label of the same name; ok is false when
+// neither holds a price.
+func NodePrice(n *corev1.Node) (p PricePerHour, ok bool) {
+	if v, found := n.Annotations[LabelPricePerHour]; found {
+		if p, err := ParsePricePerHour(v); err == nil {
+			return p, true
+		}
+	}
+	return NodePricePerHour(n.Labels)
 }
 
 // NodePricePerHour is the price in a node's labels; ok is false when the

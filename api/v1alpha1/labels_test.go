@@ -1,6 +1,11 @@
 package v1alpha1
 
-import "testing"
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 func TestPricePerHour(t *testing.T) {
 	for _, s := range []string{"0.91", "3.06", "0", "0.192", "12"} {
@@ -22,6 +27,31 @@ func TestPricePerHour(t *testing.T) {
 	}
 	if _, ok := NodePricePerHour(map[string]string{LabelPricePerHour: "cheap"}); ok {
 		t.Error("a label that is no price: ok")
+	}
+	node := func(label, annotation string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{}, Annotations: map[string]string{}}}
+		if label != "" {
+			n.Labels[LabelPricePerHour] = label
+		}
+		if annotation != "" {
+			n.Annotations[LabelPricePerHour] = annotation
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		label, annotation string
+		want              PricePerHour
+		ok                bool
+	}{
+		{"0.91", "", 0.91, true},
+		{"0.91", "1.5", 1.5, true},   // a price feed's current price first
+		{"0.91", "dear", 0.91, true}, // an annotation that is no price: the label
+		{"", "1.5", 1.5, true},
+		{"", "", 0, false},
+	} {
+		if p, ok := NodePrice(node(tc.label, tc.annotation)); p != tc.want || ok != tc.ok {
+			t.Errorf("NodePrice(label %q, annotation %q) = %v, %v; want %v, %v", tc.label, tc.annotation, p, ok, tc.want, tc.ok)
+		}
 	}
 	if c := PricePerHour(3.06).Cost(2); c != 6.12 {
 		t.Errorf("Cost(2h) = %v", c)

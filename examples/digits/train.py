@@ -132,6 +132,11 @@ def main(argv=None):
         log("resume step=%d world=%d restart=%s" % (step, world, os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
     ddp = nn.parallel.DistributedDataParallel(model)
 
+    # The job's throughput since the last checkpoint, reported with it (rank
+    # 0 alone, so it is the whole job's): the controller's growth rule
+    # (spec.growth.minSamplesPerSecondPerWorker) compares it across sizes.
+    pace = {"since": time.time(), "steps": 0}
+
     def checkpoint(stopping=False):
         if rank == 0:
             began = time.time()
@@ -148,7 +153,10 @@ def main(argv=None):
             log("checkpoint step=%d" % step)
             # The controller shows it in status.lastCheckpoint, and warns when
             # writing it takes longer than the node's cloud gives notice.
-            sup.report_progress(step, step, os.path.relpath(path, args.checkpoint_dir), time.time() - began)
+            took = time.time() - pace["since"]
+            sps = pace["steps"] * args.global_batch / took if took > 0 else 0.0
+            sup.report_progress(step, step, os.path.relpath(path, args.checkpoint_dir), time.time() - began, sps)
+            pace.update(since=time.time(), steps=0)
 
     while step < total:
         stop, early = etorch.agree(not sup.check_alive(), sup.should_checkpoint())
@@ -177,6 +185,7 @@ def main(argv=None):
         (loss_sum * world / args.global_batch).backward()
         opt.step()
         step += 1
+        pace["steps"] += 1
         sampler.commit()
         log("step=%d epoch=%d rank=%d world=%d loss=%.4f" % (step, sampler.epoch, rank, world, loss_sum.item() / max(len(y), 1)))
         if step % args.checkpoint_every == 0 or step == total:

@@ -169,7 +169,7 @@ func JobCost(job *etjobv1.ElasticJob, pods []corev1.Pod, nodes []corev1.Node, on
 		n := &nodes[i]
 		byName[n.Name] = n
 		if etjobv1.NodeCapacityType(n.Labels) == etjobv1.CapacityTypeOnDemand {
-			if p, ok := etjobv1.NodePricePerHour(n.Labels); ok {
+			if p, ok := etjobv1.NodePrice(n); ok {
 				odByType[n.Labels[labelInstanceType]] = max(odByType[n.Labels[labelInstanceType]], p)
 			}
 		}
@@ -185,7 +185,7 @@ func JobCost(job *etjobv1.ElasticJob, pods []corev1.Pod, nodes []corev1.Node, on
 		row := CostRow{Capacity: "unknown"}
 		if n := byName[p.Spec.NodeName]; n != nil {
 			row.Capacity = etjobv1.NodeCapacityType(n.Labels)
-			row.PricePerHour, _ = etjobv1.NodePricePerHour(n.Labels)
+			row.PricePerHour, _ = etjobv1.NodePrice(n)
 			row.OnDemandPrice = odByType[n.Labels[labelInstanceType]]
 			if row.Capacity == etjobv1.CapacityTypeOnDemand && row.PricePerHour > 0 {
 				row.OnDemandPrice = row.PricePerHour

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -84,6 +85,13 @@ type SubmitOptions struct {
 	// MaxWaitTime is --max-wait-time: whole seconds ("600") or a duration
 	// ("10m"); 0 means no limit.
 	MaxWaitTime string
+	// Growth is --growth: Replicas (default) or Opportunistic (spec.growth.policy).
+	Growth string
+	// GrowthProbeTimeout and GrowthBackoff are --growth-probe-timeout and
+	// --growth-backoff: seconds or a duration ("" keeps the API's default).
+	GrowthProbeTimeout, GrowthBackoff string
+	// MaxPrice is --max-price, spec.spot.maxPricePerHour.
+	MaxPrice string
 	// JobRestartPolicy is --job-restart-policy: Never or OnFailure.
 	JobRestartPolicy string
 	// JobBackoffLimit is --job-backoff-limit, default 6.
@@ -216,6 +224,10 @@ $((${workers}*${gpus})) work verbatim. Wrong input is refused before anything is
 	fs.IntVar(&o.MaxWorkers, "max-workers", 1000, "the most workers the job runs")
 	fs.BoolVar(&o.SpotInstance, "spot-instance", false, "run workers on spot instances (tolerate and prefer them; the launcher stays on on-demand capacity)")
 	fs.StringVar(&o.MaxWaitTime, "max-wait-time", "0", "seconds (or a duration such as 10m) scheduled but idle workers are held while the job is below --min-workers; 0: no limit")
+	fs.StringVar(&o.Growth, "growth", "", "how far the job grows: Replicas (default: back to --workers) or Opportunistic (extra workers up to --max-workers while free capacity lasts, given back first)")
+	fs.StringVar(&o.GrowthProbeTimeout, "growth-probe-timeout", "", "with --growth Opportunistic: give up an extra worker not scheduled this long after its creation (seconds or a duration; default 120)")
+	fs.StringVar(&o.GrowthBackoff, "growth-backoff", "", "with --growth Opportunistic: no new extra worker this long after one was given up or taken back (seconds or a duration; default 300)")
+	fs.StringVar(&o.MaxPrice, "max-price", "", "the most a worker's node may cost, US dollars an hour (its etjob.dev/price-per-hour label), like 0.95: new workers avoid dearer nodes, a worker whose node's price rises above it leaves at an agreed step")
 	fs.StringVar(&o.JobRestartPolicy, "job-restart-policy", "", "job restart policy: Never (default) or OnFailure")
 	fs.IntVar(&o.JobBackoffLimit, "job-backoff-limit", 6, "failures (preemptions excluded) tolerated before the job fails")
 	fs.StringVar(&o.WorkerRestartPolicy, "worker-restart-policy", "", "worker restart policy: Never, OnFailure, Always or ExitCode (default)")
@@ -458,6 +470,9 @@ func BuildElasticJob(o SubmitOptions) (*etjobv1.ElasticJob, error) {
 	if o.SpotInstance {
 		spec.Spot = &etjobv1.SpotSpec{Enabled: true}
 	}
+	if err := growthFlags(&o, &spec); err != nil {
+		return nil, err
+	}
 	if o.CheckpointDir != "" && !path.IsAbs(o.CheckpointDir) {
 		return nil, fmt.Errorf("--checkpoint-dir %q: must be an absolute path in the container", o.CheckpointDir)
 	}
@@ -629,11 +644,62 @@ func checkCounts(o SubmitOptions) error {
 // parseMaxWaitTime reads --max-wait-time: whole seconds as Arena ("600"), or
 // a Go duration of whole seconds ("10m"); 0 means no limit.
 func parseMaxWaitTime(s string) (int32, error) {
+	return parseSeconds("--max-wait-time", s, "0 means no limit")
+}
+
+// growthFlags sets spec.growth from --growth and its tuning flags, and
+// spec.spot.maxPricePerHour from --max-price.
+func growthFlags(o *SubmitOptions, spec *etjobv1.ElasticJobSpec) error {
+	if o.MaxPrice != "" {
+		if p, err := etjobv1.ParsePricePerHour(o.MaxPrice); err != nil || p <= 0 || !maxPricePattern.MatchString(o.MaxPrice) {
+			return fmt.Errorf("--max-price %q: give US dollars an hour as a decimal, like 0.95", o.MaxPrice)
+		}
+		if spec.Spot == nil {
+			spec.Spot = &etjobv1.SpotSpec{}
+		}
+		spec.Spot.MaxPricePerHour = o.MaxPrice
+	}
+	if o.Growth == "" {
+		if o.GrowthProbeTimeout != "" || o.GrowthBackoff != "" {
+			return fmt.Errorf("--growth-probe-timeout and --growth-backoff need --growth Opportunistic")
+		}
+		return nil
+	}
+	policy, err := pickEnum("--growth", o.Growth, etjobv1.GrowthReplicas, etjobv1.GrowthOpportunistic)
+	if err != nil {
+		return err
+	}
+	g := &etjobv1.GrowthSpec{Policy: policy, PriorityClassName: etjobv1.DefaultGrowthPriorityClass, ProbeTimeoutSeconds: 120, BackoffSeconds: 300}
+	if o.GrowthProbeTimeout != "" {
+		if g.ProbeTimeoutSeconds, err = parseSeconds("--growth-probe-timeout", o.GrowthProbeTimeout, "at least 1"); err != nil {
+			return err
+		}
+		if g.ProbeTimeoutSeconds < 1 {
+			return fmt.Errorf("--growth-probe-timeout %q: at least 1 second", o.GrowthProbeTimeout)
+		}
+	}
+	if o.GrowthBackoff != "" {
+		if g.BackoffSeconds, err = parseSeconds("--growth-backoff", o.GrowthBackoff, "0 means none"); err != nil {
+			return err
+		}
+	}
+	if g.ProbeTimeoutSeconds > 86400 || g.BackoffSeconds > 86400 {
+		return fmt.Errorf("--growth-probe-timeout and --growth-backoff: at most a day (86400)")
+	}
+	spec.Growth = g
+	return nil
+}
+
+// maxPricePattern is the CRD's pattern of spec.spot.maxPricePerHour.
+var maxPricePattern = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
+
+// parseSeconds reads a flag of whole seconds ("600") or a duration ("10m").
+func parseSeconds(flag, s, zero string) (int32, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return 0, nil
 	}
-	const bad = "--max-wait-time %q: give whole seconds (600) or a duration (10m); 0 means no limit"
+	bad := flag + " %q: give whole seconds (600) or a duration (10m); " + zero
 	var secs int64
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 		secs = n
@@ -643,7 +709,7 @@ func parseMaxWaitTime(s string) (int32, error) {
 			return 0, fmt.Errorf(bad, s)
 		}
 		if d%time.Second != 0 {
-			return 0, fmt.Errorf("--max-wait-time %q: must be whole seconds", s)
+			return 0, fmt.Errorf("%s %q: must be whole seconds", flag, s)
 		}
 		secs = int64(d / time.Second)
 	}

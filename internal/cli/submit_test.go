@@ -233,6 +233,12 @@ func TestBuildElasticJobRefusals(t *testing.T) {
 		"pull policy":                {func(o *SubmitOptions) { o.ImagePullPolicy = "Sometimes" }, "--image-pull-policy"},
 		"checkpoint dir":             {func(o *SubmitOptions) { o.CheckpointDir = "ckpt" }, "--checkpoint-dir"},
 		"shell":                      {func(o *SubmitOptions) { o.Shell = "zsh" }, "--shell"},
+		"growth":                     {func(o *SubmitOptions) { o.Growth = "ToMax" }, "--growth"},
+		"probe timeout alone":        {func(o *SubmitOptions) { o.GrowthProbeTimeout = "30s" }, "--growth-probe-timeout"},
+		"probe timeout 0":            {func(o *SubmitOptions) { o.Growth, o.GrowthProbeTimeout = "Opportunistic", "0" }, "--growth-probe-timeout"},
+		"backoff":                    {func(o *SubmitOptions) { o.Growth, o.GrowthBackoff = "Opportunistic", "later" }, "--growth-backoff"},
+		"max price":                  {func(o *SubmitOptions) { o.MaxPrice = "$1" }, "--max-price"},
+		"max price exponent":         {func(o *SubmitOptions) { o.MaxPrice = "1e3" }, "--max-price"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -243,6 +249,22 @@ func TestBuildElasticJobRefusals(t *testing.T) {
 				t.Fatalf("err = %v, want one naming %s", err, tc.wantFlag)
 			}
 		})
+	}
+}
+
+func TestBuildElasticJobGrowth(t *testing.T) {
+	o := baseOptions()
+	o.Growth, o.GrowthProbeTimeout, o.GrowthBackoff, o.MaxPrice = "Opportunistic", "30s", "90", "0.95"
+	job, err := BuildElasticJob(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := job.Spec.Growth
+	if g == nil || g.Policy != etjobv1.GrowthOpportunistic || g.ProbeTimeoutSeconds != 30 || g.BackoffSeconds != 90 || g.PriorityClassName != etjobv1.DefaultGrowthPriorityClass {
+		t.Errorf("spec.growth = %+v", g)
+	}
+	if job.Spec.Spot == nil || job.Spec.Spot.MaxPricePerHour != "0.95" {
+		t.Errorf("spec.spot = %+v, want maxPricePerHour 0.95", job.Spec.Spot)
 	}
 }
 

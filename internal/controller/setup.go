@@ -101,7 +101,8 @@ func (r *ElasticJobReconciler) jobsOnNode(ctx context.Context, o client.Object) 
 }
 
 // nodeChanged passes Node events that matter to a job: a notice annotation,
-// the Ready condition, and deletion.
+// the Ready condition, the node's price (spec.spot.maxPricePerHour), and
+// deletion.
 func nodeChanged() predicate.Predicate {
 	return predicate.Funcs{
 		CreateFunc:  func(event.CreateEvent) bool { return false },
@@ -110,9 +111,14 @@ func nodeChanged() predicate.Predicate {
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
 			return o.Annotations[etjobv1.AnnotationNodeNotice] != n.Annotations[etjobv1.AnnotationNodeNotice] ||
-				nodeReady(o) != nodeReady(n)
+				nodeReady(o) != nodeReady(n) || nodePrice(o) != nodePrice(n)
 		},
 	}
+}
+
+func nodePrice(n *corev1.Node) etjobv1.PricePerHour {
+	p, _ := etjobv1.NodePrice(n)
+	return p
 }
 
 func nodeReady(n *corev1.Node) corev1.ConditionStatus {

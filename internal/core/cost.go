@@ -84,7 +84,7 @@ func (d *decision) bill() {
 		if !end.After(start) {
 			continue
 		}
-		rows[nodeCostKey(node.Labels, onDemand)] += end.Sub(start).Milliseconds()
+		rows[nodeCostKey(node, onDemand)] += end.Sub(start).Milliseconds()
 	}
 	d.st.Cost = costStatus(rows, upTo)
 	if running {
@@ -100,7 +100,7 @@ func onDemandPrices(nodes map[string]*corev1.Node) map[string]string {
 		if etjobv1.NodeCapacityType(n.Labels) != etjobv1.CapacityTypeOnDemand {
 			continue
 		}
-		if p, ok := etjobv1.NodePricePerHour(n.Labels); ok && p > 0 {
+		if p, ok := etjobv1.NodePrice(n); ok && p > 0 {
 			out[n.Labels[etjobv1.LabelInstanceType]] = p.String()
 		}
 	}
@@ -110,9 +110,10 @@ func onDemandPrices(nodes map[string]*corev1.Node) map[string]string {
 // nodeCostKey is the bill's row of a node: its capacity type, instance
 // type, price and the on-demand price of its type (its own label, else that
 // of an on-demand node of the same type; an on-demand node's own price).
-func nodeCostKey(labels map[string]string, onDemand map[string]string) costKey {
+func nodeCostKey(node *corev1.Node, onDemand map[string]string) costKey {
+	labels := node.Labels
 	k := costKey{capacity: etjobv1.NodeCapacityType(labels), instance: labels[etjobv1.LabelInstanceType]}
-	if p, ok := etjobv1.NodePricePerHour(labels); ok {
+	if p, ok := etjobv1.NodePrice(node); ok {
 		k.price = p.String()
 	}
 	switch {

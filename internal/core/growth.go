@@ -153,34 +153,30 @@ func (d *decision) noteTakenBack(g *etjobv1.GrowthStatus) {
 	}
 }
 
-// measureThroughput records the job's throughput at its current size once
-// every member has reported a checkpoint, with its samples/s, since the
-// membership last changed.
+// measureThroughput records the job's throughput at its current size: the
+// samples/s its members reported with their checkpoints since the membership
+// last changed, added up. A worker reports its own share, or rank 0 alone
+// reports the whole job's (the worker library's convention); either way the
+// sum is the job's.
 func (d *decision) measureThroughput(g *etjobv1.GrowthStatus) {
 	m := d.s.Job.Status.Membership
 	if m.ChangeTime == nil || len(m.Hosts) == 0 {
 		return
 	}
-	var n int32
 	var sum float64
 	for _, w := range d.workers {
-		if !w.ready || !w.active() {
+		c := w.checkpoint
+		if !w.ready || !w.active() || c == nil || c.SamplesPerSecond <= 0 {
 			continue
 		}
-		c := w.checkpoint
-		if c == nil || c.SamplesPerSecond <= 0 {
-			return
+		if t, err := time.Parse(time.RFC3339, c.Time); err == nil && !t.Before(m.ChangeTime.Time) {
+			sum += c.SamplesPerSecond
 		}
-		t, err := time.Parse(time.RFC3339, c.Time)
-		if err != nil || t.Before(m.ChangeTime.Time) {
-			return
-		}
-		n++
-		sum += c.SamplesPerSecond
 	}
-	if n != int32(len(m.Hosts)) {
+	if sum <= 0 {
 		return
 	}
+	n := int32(len(m.Hosts))
 	p := etjobv1.ThroughputPoint{Workers: n, SamplesPerSecond: int64(sum + 0.5)}
 	pts := slices.DeleteFunc(slices.Clone(g.Throughput), func(q etjobv1.ThroughputPoint) bool { return q.Workers == n })
 	pts = append(pts, p)

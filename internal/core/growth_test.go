@@ -144,7 +144,7 @@ func TestDecideGrowth(t *testing.T) {
 			t.Errorf("created %v, status.growth %+v; want none, 0 extra, backoff until t0+300s", plan.CreateWorkers, g)
 		}
 	})
-	t.Run("throughput is measured once every member reported since the change", func(t *testing.T) {
+	t.Run("throughput is measured from the checkpoints reported since the change", func(t *testing.T) {
 		job := growJob(nil, etjobv1.GrowthStatus{Throughput: []etjobv1.ThroughputPoint{{Workers: 2, SamplesPerSecond: 5}}}, "j-worker-0:1", "j-worker-1:1", "j-worker-4:1").Obj()
 		after := t0.Add(-time.Minute)
 		pods := growPods(job, checkpointed(MakeWorker(job, 4).Extra(t0.Add(-time.Hour)).ReadySince("n4", t0.Add(-time.Hour)), 110.2, after).Obj())
@@ -155,11 +155,21 @@ func TestDecideGrowth(t *testing.T) {
 		if diff := cmp.Diff(want, plan.Status.Growth.Throughput); diff != "" {
 			t.Errorf("throughput (-want +got):\n%s", diff)
 		}
-		// One member's checkpoint is older than the membership: no point.
-		pods[2] = checkpointed(MakeWorker(job, 1).ReadySince("n1", t0.Add(-time.Hour)), 105.4, t0.Add(-time.Hour)).Obj()
+		// A checkpoint older than the membership does not count; rank 0
+		// alone may report the whole job's throughput.
+		pods[1] = checkpointed(MakeWorker(job, 0).ReadySince("n0", t0.Add(-time.Hour)), 300, after).Obj()
+		pods[2] = MakeWorker(job, 1).ReadySince("n1", t0.Add(-time.Hour)).Obj()
+		pods[3] = checkpointed(MakeWorker(job, 4).Extra(t0.Add(-time.Hour)).ReadySince("n4", t0.Add(-time.Hour)), 99, t0.Add(-time.Hour)).Obj()
+		plan = decideAt(job, pods, t0, "n4")
+		want[1].SamplesPerSecond = 300
+		if diff := cmp.Diff(want, plan.Status.Growth.Throughput); diff != "" {
+			t.Errorf("with rank 0's report alone, throughput (-want +got):\n%s", diff)
+		}
+		// Nothing reported since the change: no point.
+		pods[1] = MakeWorker(job, 0).ReadySince("n0", t0.Add(-time.Hour)).Obj()
 		plan = decideAt(job, pods, t0, "n4")
 		if diff := cmp.Diff(want[:1], plan.Status.Growth.Throughput); diff != "" {
-			t.Errorf("with a stale checkpoint, throughput (-want +got):\n%s", diff)
+			t.Errorf("with no report since the change, throughput (-want +got):\n%s", diff)
 		}
 	})
 	t.Run("growth stops where an added worker gains less than the threshold, extra workers given back", func(t *testing.T) {

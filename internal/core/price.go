@@ -37,7 +37,7 @@ func (d *decision) overPrice(nodeName string) (etjobv1.PricePerHour, bool) {
 	if n == nil {
 		return 0, false
 	}
-	p, ok := etjobv1.NodePricePerHour(n.Labels)
+	p, ok := etjobv1.NodePrice(n)
 	return p, ok && p > limit
 }
 

@@ -200,7 +200,13 @@ func (w *world) step() {
 		if p := pick(func(p *corev1.Pod) bool { return alive(p) && w.nodes[p.Spec.NodeName] != nil }); p != nil {
 			n := w.nodes[p.Spec.NodeName].DeepCopy()
 			price := []string{"0.3", "0.9", "1.2"}[w.r.IntN(3)]
-			n.Labels = map[string]string{etjobv1.LabelPricePerHour: price}
+			// A price feed's annotation, over the label the node registered.
+			n.Labels = map[string]string{etjobv1.LabelPricePerHour: "0.3"}
+			n.Annotations = maps.Clone(n.Annotations)
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			n.Annotations[etjobv1.LabelPricePerHour] = price
 			w.nodes[n.Name] = n
 			w.log = append(w.log, fmt.Sprintf("price of %s's node %s", p.Name, price))
 		}
@@ -364,7 +370,7 @@ func checkInvariants(t *testing.T, w *world, prev etjobv1.ElasticJobStatus, plan
 		deadline := node.Annotations[etjobv1.AnnotationNodeNotice]
 		if deadline == "" && !signaled[name] && p.Annotations[etjobv1.AnnotationLeave] == "" {
 			// Staying, so never on a node priced above the limit.
-			if price, ok := etjobv1.NodePricePerHour(node.Labels); ok && spec.Spot != nil && spec.Spot.MaxPricePerHour == "1.0" && price > 1 {
+			if price, ok := etjobv1.NodePrice(node); ok && spec.Spot != nil && spec.Spot.MaxPricePerHour == "1.0" && price > 1 {
 				t.Fatalf("%s: member %s is on a node priced %s, above spec.spot.maxPricePerHour", w.trace(), name, price)
 			}
 			continue

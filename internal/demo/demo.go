@@ -252,7 +252,7 @@ func (s *story) meter(ctx context.Context) {
 			s.mu.Lock()
 			if _, ok := s.prices[p.Spec.NodeName]; !ok {
 				if n, err := s.d.Clientset.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{}); err == nil {
-					s.prices[p.Spec.NodeName], _ = etjobv1.NodePricePerHour(n.Labels)
+					s.prices[p.Spec.NodeName], _ = etjobv1.NodePrice(n)
 				}
 			}
 			s.seconds[p.Spec.NodeName] += dt

@@ -164,6 +164,31 @@ process of the node is killed with SIGKILL, like a vanished VM, and the Node is 
 	reclaim.Flags().DurationVar(&notice, "notice", 30*time.Second, "time between the notice and the loss (0: hard loss)")
 	reclaim.Flags().StringVar(&provider, "provider", "", "check that the node emulates this cloud (alibaba, aws, gcp, azure); default: the node's own")
 
+	price := &cobra.Command{
+		Use:   "price NODE PRICE",
+		Short: "Change a node's spot price (US dollars an hour), as its cloud's market would",
+		Long: `Change a node's spot price, as its emulated cloud's market would: its etjob.dev/price-per-hour
+label, which etjob reads. A job with spec.spot.maxPricePerHour (etjob submit --max-price) lets a
+worker on a node priced above it go at an agreed step, and keeps new workers off that node.`,
+		Example: "  etjob-local cluster price spot-1 1.75",
+		Args:    cobra.ExactArgs(2),
+		RunE: func(c *cobra.Command, args []string) error {
+			p, err := etjobv1.ParsePricePerHour(args[1])
+			if err != nil || p < 0 {
+				return fmt.Errorf("PRICE %q: give US dollars an hour as a decimal, like 1.75", args[1])
+			}
+			cl, err := o.cluster()
+			if err != nil {
+				return err
+			}
+			if err := cl.SetPrice(c.Context(), args[0], p); err != nil {
+				return err
+			}
+			fmt.Fprintf(o.streams.Out, "node %s now costs $%s an hour\n", args[0], p)
+			return nil
+		},
+	}
+
 	var replay replayOptions
 	replayCmd := &cobra.Command{
 		Use:   "replay TRACE",
@@ -182,7 +207,7 @@ machine holds a few process nodes); the adds beyond it, and their removes, are s
 	replayCmd.Flags().DurationVar(&replay.notice, "notice", 30*time.Second, "reclamation notice of every remove (0: hard losses)")
 	replayCmd.Flags().IntVar(&replay.maxNodes, "max-nodes", 4, "the most trace nodes alive at once (0: no cap)")
 
-	cmd.AddCommand(up, down, status, kubeconfig, addNode, reclaim, replayCmd)
+	cmd.AddCommand(up, down, status, kubeconfig, addNode, reclaim, price, replayCmd)
 	return cmd
 }
 

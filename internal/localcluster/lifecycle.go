@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
@@ -198,6 +199,24 @@ func (c *Cluster) WithdrawNotice(ctx context.Context, name string) error {
 		return fmt.Errorf("withdrawing the notice of %s: %w", name, err)
 	}
 	c.logf("node %s: reclamation notice withdrawn", name)
+	return nil
+}
+
+// SetPrice changes a node's spot price, as its emulated cloud's market
+// would, and as a price feed reports it on a real cluster: the node's
+// etjob.dev/price-per-hour annotation, which etjob reads before the label of
+// that name (the node registered its label, and its kubelet puts it back).
+// The billing ledger keeps the price a pod started at.
+func (c *Cluster) SetPrice(ctx context.Context, name string, price etjobv1.PricePerHour) error {
+	cs, err := c.Clientset()
+	if err != nil {
+		return err
+	}
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, etjobv1.LabelPricePerHour, price.String())
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("setting the price of node %s: %w", name, err)
+	}
+	c.logf("node %s: price now $%s an hour", name, price)
 	return nil
 }
 

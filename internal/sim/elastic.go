@@ -169,15 +169,24 @@ func newElastic(tr *Trace, p Params) *elastic {
 }
 
 // simJob is the simulated ElasticJob as the API server would default it:
-// torchrun, spot, one GPU per worker, replicas = maxReplicas.
+// torchrun, spot, one GPU per worker, replicas = maxReplicas (or replicas
+// GrowFrom, growing opportunistically to maxReplicas).
 func simJob(p Params) *etjobv1.ElasticJob {
 	backoff := int32(6)
 	margin := int32(p.StopMargin / time.Second)
+	replicas := p.Replicas
+	var growth *etjobv1.GrowthSpec
+	if p.GrowFrom > 0 {
+		replicas = p.GrowFrom
+		growth = &etjobv1.GrowthSpec{Policy: etjobv1.GrowthOpportunistic, PriorityClassName: etjobv1.DefaultGrowthPriorityClass,
+			ProbeTimeoutSeconds: 120, BackoffSeconds: 300}
+	}
 	return &etjobv1.ElasticJob{
 		TypeMeta:   metav1.TypeMeta{APIVersion: etjobv1.GroupVersion.String(), Kind: "ElasticJob"},
 		ObjectMeta: metav1.ObjectMeta{Name: jobName, Namespace: jobNamespace, UID: types.UID(jobName + "-uid"), Generation: 1},
 		Spec: etjobv1.ElasticJobSpec{
-			Replicas: p.Replicas, MinReplicas: p.MinReplicas, MaxReplicas: p.Replicas,
+			Replicas: replicas, MinReplicas: p.MinReplicas, MaxReplicas: p.Replicas,
+			Growth:              growth,
 			Framework:           etjobv1.FrameworkTorchrun,
 			RestartPolicy:       etjobv1.RestartPolicyNever,
 			WorkerRestartPolicy: etjobv1.WorkerRestartExitCode,

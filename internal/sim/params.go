@@ -105,6 +105,11 @@ type Params struct {
 	// (or empty) trains through a notice until deadline - (checkpoint time +
 	// StopMargin), Stop stops at the notice.
 	NoticeLeadTime etjobv1.NoticeLeadTime
+	// GrowFrom, when set, makes the job one of replicas GrowFrom and
+	// maxReplicas Replicas under spec.growth.policy Opportunistic: extra
+	// workers above GrowFrom while the trace has capacity (issue #14's 8 /
+	// max 32 job). 0: replicas = maxReplicas = Replicas.
+	GrowFrom int32
 	// StopMargin is spec.spot.stopMarginSeconds (whole seconds).
 	StopMargin time.Duration
 	// CheckpointInterval is the periodic checkpoint interval (training time);
@@ -158,6 +163,9 @@ func (p *Params) Validate() error {
 	var errs []string
 	if p.Replicas < 1 {
 		errs = append(errs, fmt.Sprintf("replicas %d: must be at least 1", p.Replicas))
+	}
+	if p.GrowFrom != 0 && (p.GrowFrom < p.MinReplicas || p.GrowFrom > p.Replicas) {
+		errs = append(errs, fmt.Sprintf("grow from %d: must be between min (%d) and replicas (%d)", p.GrowFrom, p.MinReplicas, p.Replicas))
 	}
 	if p.MinReplicas < 1 || p.MinReplicas > p.Replicas {
 		errs = append(errs, fmt.Sprintf("min %d: must be between 1 and replicas (%d)", p.MinReplicas, p.Replicas))

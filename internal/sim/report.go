@@ -194,10 +194,14 @@ func Compare(tr *Trace, o Options) (*Comparison, error) {
 	if err != nil {
 		return nil, err
 	}
+	elGrow, err := runElasticGrow(tr, p)
+	if err != nil {
+		return nil, err
+	}
 	c.Scenarios = append(c.Scenarios, Scenario{
 		Name:      fmt.Sprintf("spot $%.2f/h vs on-demand $%.2f/h, %s notice", float64(p.SpotPrice), float64(p.OnDemandPrice), p.Provider),
 		SpotPrice: p.SpotPrice, OnDemandPrice: p.OnDemandPrice,
-		Rows: []Row{row(el, od), row(elStop, od), row(fixed, od), row(restart, od), row(grow, od), row(od, od)},
+		Rows: []Row{row(el, od), row(elStop, od), row(elGrow, od), row(fixed, od), row(restart, od), row(grow, od), row(od, od)},
 	})
 
 	cheap := p
@@ -211,11 +215,15 @@ func Compare(tr *Trace, o Options) (*Comparison, error) {
 	if err != nil {
 		return nil, err
 	}
+	elCheapGrow, err := runElasticGrow(tr, cheap)
+	if err != nil {
+		return nil, err
+	}
 	sp := cheap.SpotPrice
 	c.Scenarios = append(c.Scenarios, Scenario{
 		Name:      fmt.Sprintf("spot at %.0f%% of on-demand ($%.3f/h), %s notice", o.CheapFraction*100, sp, o.CheapProvider),
 		SpotPrice: sp, OnDemandPrice: p.OnDemandPrice,
-		Rows: []Row{row(elCheap, od), row(elCheapStop, od), row(fixed.AtPrice(sp), od), row(restart.AtPrice(sp), od), row(grow.AtPrice(sp), od), row(od, od)},
+		Rows: []Row{row(elCheap, od), row(elCheapStop, od), row(elCheapGrow, od), row(fixed.AtPrice(sp), od), row(restart.AtPrice(sp), od), row(grow.AtPrice(sp), od), row(od, od)},
 	})
 
 	for _, pause := range o.Pauses {
@@ -254,6 +262,16 @@ func runElasticStop(tr *Trace, p Params) (Result, error) {
 	p.NoticeLeadTime = etjobv1.NoticeLeadTimeStop
 	r, err := RunElastic(tr, p)
 	r.Strategy = StrategyElasticStop
+	return r, err
+}
+
+// runElasticGrow is etjob with replicas a quarter of maxReplicas (at least
+// min: issue #14's 8 / max 32 job), growing opportunistically to
+// maxReplicas while the trace has capacity.
+func runElasticGrow(tr *Trace, p Params) (Result, error) {
+	p.GrowFrom = max(p.Replicas/4, p.MinReplicas)
+	r, err := RunElastic(tr, p)
+	r.Strategy = fmt.Sprintf(StrategyElasticGrow, p.GrowFrom, p.Replicas)
 	return r, err
 }
 

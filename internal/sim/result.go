@@ -12,6 +12,9 @@ const (
 	// StrategyElasticStop is etjob with spec.spot.noticeLeadTime Stop: a
 	// noticed worker stops at the notice instead of training through it.
 	StrategyElasticStop = "etjob, stops at the notice"
+	// StrategyElasticGrow is etjob with replicas GrowFrom growing to
+	// maxReplicas (spec.growth.policy Opportunistic).
+	StrategyElasticGrow = "etjob, replicas %d, grows to %d"
 	StrategyRestart     = "checkpoint-restart"
 	StrategyRestartGrow = "checkpoint-restart+grow"
 	// StrategyRestartFixed is the non-elastic checkpoint-restart job of a

@@ -503,18 +503,21 @@ func TestCompare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Scenarios) != 2 || len(c.Scenarios[0].Rows) != 6 || len(c.Sensitivity) != 3 || len(c.Goals) != 6 {
+	if len(c.Scenarios) != 2 || len(c.Scenarios[0].Rows) != 7 || len(c.Sensitivity) != 3 || len(c.Goals) != 6 {
 		t.Fatalf("comparison shape: %+v", c)
 	}
 	if c.Scenarios[0].Rows[1].Strategy != StrategyElasticStop || c.Scenarios[1].Rows[1].Strategy != StrategyElasticStop {
 		t.Errorf("the second rows are not etjob stopping at the notice: %q, %q", c.Scenarios[0].Rows[1].Strategy, c.Scenarios[1].Rows[1].Strategy)
 	}
-	od := c.Scenarios[0].Rows[5]
+	if g := c.Scenarios[0].Rows[2]; g.Strategy != "etjob, replicas 1, grows to 2" {
+		t.Errorf("the third row is not etjob growing from min: %q", g.Strategy)
+	}
+	od := c.Scenarios[0].Rows[6]
 	if od.Strategy != StrategyOnDemand || od.CostVsOnDemand != 1 || od.GoodputVsOnDemand != 1 {
 		t.Errorf("on-demand row: %+v", od)
 	}
 	cheap := c.Scenarios[1]
-	if !near(float64(cheap.SpotPrice), 0.306) || !near(float64(cheap.Rows[2].PricePerHour), 0.306) || !near(float64(cheap.Rows[3].PricePerHour), 0.306) ||
+	if !near(float64(cheap.SpotPrice), 0.306) || !near(float64(cheap.Rows[3].PricePerHour), 0.306) || !near(float64(cheap.Rows[4].PricePerHour), 0.306) ||
 		cheap.Rows[0].Notice != "alibaba 300s" {
 		t.Errorf("cheap scenario: %+v", cheap)
 	}
@@ -522,13 +525,13 @@ func TestCompare(t *testing.T) {
 	// and n3: S = 1 trains 995 s on one; S = 2 from 5 s loses 2 x 495 s at
 	// 500 s (no checkpoint in 1 h), waits to 600 s, restarts until 605 s and
 	// trains 395 s on two, 790 in all; so S = 1, 995 samples.
-	fixed := c.Scenarios[0].Rows[2]
+	fixed := c.Scenarios[0].Rows[3]
 	if c.FixedSize != 1 || fixed.Strategy != StrategyRestartFixed || fixed.FixedSize != 1 || !near(fixed.Samples, 995) ||
 		len(c.FixedSizeSweep) != 2 || !near(c.FixedSizeSweep[1].Goodput, 0.79) {
 		t.Errorf("fixed-size baseline: size %d row %+v sweep %+v", c.FixedSize, fixed, c.FixedSizeSweep)
 	}
 	el := c.Scenarios[0].Rows[0]
-	if !near(el.GoodputVsFixed, el.Goodput/fixed.Goodput) || !near(el.GoodputVsRestart, el.Goodput/max(c.Scenarios[0].Rows[3].Goodput, c.Scenarios[0].Rows[4].Goodput)) {
+	if !near(el.GoodputVsFixed, el.Goodput/fixed.Goodput) || !near(el.GoodputVsRestart, el.Goodput/max(c.Scenarios[0].Rows[4].Goodput, c.Scenarios[0].Rows[5].Goodput)) {
 		t.Errorf("etjob ratios: %+v", el)
 	}
 	if g := c.Goals[2]; !strings.Contains(g.Name, "fixed size") || !strings.Contains(g.Name, "S = 1") || g.Value != el.GoodputVsFixed {

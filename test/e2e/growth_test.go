@@ -1,0 +1,283 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/driver"
+	"github.com/etjob/etjob/internal/localcluster/processnode"
+)
+
+// TestGrowthStory is issue #14's growth and price story on the local
+// cluster, with real torchrun training:
+//   - a job of replicas 2 / max 4 (spec.growth.policy Opportunistic) grows to
+//     4 when two spot nodes appear;
+//   - another workload's pods take that capacity: the scheduler preempts the
+//     extra workers (the chart's etjob-opportunistic PriorityClass), which
+//     leave at an agreed step; the base workers keep running;
+//   - the job grows back once the capacity is free;
+//   - a node's price rises above spec.spot.maxPricePerHour: its worker leaves
+//     at an agreed step and nothing lands on that node again;
+//   - no resume loses a committed step, and nothing counts as a failure.
+func TestGrowthStory(t *testing.T) {
+	ctx := withTimeout(t, 12*time.Minute)
+	e := startCluster(t, ctx, "etjob-e2e-growth", 2, 1)
+	cl, repo, dir := e.Cluster, e.repo, e.Dir
+	ckpt := filepath.Join(dir, "shared", "ckpt")
+	if err := os.MkdirAll(ckpt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := cl.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(bin string, args ...string) string {
+		t.Helper()
+		if bin == e.local {
+			args = append(args, "--dir", dir)
+		} else {
+			args = append([]string{"--kubeconfig", cl.Kubeconfig()}, args...)
+		}
+		var out bytes.Buffer
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out.String())
+		}
+		t.Logf("$ %s %s\n%s", filepath.Base(bin), strings.Join(args, " "), strings.TrimSpace(out.String()))
+		return out.String()
+	}
+	job := func() *etjobv1.ElasticJob {
+		t.Helper()
+		j := &etjobv1.ElasticJob{}
+		out, err := exec.CommandContext(ctx, e.bin, "--kubeconfig", cl.Kubeconfig(), "get", "grow", "-o", "json").Output()
+		if err == nil {
+			err = json.Unmarshal(out, j)
+		}
+		if err != nil {
+			t.Fatalf("etjob get grow -o json: %v", err)
+		}
+		return j
+	}
+	waitJob := func(what string, timeout time.Duration, ok func(*etjobv1.ElasticJob) bool) *etjobv1.ElasticJob {
+		t.Helper()
+		start, deadline := time.Now(), time.Now().Add(timeout)
+		for {
+			j := job()
+			if ok(j) {
+				t.Logf("%s after %.1fs", what, time.Since(start).Seconds())
+				return j
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out after %s waiting for %s: %+v", timeout, what, j.Status)
+			}
+			time.Sleep(time.Second)
+		}
+	}
+	// members are the job's members by pod name, with their nodes.
+	members := func(j *etjobv1.ElasticJob) map[string]string {
+		out := map[string]string{}
+		for _, w := range j.Status.Workers {
+			if w.State == etjobv1.WorkerMember {
+				out[w.Name] = w.Node
+			}
+		}
+		return out
+	}
+	// waitTraining waits for training steps at world size world after at:
+	// the membership is real only once torchrun trains with it.
+	waitTraining := func(world int, after time.Time) {
+		t.Helper()
+		start := time.Now()
+		waitFor(t, ctx, fmt.Sprintf("training steps with %d ranks", world), 4*time.Minute, func() (bool, string) {
+			lines, err := driver.ReadLogs(dir, "default", "grow")
+			if err != nil {
+				return false, err.Error()
+			}
+			last := "no step yet"
+			for _, l := range lines {
+				if l.Kind == "step" && l.T >= float64(after.UnixNano())/1e9 {
+					if l.World == world {
+						return true, ""
+					}
+					last = fmt.Sprintf("last step %d at world %d", l.Step, l.World)
+				}
+			}
+			return false, last
+		})
+		t.Logf("training with %d ranks %.1fs later", world, time.Since(start).Seconds())
+	}
+	uid := func(pod string) types.UID {
+		t.Helper()
+		p, err := cs.CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("pod %s: %v", pod, err)
+		}
+		return p.UID
+	}
+
+	run(e.bin, "submit", "etjob", "--name=grow", "--workers=2", "--min-workers=1", "--max-workers=4", "--gpus=1",
+		"--spot-instance", "--growth=Opportunistic", "--growth-probe-timeout=15s", "--growth-backoff=5s", "--max-price=1.0",
+		"--image=etjob/digits:local", "--data-dir", repo+":/opt/etjob", "--data-dir", ckpt+":/ckpt",
+		"--checkpoint-dir=/ckpt", "-e", "PATH=/usr/bin:/bin", "-e", "PYTHONPATH=/opt/etjob/python", "-e", "EPOCHS=400", "-e", "WIDTH=64",
+		"python3 -m etjob.torchrun /opt/etjob/examples/digits/train.py")
+	j := waitJob("2 members on the 2 spot nodes", 5*time.Minute, func(j *etjobv1.ElasticJob) bool { return j.Status.Members == 2 })
+	waitTraining(2, time.Time{})
+	base := members(j)
+	baseUIDs := map[string]types.UID{}
+	for pod := range base {
+		baseUIDs[pod] = uid(pod)
+	}
+
+	// Two spot nodes appear: the job grows to maxReplicas with extra workers.
+	addedAt := time.Now()
+	run(e.local, "cluster", "add-node", "--spot")
+	run(e.local, "cluster", "add-node", "--spot")
+	j = waitJob("4 members, 2 of them extra", 3*time.Minute, func(j *etjobv1.ElasticJob) bool {
+		return j.Status.Members == 4 && j.Status.Growth != nil && j.Status.Growth.ExtraWorkers == 2
+	})
+	waitTraining(4, addedAt)
+	var extras []string
+	for pod := range members(j) {
+		if _, ok := base[pod]; !ok {
+			extras = append(extras, pod)
+		}
+	}
+	for _, pod := range extras {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Labels[etjobv1.LabelExtra] != "true" || p.Spec.PriorityClassName != etjobv1.DefaultGrowthPriorityClass || p.Spec.Priority == nil || *p.Spec.Priority >= 0 {
+			t.Errorf("extra worker %s: label %q, priorityClassName %q, priority %v; want etjob.dev/extra and the chart's etjob-opportunistic below 0",
+				pod, p.Labels[etjobv1.LabelExtra], p.Spec.PriorityClassName, p.Spec.Priority)
+		}
+	}
+
+	// Another workload needs two GPUs: the scheduler preempts the extra
+	// workers, not the base ones, and the job lets them go at an agreed step.
+	other := func(i int) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("other-%d", i), Namespace: "default"},
+			Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever,
+				Tolerations:   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+				Containers: []corev1.Container{{Name: "main", Image: "etjob/digits:local", Command: []string{"sleep", "600"},
+					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{processnode.ResourceGPU: resource.MustParse("1")}}}},
+			},
+		}
+	}
+	takenAt := time.Now()
+	for i := range 2 {
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, other(i), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, ctx, "the other workload's pods scheduled", 3*time.Minute, func() (bool, string) {
+		n := 0
+		for i := range 2 {
+			p, err := cs.CoreV1().Pods("default").Get(ctx, fmt.Sprintf("other-%d", i), metav1.GetOptions{})
+			if err == nil && p.Spec.NodeName != "" {
+				n++
+			}
+		}
+		return n == 2, fmt.Sprintf("%d of 2 scheduled", n)
+	})
+	j = waitJob("2 members again, the base ones", 2*time.Minute, func(j *etjobv1.ElasticJob) bool { return j.Status.Members == 2 })
+	t.Logf("the extra workers gave the capacity back %.1fs after the other workload asked for it", time.Since(takenAt).Seconds())
+	waitTraining(2, takenAt)
+	for pod, node := range members(j) {
+		if base[pod] != node || uid(pod) != baseUIDs[pod] {
+			t.Errorf("member %s on %s: want the base workers %v, never replaced", pod, node, base)
+		}
+	}
+	if j.Status.Failures != 0 {
+		t.Errorf("failures %d: giving capacity back is no failure", j.Status.Failures)
+	}
+
+	// The other workload ends: the job grows back to 4.
+	for i := range 2 {
+		if err := cs.CoreV1().Pods("default").Delete(ctx, fmt.Sprintf("other-%d", i), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	endedAt := time.Now()
+	j = waitJob("4 members after the other workload ended", 4*time.Minute, func(j *etjobv1.ElasticJob) bool { return j.Status.Members == 4 })
+	waitTraining(4, endedAt)
+
+	// A base worker's node gets dearer than --max-price: the worker leaves at
+	// an agreed step, and its replacement lands elsewhere (an extra worker
+	// makes room for it).
+	var pricey, leaver string
+	for pod, node := range members(j) {
+		if _, ok := base[pod]; ok && (leaver == "" || pod < leaver) {
+			leaver, pricey = pod, node
+		}
+	}
+	pricedAt := time.Now()
+	run(e.local, "cluster", "price", pricey, "1.5")
+	j = waitJob("the worker on the dearer node gone, its replacement a member elsewhere", 3*time.Minute, func(j *etjobv1.ElasticJob) bool {
+		m := members(j)
+		if _, still := m[leaver]; still {
+			return false
+		}
+		baseMembers := 0
+		for pod, node := range m {
+			if node == pricey {
+				return false
+			}
+			if p, err := cs.CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{}); err == nil && p.Labels[etjobv1.LabelExtra] != "true" {
+				baseMembers++
+			}
+		}
+		return baseMembers == 2
+	})
+	waitTraining(len(members(j)), pricedAt)
+	if !slices.ContainsFunc(j.Status.Timeline, func(ev etjobv1.TimelineEvent) bool {
+		return strings.Contains(ev.Message, leaver+" leaves: node "+pricey+" costs 1.5 an hour")
+	}) {
+		t.Errorf("the timeline does not say why %s left: %+v", leaver, j.Status.Timeline)
+	}
+	pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: etjobv1.LabelJobName + "=grow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == pricey && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded {
+			t.Errorf("pod %s runs on %s, priced above --max-price", p.Name, pricey)
+		}
+	}
+	if j.Status.Failures != 0 {
+		t.Errorf("failures %d, want 0", j.Status.Failures)
+	}
+
+	lines, err := driver.ReadLogs(dir, "default", "grow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumes := driver.Resumes(lines)
+	if len(resumes) < 4 {
+		t.Errorf("%d resumes; want one for each of the 4 membership changes at least", len(resumes))
+	}
+	for i, r := range resumes {
+		if r.Lost != 0 {
+			t.Errorf("resume %d (from %d after reaching %d, world %d) lost %d committed steps", i+1, r.From, r.Reached, r.World, r.Lost)
+		}
+	}
+	t.Logf("%d resumes, none lost a step; status.growth %+v", len(resumes), j.Status.Growth)
+	run(e.bin, "delete", "grow")
+}
