@@ -7,6 +7,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -28,7 +30,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/agent/notice"
+	"github.com/etjob/etjob/internal/agent/price"
 	"github.com/etjob/etjob/internal/render"
 )
 
@@ -45,6 +49,9 @@ type Options struct {
 	NodeName string
 	// Source reads the cloud's notices; nil means Kubernetes-side signals only.
 	Source notice.Source
+	// PriceSource feeds the node's current price into its
+	// etjob.dev/price-per-hour annotation; nil leaves prices to the label.
+	PriceSource price.Source
 	// PollInterval is the time between metadata reads; zero means 1 s.
 	PollInterval time.Duration
 	// Confirm is how many identical metadata readings a change needs; zero
@@ -216,6 +223,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	go a.publishCheckpoints(ctx)
+	if a.o.PriceSource != nil {
+		go a.watchPrice(ctx)
+	}
 	// The state is computed before the first pod is served: a restarted
 	// agent restores a live notice from its Node (sync) instead of telling
 	// the pods "none" until the cloud answers again.
@@ -448,4 +458,54 @@ func workloadPods(pods []*corev1.Pod) int {
 		}
 	}
 	return n
+}
+
+// watchPrice reads the price source every poll interval and copies a price
+// that changed into the Node's etjob.dev/price-per-hour annotation (a merge
+// patch of that one key, with an Event); the controller reads it before the
+// node's label.
+func (a *Agent) watchPrice(ctx context.Context) {
+	src := a.o.PriceSource
+	t := time.NewTicker(a.o.PollInterval)
+	defer t.Stop()
+	var failing bool
+	for {
+		p, ok, err := src.Price(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			if !failing {
+				a.log.Warn("reading the node's price", "source", src.Name(), "err", err)
+			}
+			failing = true
+		case err == nil && ok:
+			failing = false
+			if err := a.publishPrice(ctx, p); err != nil && ctx.Err() == nil {
+				a.log.Warn("publishing the node's price", "price", p.String(), "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Agent) publishPrice(ctx context.Context, p etjobv1.PricePerHour) error {
+	node, err := a.nodes.Get(a.o.NodeName)
+	if err != nil {
+		return err
+	}
+	old, had := node.Annotations[etjobv1.LabelPricePerHour]
+	if had && old == p.String() {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{etjobv1.LabelPricePerHour: p.String()}}})
+	if _, err := a.o.Client.CoreV1().Nodes().Patch(ctx, a.o.NodeName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "etjob-agent"}); err != nil {
+		return err
+	}
+	was, _ := etjobv1.NodePrice(node)
+	a.log.Info("the node's price changed", "source", a.o.PriceSource.Name(), "from", was.String(), "to", p.String())
+	a.recorder.Eventf(node, corev1.EventTypeNormal, "PriceChanged", "spot price now $%s an hour (was $%s; from %s)", p, was, a.o.PriceSource.Name())
+	return nil
 }

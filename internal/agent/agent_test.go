@@ -31,6 +31,7 @@ import (
 	"github.com/etjob/etjob/internal/agent"
 	"github.com/etjob/etjob/internal/agent/metadata"
 	"github.com/etjob/etjob/internal/agent/notice"
+	"github.com/etjob/etjob/internal/agent/price"
 	"github.com/etjob/etjob/internal/testutil"
 	"github.com/etjob/etjob/pkg/supervisor"
 )
@@ -669,4 +670,38 @@ func runAgent(ctx context.Context, t *testing.T, cs kubernetes.Interface, o agen
 	}
 	go func() { _ = a.Run(ctx) }()
 	return l.Addr().String()
+}
+
+// TestAgentPrice: the agent copies its price feed's price into the Node's
+// etjob.dev/price-per-hour annotation, over the label, and again when it
+// changes; a feed without a price leaves the Node alone.
+func TestAgentPrice(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := startAPIServer(t)
+	md := metadata.New()
+	srv := httptest.NewServer(md)
+	defer srv.Close()
+	src, err := price.New(price.Local, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runAgent(ctx, t, cs, agent.Options{PriceSource: src})
+	annotation := func() (string, bool) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, ok := n.Annotations[etjobv1.LabelPricePerHour]
+		return v, ok
+	}
+	time.Sleep(300 * time.Millisecond) // several polls of a feed with no price
+	if v, ok := annotation(); ok {
+		t.Errorf("annotation %q before the feed had a price", v)
+	}
+	md.SetSpotPrice("0.91")
+	eventually(t, 10*time.Second, "the price annotated", func() bool { v, _ := annotation(); return v == "0.91" })
+	md.SetSpotPrice("1.5")
+	eventually(t, 10*time.Second, "the new price annotated", func() bool { v, _ := annotation(); return v == "1.5" })
+	eventually(t, 10*time.Second, "a PriceChanged Event", func() bool { return hasEvent(ctx, cs, "PriceChanged", "$1.5 an hour") })
 }

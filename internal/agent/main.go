@@ -17,6 +17,7 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/agent/notice"
+	"github.com/etjob/etjob/internal/agent/price"
 	"github.com/etjob/etjob/internal/logging"
 )
 
@@ -42,6 +43,7 @@ func run(ctx context.Context, args []string) error {
 		nodeName     = fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 		provider     = fs.String("provider", "auto", "cloud notice source: alibaba, aws, gcp, azure, none or auto (probe each metadata service)")
 		metadataURL  = fs.String("metadata-url", "", "override the metadata service base URL (an emulator), e.g. http://127.0.0.1:8080")
+		priceSource  = fs.String("price-source", price.None, "feed of this node's spot price, copied into its etjob.dev/price-per-hour annotation: none, or local (the local cluster's emulated market at --metadata-url)")
 		pollInterval = fs.Duration("poll-interval", time.Second, "time between metadata reads (a changed reading is read again 100 ms later to confirm it)")
 		confirm      = fs.Int("confirm", 2, "identical metadata readings needed before a change is believed")
 		listen       = fs.String("listen", "", "signal endpoint address (default the node's InternalIP, port 9477)")
@@ -108,6 +110,10 @@ func run(ctx context.Context, args []string) error {
 			return fmt.Errorf("--provider: %w", err)
 		}
 	}
+	prices, err := price.New(*priceSource, *metadataURL)
+	if err != nil {
+		return fmt.Errorf("--price-source: %w", err)
+	}
 	if *insecure {
 		log.Warn("--insecure-skip-pod-auth: any local caller can read any pod's signal; for local debugging only")
 	}
@@ -119,6 +125,7 @@ func run(ctx context.Context, args []string) error {
 		Client:                 client,
 		NodeName:               *nodeName,
 		Source:                 src,
+		PriceSource:            prices,
 		PollInterval:           *pollInterval,
 		Confirm:                *confirm,
 		KubernetesNoticeWindow: *window,

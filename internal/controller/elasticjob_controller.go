@@ -132,10 +132,37 @@ func (r *ElasticJobReconciler) observe(ctx context.Context, job *etjobv1.Elastic
 			}
 		}
 	}
+	if err := r.observePricedNodes(ctx, job, &snap); err != nil {
+		return core.Snapshot{}, false, err
+	}
 	key := client.ObjectKeyFromObject(job)
 	synced := r.expectations.JobSynced(key, job.ResourceVersion) &&
 		r.expectations.Satisfied(key, snap.Pods, r.Clock.Now())
 	return snap, synced, nil
+}
+
+// observePricedNodes adds to the snapshot, for a job with
+// spec.spot.maxPricePerHour, every node priced above it: new workers are kept
+// off them (Plan.AvoidNodes), also those that host none of the job's pods
+// (found by TestGrowthStory: a probe landed on the node its worker had just
+// left for its price). Only those nodes: the snapshot stays small, and the
+// bill reads the nodes of the job's own pods.
+func (r *ElasticJobReconciler) observePricedNodes(ctx context.Context, job *etjobv1.ElasticJob, snap *core.Snapshot) error {
+	limit, ok := core.MaxPrice(&job.Spec)
+	if !ok {
+		return nil
+	}
+	var nodes corev1.NodeList
+	if err := r.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return err
+	}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		if p, ok := etjobv1.NodePrice(n); ok && p > limit && snap.Nodes[n.Name] == nil {
+			snap.Nodes[n.Name] = n
+		}
+	}
+	return nil
 }
 
 // podNotice returns the reason of the first Event on the pod that is a

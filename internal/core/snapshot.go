@@ -36,8 +36,10 @@ type Snapshot struct {
 	Job *etjobv1.ElasticJob
 	// Pods are the job's pods (workers and launcher, any attempt).
 	Pods []*corev1.Pod
-	// Nodes are the nodes known to the cluster, by name. A pod bound to a node
-	// missing from this map has lost its node.
+	// Nodes are the nodes known to the cluster, by name: at least those of
+	// the job's pods, and, for a job with spec.spot.maxPricePerHour, every
+	// node priced above it. A pod bound to a node missing from this map has
+	// lost its node.
 	Nodes map[string]*corev1.Node
 	// PodNotices are pod-level reclamation notices, by pod name: the reason of
 	// an Event on the pod for which NoticeEvent holds (ECI's SpotToBeReleased,

@@ -62,6 +62,7 @@ func (c *Cluster) ChartValues() map[string]any {
 		"agent": map[string]any{
 			"metadataURL":  fmt.Sprintf("http://$(NODE_IP):%d", MetadataPort),
 			"pollInterval": "500ms",
+			"priceSource":  "local",
 		},
 	}
 }

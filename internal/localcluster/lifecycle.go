@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
@@ -203,20 +202,27 @@ func (c *Cluster) WithdrawNotice(ctx context.Context, name string) error {
 }
 
 // SetPrice changes a node's spot price, as its emulated cloud's market
-// would, and as a price feed reports it on a real cluster: the node's
-// etjob.dev/price-per-hour annotation, which etjob reads before the label of
-// that name (the node registered its label, and its kubelet puts it back).
-// The billing ledger keeps the price a pod started at.
+// would: POST /etjob/price to the node's metadata service, whose price feed
+// the node's agent reads (--price-source local) and copies into the Node's
+// etjob.dev/price-per-hour annotation, which etjob reads before the label the
+// node registered with. It returns once the annotation says so. The billing
+// ledger keeps the price a pod started at.
 func (c *Cluster) SetPrice(ctx context.Context, name string, price etjobv1.PricePerHour) error {
-	cs, err := c.Clientset()
+	node, err := c.node(ctx, name)
 	if err != nil {
 		return err
 	}
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, etjobv1.LabelPricePerHour, price.String())
-	if _, err := cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("setting the price of node %s: %w", name, err)
+	if err := postMetadataControl(ctx, node, "/etjob/price?value="+price.String()); err != nil {
+		return fmt.Errorf("setting the price of node %s in its market: %w", name, err)
 	}
-	c.logf("node %s: price now $%s an hour", name, price)
+	err = poll(ctx, 30*time.Second, func() bool {
+		n, err := c.node(ctx, name)
+		return err == nil && n.Annotations[etjobv1.LabelPricePerHour] == price.String()
+	})
+	if err != nil {
+		return fmt.Errorf("node %s: its agent did not publish the price $%s: %w", name, price, err)
+	}
+	c.logf("node %s: price now $%s an hour (its agent published it)", name, price)
 	return nil
 }
 

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/agent/metadata"
 	"github.com/etjob/etjob/internal/localcluster/processnode"
 	"github.com/etjob/etjob/internal/logging"
@@ -146,6 +147,7 @@ func runNode(args []string) error {
 //	POST /etjob/reclaim?provider=P&deadline=RFC3339
 //	POST /etjob/early-warning?provider=P
 //	POST /etjob/clear
+//	POST /etjob/price?value=1.5 (the market's price; the agent's price feed reads it)
 func MetadataHandler(md *metadata.Server) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", md)
@@ -166,6 +168,16 @@ func MetadataHandler(md *metadata.Server) http.Handler {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /etjob/price", func(w http.ResponseWriter, r *http.Request) {
+		v := r.URL.Query().Get("value")
+		p, err := etjobv1.ParsePricePerHour(v)
+		if err != nil {
+			http.Error(w, "value: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		md.SetSpotPrice(p.String())
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /etjob/clear", func(w http.ResponseWriter, _ *http.Request) {

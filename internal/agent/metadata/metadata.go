@@ -72,6 +72,7 @@ type Server struct {
 	eventSeq    int
 	generation  int
 	changed     chan struct{}
+	spotPrice   string
 }
 
 // New returns an emulator with no notice on any provider.
@@ -93,6 +94,35 @@ func (s *Server) SetReclaim(provider string, deadline time.Time) {
 // panics on an unknown provider.
 func (s *Server) SetEarlyWarning(provider string) {
 	s.set(provider, state{kind: earlyWarning})
+}
+
+// SpotPrice is the path of the emulated market's price feed: this
+// instance's current spot price in US dollars an hour, as text (404 until
+// SetSpotPrice). No cloud serves a price from its metadata service; the
+// local cluster's emulated clouds do, so that a price feed (the agent's
+// price.Local) has something to read.
+const SpotPrice = "/etjob/spot-price"
+
+// SetSpotPrice sets the price the feed answers ("" withdraws it).
+func (s *Server) SetSpotPrice(price string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.spotPrice = price
+}
+
+func (s *Server) serveSpotPrice(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	s.mu.Lock()
+	p := s.spotPrice
+	s.mu.Unlock()
+	if p == "" {
+		http.NotFound(w, r)
+		return
+	}
+	fmt.Fprint(w, p)
 }
 
 // Clear withdraws every provider's notice.
@@ -166,6 +196,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var provider string
 	var serve func(http.ResponseWriter, *http.Request)
 	switch {
+	case p == SpotPrice:
+		s.serveSpotPrice(w, r)
+		return
 	case p == "/latest/meta-data/instance-id" && s.Only == AWS:
 		provider, serve = AWS, s.serveAWS // an AWS-only VM: IMDSv2 asks for its token here too
 	case p == "/latest/meta-data/instance-id" || p == "/latest/meta-data/instance/spot/termination-time":
