@@ -105,6 +105,7 @@ func (w *world) apply(t *testing.T, plan core.Plan) {
 			}
 		}
 		w.created[p.Name] = true
+		p.CreationTimestamp = metav1.NewTime(w.now) // as the API server sets it
 		p.Status.Phase = corev1.PodPending
 		w.pods[p.Name] = p
 	}

@@ -477,6 +477,7 @@ func (w *elastic) apply(plan core.Plan) bool {
 			continue // AlreadyExists
 		}
 		w.created[p.Name] = true
+		p.CreationTimestamp = metav1.NewTime(w.at()) // as the API server sets it: the growth probes' timeout counts from it
 		p.Status.Phase = corev1.PodPending
 		w.pods[p.Name] = p
 		w.stale = true
