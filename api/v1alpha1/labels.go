@@ -24,6 +24,10 @@ const (
 	// annotation of the same key, where a price feed writes the current
 	// price, comes first (NodePrice).
 	LabelPricePerHour = "etjob.dev/price-per-hour"
+	// AnnotationPricePerHour on a node is its current price, as a price
+	// feed (the node agent's price source) writes it; it comes before the
+	// label (NodePrice). The same key as the label.
+	AnnotationPricePerHour = LabelPricePerHour
 	// LabelOnDemandPricePerHour on a node is the on-demand price of its
 	// instance type, where no on-demand node of that type says it.
 	LabelOnDemandPricePerHour = "etjob.dev/on-demand-price-per-hour"
@@ -74,7 +78,7 @@ func ParsePricePerHour(s string) (PricePerHour, error) {
 // registered with), else the label of the same name; ok is false when
 // neither holds a price.
 func NodePrice(n *corev1.Node) (p PricePerHour, ok bool) {
-	if v, found := n.Annotations[LabelPricePerHour]; found {
+	if v, found := n.Annotations[AnnotationPricePerHour]; found {
 		if p, err := ParsePricePerHour(v); err == nil {
 			return p, true
 		}

@@ -34,7 +34,7 @@ func TestPricePerHour(t *testing.T) {
 			n.Labels[LabelPricePerHour] = label
 		}
 		if annotation != "" {
-			n.Annotations[LabelPricePerHour] = annotation
+			n.Annotations[AnnotationPricePerHour] = annotation
 		}
 		return n
 	}

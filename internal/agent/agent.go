@@ -496,11 +496,11 @@ func (a *Agent) publishPrice(ctx context.Context, p etjobv1.PricePerHour) error 
 	if err != nil {
 		return err
 	}
-	old, had := node.Annotations[etjobv1.LabelPricePerHour]
+	old, had := node.Annotations[etjobv1.AnnotationPricePerHour]
 	if had && old == p.String() {
 		return nil
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{etjobv1.LabelPricePerHour: p.String()}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{etjobv1.AnnotationPricePerHour: p.String()}}})
 	if _, err := a.o.Client.CoreV1().Nodes().Patch(ctx, a.o.NodeName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "etjob-agent"}); err != nil {
 		return err
 	}

@@ -692,7 +692,7 @@ func TestAgentPrice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, ok := n.Annotations[etjobv1.LabelPricePerHour]
+		v, ok := n.Annotations[etjobv1.AnnotationPricePerHour]
 		return v, ok
 	}
 	time.Sleep(300 * time.Millisecond) // several polls of a feed with no price

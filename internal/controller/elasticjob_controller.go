@@ -148,8 +148,7 @@ func (r *ElasticJobReconciler) observe(ctx context.Context, job *etjobv1.Elastic
 // left for its price). Only those nodes: the snapshot stays small, and the
 // bill reads the nodes of the job's own pods.
 func (r *ElasticJobReconciler) observePricedNodes(ctx context.Context, job *etjobv1.ElasticJob, snap *core.Snapshot) error {
-	limit, ok := core.MaxPrice(&job.Spec)
-	if !ok {
+	if _, ok := core.MaxPrice(&job.Spec); !ok {
 		return nil
 	}
 	var nodes corev1.NodeList
@@ -158,7 +157,7 @@ func (r *ElasticJobReconciler) observePricedNodes(ctx context.Context, job *etjo
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		if p, ok := etjobv1.NodePrice(n); ok && p > limit && snap.Nodes[n.Name] == nil {
+		if _, over := core.OverPrice(&job.Spec, n); over && snap.Nodes[n.Name] == nil {
 			snap.Nodes[n.Name] = n
 		}
 	}

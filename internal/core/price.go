@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 
+	corev1 "k8s.io/api/core/v1"
+
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 )
 
@@ -26,19 +28,21 @@ func MaxPrice(spec *etjobv1.ElasticJobSpec) (p etjobv1.PricePerHour, ok bool) {
 	return p, err == nil
 }
 
-// overPrice reports whether a node's price is above the job's limit, and
-// its price.
-func (d *decision) overPrice(nodeName string) (etjobv1.PricePerHour, bool) {
-	limit, ok := MaxPrice(d.spec)
-	if !ok {
+// OverPrice reports whether node's price is above the job's
+// spec.spot.maxPricePerHour, and its price: the one rule, which the
+// controller also uses to choose the nodes it adds to the snapshot.
+func OverPrice(spec *etjobv1.ElasticJobSpec, node *corev1.Node) (etjobv1.PricePerHour, bool) {
+	limit, ok := MaxPrice(spec)
+	if !ok || node == nil {
 		return 0, false
 	}
-	n := d.s.Nodes[nodeName]
-	if n == nil {
-		return 0, false
-	}
-	p, ok := etjobv1.NodePrice(n)
+	p, ok := etjobv1.NodePrice(node)
 	return p, ok && p > limit
+}
+
+// overPrice is OverPrice for a node of the snapshot, by name.
+func (d *decision) overPrice(nodeName string) (etjobv1.PricePerHour, bool) {
+	return OverPrice(d.spec, d.s.Nodes[nodeName])
 }
 
 // leaveOverPrice tells the workers on nodes priced above the limit to leave.

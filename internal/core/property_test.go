@@ -207,7 +207,7 @@ func (w *world) step() {
 			if n.Annotations == nil {
 				n.Annotations = map[string]string{}
 			}
-			n.Annotations[etjobv1.LabelPricePerHour] = price
+			n.Annotations[etjobv1.AnnotationPricePerHour] = price
 			w.nodes[n.Name] = n
 			w.log = append(w.log, fmt.Sprintf("price of %s's node %s", p.Name, price))
 		}

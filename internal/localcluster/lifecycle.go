@@ -217,7 +217,7 @@ func (c *Cluster) SetPrice(ctx context.Context, name string, price etjobv1.Price
 	}
 	err = poll(ctx, 30*time.Second, func() bool {
 		n, err := c.node(ctx, name)
-		return err == nil && n.Annotations[etjobv1.LabelPricePerHour] == price.String()
+		return err == nil && n.Annotations[etjobv1.AnnotationPricePerHour] == price.String()
 	})
 	if err != nil {
 		return fmt.Errorf("node %s: its agent did not publish the price $%s: %w", name, price, err)
