@@ -69,6 +69,13 @@ class Net(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
+def lr_schedule(lr, total):
+    """Cosine decay to 0 over the run, a function of the step alone: the final
+    model settles instead of jittering at a constant rate, so the final
+    accuracy of two runs (disturbed or not) can be compared."""
+    return lambda step: lr * 0.5 * (1 + math.cos(math.pi * step / total))
+
+
 def dataset(seed):
     d = load_digits()
     x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
@@ -113,12 +120,7 @@ def main(argv=None):
     sampler = etorch.ElasticSampler(len(ytr), args.global_batch, seed=args.seed)
     total = sampler.steps_per_epoch * args.epochs
 
-    def lr_at(step):
-        # Cosine decay to 0 over the run, a function of the step alone: the
-        # final model settles instead of jittering at a constant rate, so the
-        # final accuracy of two runs (disturbed or not) can be compared.
-        return args.lr * 0.5 * (1 + math.cos(math.pi * step / total))
-
+    lr_at = lr_schedule(args.lr, total)
     model = Net(args.width)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     step = 0

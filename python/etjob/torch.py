@@ -46,12 +46,16 @@ def _fsync_dir(directory):
         os.close(fd)
 
 
-def save_checkpoint(directory, state, name=None, keep=3):
+def save_checkpoint(directory, state, name=None, keep=3, before_commit=None):
     """save_checkpoint writes state atomically and points `latest` at it:
     a temp file of its own (ranks that stop together may write the same
     checkpoint at once), fsync, rename, fsync of the directory, then the same
     for `latest`. It keeps the `keep` newest ckpt-*.pt files (0: all) and
-    raises CheckpointError when the checkpoint cannot be written."""
+    raises CheckpointError when the checkpoint cannot be written.
+    before_commit, when given, is called before each rename (the
+    checkpoint's, then `latest`'s); raising CheckpointError there
+    (a fence: etjob.elastic's rank whose generation is over) leaves
+    `latest` as it was."""
     name = name or "ckpt-%08d.pt" % state.get("step", 0)
     unique = "%d.%s" % (os.getpid(), os.urandom(4).hex())
     tmps = [os.path.join(directory, ".%s.%s.tmp" % (name, unique)), os.path.join(directory, ".latest.%s.tmp" % unique)]
@@ -61,12 +65,16 @@ def save_checkpoint(directory, state, name=None, keep=3):
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
+        if before_commit is not None:
+            before_commit()
         os.replace(tmps[0], os.path.join(directory, name))
         _fsync_dir(directory)  # the checkpoint's name is durable before latest points at it
         with open(tmps[1], "w") as f:
             json.dump({"file": name, "step": state.get("step", 0)}, f)
             f.flush()
             os.fsync(f.fileno())
+        if before_commit is not None:
+            before_commit()
         os.replace(tmps[1], os.path.join(directory, "latest"))
         _fsync_dir(directory)
     except OSError as e:

@@ -1,0 +1,676 @@
+"""In-process recovery for PyTorch: survivors never restart (needs PyTorch).
+
+`python3 train.py` in every worker of an ElasticJob (one rank per pod), with
+the training loop written against this module instead of torchrun:
+
+    import etjob.elastic as elastic
+
+    state = elastic.State(model=model, optimizer=opt, sampler=sampler, step=0)
+    state.load_checkpoint(checkpoint_dir)      # a resume from disk, if any
+
+    @elastic.run
+    def train(state):
+        while state.step < total:
+            ...forward, backward...
+            elastic.allreduce_gradients(model)  # bounded, abandoned on a failure
+            opt.step()
+            state.sampler.commit()
+            state.step += 1
+            state.commit()                      # the step is kept, in memory
+
+    train(state)
+
+This is Horovod's `hvd.elastic.run(train)(state)` with `state.commit()`, on
+Debian's torch 1.13 with gloo. What happens (docs/worker-library.md):
+
+* Every rank keeps the state of its last commit in memory (model, optimizer,
+  sampler ledger and plain values such as the step).
+* A **generation** is one process group of the job. Generations are agreed in
+  etjob's rendezvous store (the launcher's `etjob.rdzv`, $ETJOB_RDZV_ENDPOINT),
+  under the job's rendezvous id: every rank of generation G+1 builds a new
+  gloo group over a store prefix of its own.
+* A collective that fails (a dead peer's closed connections), one that takes
+  longer than $ETJOB_COLLECTIVE_TIMEOUT (5 s: a frozen peer keeps its
+  connections open), or a generation another rank ended raises
+  CollectiveError inside the collective. `run` then rolls back to the last
+  commit, meets the others in generation G+1 and calls the function again:
+  the failed step is done again, at most one step is lost. The old group is
+  abandoned, never waited for (gloo on torch 1.13 has no abort, and its
+  destructor may block on work in flight).
+* At `state.commit()` the ranks agree, with one small all-reduce, on who
+  leaves (a reclamation notice, a scale-in, a SIGTERM: etjob's node agent says
+  so) and whether new workers wait to join. Leavers exit 75 (a preemption),
+  the others go on in the next generation without a rollback. When too few
+  would be left (below minReplicas), every rank stops at that step, rank 0
+  checkpoints it to disk first.
+* A joiner gets the state by broadcast from a member that holds the newest
+  commit, not from disk. Disk checkpoints (`state.checkpoint(dir)`, rank 0)
+  are for a stop below min and the loss of the whole job.
+* Fencing: a rank whose generation is over (it was frozen and woke up) cannot
+  go on in it: its collectives fail and it joins again as a newcomer, taking
+  the state by broadcast; `state.checkpoint` refuses to rename a checkpoint
+  into place once its generation is over.
+
+Every rank prints `etjob.elastic: generation G rank R/W ...` to stderr on each
+new generation; rank 0 prints `resume step=S world=W` like the examples, so
+the end-to-end tests' step logs read the same.
+"""
+
+import atexit
+import copy
+import ctypes
+import io
+import os
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from etjob import EXIT_CODE_PREEMPTED
+from etjob import supervisor as sup_module
+from etjob import torch as etorch
+
+
+class CollectiveError(RuntimeError):
+    """A collective of this generation failed, timed out or was abandoned:
+    `run` rolls back to the last commit and meets the others again."""
+
+
+class MembershipChanged(Exception):
+    """Raised by State.commit when members leave or join at this commit: the
+    step is committed, `run` meets the others in the next generation."""
+
+
+def _env_float(name, default):
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        sys.exit("etjob.elastic: %s=%r is not a number of seconds" % (name, os.environ.get(name)))
+
+
+def _log(msg):
+    sys.stderr.write("etjob.elastic: %s t=%.3f\n" % (msg, time.time()))
+    sys.stderr.flush()
+
+
+def _keep_forever(obj):
+    """_keep_forever leaks obj on purpose: a gloo group is never destroyed,
+    not when abandoned and not at exit. torch 1.13's gloo has no abort, its
+    destructor waits for work in flight, and a peer's closed connection in a
+    group being torn down ends the process (std::terminate)."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+class Group:
+    """Group is one generation: its number, this rank, its size, its gloo group."""
+
+    def __init__(self, gen, rank, size, pg, ids):
+        self.gen, self.rank, self.size, self.pg, self.ids = gen, rank, size, pg, ids
+
+
+class Context:
+    """Context talks to the rendezvous store and runs this rank's collectives.
+
+    Store keys, under etjob/elastic/<rendezvous id>/, all counters (store.add):
+      gen            the newest generation (a counter; 0: none yet)
+      g<G>/n         arrivals in generation G; g<G>/m<i> who came i-th (1 +
+                     the old rank, + 2^32 for a newcomer)
+      g<G>/close     added once by the first arrival: how many are in G
+      g<G>/pg/       the gloo group's own keys
+      g<G>/end       >0 once G is over (a failure, a leave, a join, a timeout)
+      g<G>/leave     how many members of G leave at its last commit
+      g<G>/joins     how many newcomers wait for G+1
+      g<G>/beat      the commits of G (rank 0 adds one each): G is alive
+    """
+
+    def __init__(self, store=None, prefix=None, ident=None, min_size=None, max_size=None, sup=None):
+        endpoint = os.environ.get("ETJOB_RDZV_ENDPOINT") or os.environ.get("PET_RDZV_ENDPOINT", "")
+        self.collective_timeout = _env_float("ETJOB_COLLECTIVE_TIMEOUT", "5")
+        self.settle = _env_float("ETJOB_SETTLE_SECONDS", "0.5")
+        self.join_timeout = _env_float("ETJOB_JOIN_TIMEOUT", "600")
+        self.poll = 0.01
+        if store is None:
+            if not endpoint:
+                sys.exit("etjob.elastic: ETJOB_RDZV_ENDPOINT is not set (host:port of the job's rendezvous store)")
+            host, _, port = endpoint.rpartition(":")
+            store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=max(self.collective_timeout, 30)))
+        self.store = store
+        self.host, self.port = store.host, store.port
+        rid = os.environ.get("PET_RDZV_ID") or os.environ.get("ETJOB_RDZV_ID") or "default"
+        self.prefix = prefix if prefix is not None else "etjob/elastic/%s/" % rid
+        self.id = ident or os.environ.get("ETJOB_POD_NAME") or "%s-%d" % (os.uname().nodename, os.getpid())
+        lo, _, hi = os.environ.get("PET_NNODES", "1:1000000").partition(":")
+        self.min = min_size if min_size is not None else int(lo or 1)
+        self.max = max_size if max_size is not None else int(hi or lo or 1000000)
+        self.sup = sup
+        self.group = None
+        self.last_flags = None
+
+    # -- store helpers ----------------------------------------------------
+
+    def _k(self, key):
+        return self.prefix + key
+
+    def _count(self, key, delta=0):
+        return int(self.store.add(self._k(key), delta))
+
+    def current(self):
+        return self._count("gen")
+
+    def ended(self, gen):
+        return self._count("g%d/end" % gen) > 0
+
+    def end(self, gen, why):
+        """end marks generation gen over; the first to end it opens gen+1."""
+        if self._count("g%d/end" % gen, 1) == 1:
+            self._count("gen", 1)
+            _log("generation %d ended (%s)" % (gen, why))
+
+    # -- rendezvous -------------------------------------------------------
+
+    def rendezvous(self, survivor, changed=False):
+        """rendezvous meets the others in a new generation and returns it.
+        A survivor (a member of the generation that just ended) joins the
+        next one at once; a newcomer waits for one that is open. After a
+        membership change at a commit (changed) the lowest staying rank ends
+        the generation; the others wait for that, up to the collective
+        timeout."""
+        prev = self.group
+        self.group = None
+        began = time.monotonic()
+        deadline = began + self.join_timeout
+        want = prev.gen + 1 if (prev is not None and survivor) else None
+        while time.monotonic() < deadline:
+            gen = self.current()
+            if want is not None and gen < want:
+                # the generation we were in may not be marked over yet (our
+                # own failure): end it, which opens the next.
+                if changed and time.monotonic() < began + self.collective_timeout:
+                    time.sleep(self.poll)
+                    continue
+                self.end(want - 1, "a collective failed" if not changed else "its membership changed")
+                continue
+            if gen == 0 or (gen > 0 and self.ended(gen)):
+                # none yet, or the newest is over (its members are gone): open one
+                self.end(gen, "opened by a newcomer" if gen == 0 else "stale, opened by a newcomer")
+                continue
+            got = self._join(gen, prev if survivor else None, deadline)
+            if got is not None:
+                self.group = got
+                return got
+            # late (or fenced: our generation went on without us): join the
+            # next generation as a newcomer, which takes the state by broadcast
+            want, survivor = None, False
+        sys.exit("etjob.elastic: no generation with %d members formed in %.0f s" % (self.min, self.join_timeout))
+
+    def _join(self, gen, prev, deadline):
+        """_join arrives in generation gen; None when it closed without us."""
+        k = "g%d/" % gen
+        closed = self._closed(gen)
+        if closed is not None:
+            return self._wait_next(gen, deadline)
+        i = self._count(k + "n", 1)
+        # Counters only: a blocking get of a key a dead rank never wrote, or a
+        # wait that times out, leaves a torch 1.13 store client out of step.
+        self._count(k + "m%d" % i, 1 + (1 << 32 if prev is None else 0) + (prev.rank if prev is not None else 0))
+        if i == 1:
+            n = self._close(gen, prev, deadline)
+        else:
+            n = self._await_close(gen, deadline)
+        if n is None or i > n:
+            return self._wait_next(gen, deadline)
+        members = []
+        until = time.monotonic() + self.collective_timeout
+        for j in range(1, n + 1):
+            code = self._count(k + "m%d" % j)
+            while code == 0 and time.monotonic() < until:
+                time.sleep(self.poll)
+                code = self._count(k + "m%d" % j)
+            if code == 0:
+                self.end(gen, "arrival %d never said who it is" % j)
+                return self._wait_next(gen, deadline)
+            members.append((code - 1, j))  # newcomers after survivors, survivors by their old rank
+        members.sort()
+        rank = [m[1] for m in members].index(i)
+        try:
+            # a client of its own: gloo's setup waits on keys of peers that
+            # may be dead, and a timeout there must not hurt ours.
+            client = dist.TCPStore(self.host, self.port, is_master=False, timeout=timedelta(seconds=self.collective_timeout))
+            pg = dist.ProcessGroupGloo(dist.PrefixStore(self._k(k + "pg/"), client), rank, n,
+                                       timedelta(seconds=self.collective_timeout + 1))
+        except RuntimeError as e:
+            self.end(gen, "group setup failed: %s" % e)
+            return self._wait_next(gen, deadline)
+        _keep_forever(client)
+        _keep_forever(pg)
+        return Group(gen, rank, n, pg, [m[1] for m in members])
+
+    def _closed(self, gen):
+        """The size of generation gen once its closer closed it, else None."""
+        n = self._count("g%d/close" % gen)
+        return n if n > 0 else None
+
+    def _close(self, gen, prev, deadline):
+        """The first arrival closes the generation: once everyone expected
+        arrived, or `settle` seconds after the last arrival (a member lost
+        without notice never comes)."""
+        k = "g%d/" % gen
+        expected = None
+        before = gen - 1
+        if before > 0:
+            size = self._count("g%d/close" % before)
+            if size > 0:
+                expected = size - self._count("g%d/leave" % before) + self._count("g%d/joins" % before)
+        expected = min(expected, self.max) if expected else None
+        seen, since = 0, time.monotonic()
+        while time.monotonic() < deadline:
+            n = self._count(k + "n")
+            if n != seen:
+                seen, since = n, time.monotonic()
+            if n >= self.max or (expected is not None and n >= expected) or \
+                    (n >= self.min and time.monotonic() - since >= self.settle):
+                n = min(n, self.max)
+                self._count(k + "close", n)
+                return n
+            time.sleep(self.poll)
+        return None
+
+    def _await_close(self, gen, deadline):
+        while time.monotonic() < deadline:
+            n = self._closed(gen)
+            if n is not None:
+                return n
+            if self.ended(gen):
+                return None
+            time.sleep(self.poll)
+        return None
+
+    def _wait_next(self, gen, deadline):
+        """A newcomer to a closed generation asks to join and waits until it
+        ends: the members let it in at their next commit. A generation whose
+        commits stop (its members are gone) is ended after the collective
+        timeout."""
+        k = "g%d/" % gen
+        self._count(k + "joins", 1)
+        beat, since = self._count(k + "beat"), time.monotonic()
+        while time.monotonic() < deadline:
+            if self.current() > gen:
+                return None
+            b = self._count(k + "beat")
+            if b != beat:
+                beat, since = b, time.monotonic()
+            elif time.monotonic() - since > 3 * self.collective_timeout:
+                self.end(gen, "no commit for %.0f s" % (time.monotonic() - since))
+                return None
+            time.sleep(self.poll * 5)
+        return None
+
+    # -- collectives ------------------------------------------------------
+
+    def wait(self, work, what):
+        """wait returns once work is done; it raises CollectiveError when the
+        work failed, when the generation was ended by someone else, or after
+        the collective timeout (the work is then abandoned, never waited for)."""
+        g = self.group
+        done = threading.Event()
+        work.get_future().then(lambda _f: done.set())
+        start = time.monotonic()
+        check = 0.02
+        while not done.wait(check):
+            if self.ended(g.gen):
+                raise CollectiveError("%s in generation %d: another rank ended it" % (what, g.gen))
+            if time.monotonic() - start > self.collective_timeout:
+                self.end(g.gen, "%s took more than %.1f s" % (what, self.collective_timeout))
+                raise CollectiveError("%s in generation %d: no answer in %.1f s" % (what, g.gen, self.collective_timeout))
+            check = min(check * 2, 0.1)
+        try:
+            work.wait()  # done: returns at once, or raises the work's error
+        except RuntimeError as err:
+            first = (str(err).splitlines() or ["?"])[0]
+            self.end(g.gen, "%s failed: %s" % (what, first))
+            raise CollectiveError("%s in generation %d failed: %s" % (what, g.gen, first)) from None
+
+    def allreduce(self, tensor, op=dist.ReduceOp.SUM, what="all-reduce"):
+        g = self._live()
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = op
+        self.wait(g.pg.allreduce([tensor], opts), what)
+        return tensor
+
+    def broadcast(self, tensor, src, what="broadcast"):
+        g = self._live()
+        opts = dist.BroadcastOptions()
+        opts.rootRank, opts.rootTensor = src, 0
+        self.wait(g.pg.broadcast([tensor], opts), what)
+        return tensor
+
+    def _live(self):
+        if self.group is None:
+            raise CollectiveError("no generation: call this inside the function etjob.elastic.run wraps")
+        return self.group
+
+
+_ctx = None
+_exit = {"code": 0}
+
+
+def _end_without_teardown():
+    """At exit the process ends without tearing gloo down: groups abandoned
+    after a failure still have their transport threads, and the library's
+    static destructors under them crash the process (SIGSEGV, std::terminate)
+    after the training succeeded. The exit code is the one sys.exit was given,
+    1 after an uncaught exception, else 0."""
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(_exit["code"])
+
+
+def _install_exit():
+    exit_ = sys.exit
+    hook = sys.excepthook
+
+    def recording_exit(code=0):
+        _exit["code"] = code if isinstance(code, int) else (0 if code is None else 1)
+        if not isinstance(code, (int, type(None))):
+            print(code, file=sys.stderr)
+        exit_(code)
+
+    def recording_hook(kind, value, tb):
+        if issubclass(kind, SystemExit):
+            code = value.code
+            _exit["code"] = code if isinstance(code, int) else (0 if code is None else 1)
+        else:
+            _exit["code"] = 1
+        hook(kind, value, tb)
+
+    sys.exit = recording_exit
+    sys.excepthook = recording_hook
+    atexit.register(_end_without_teardown)
+
+
+def _context():
+    global _ctx
+    if _ctx is None:
+        _install_exit()
+        sup = sup_module.Supervisor().start() if os.environ.get("ETJOB_AGENT_ADDR") else sup_module.Supervisor(agent_addr="")
+        _ctx = Context(sup=sup)
+    return _ctx
+
+
+class State:
+    """State is what survives a failure in memory: objects with state_dict /
+    load_state_dict (a model, an optimizer, an ElasticSampler) and plain
+    values (the step), read and written as attributes. commit() keeps a copy;
+    a rollback (after a failed collective) restores it."""
+
+    def __init__(self, **items):
+        objects = {k: v for k, v in items.items() if hasattr(v, "state_dict") and hasattr(v, "load_state_dict")}
+        values = {k: v for k, v in items.items() if k not in objects}
+        object.__setattr__(self, "_objects", objects)
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_kept", None)
+        object.__setattr__(self, "_ctx", None)
+        object.__setattr__(self, "checkpoint_wanted", False)
+        object.__setattr__(self, "commits", 0)
+        object.__setattr__(self, "_dir", None)
+        self._keep()
+
+    def __getattr__(self, name):
+        d = object.__getattribute__(self, "_objects")
+        if name in d:
+            return d[name]
+        v = object.__getattribute__(self, "_values")
+        if name in v:
+            return v[name]
+        raise AttributeError(name)
+
+    def __setattr__(self, name, value):
+        if name in self._objects:
+            raise AttributeError("%s is an object of the state; load into it instead" % name)
+        if name in ("checkpoint_wanted", "commits"):
+            object.__setattr__(self, name, value)
+        else:
+            self._values[name] = value
+
+    @property
+    def rank(self):
+        return self._ctx.group.rank if self._ctx and self._ctx.group else 0
+
+    @property
+    def world(self):
+        return self._ctx.group.size if self._ctx and self._ctx.group else 1
+
+    @property
+    def generation(self):
+        return self._ctx.group.gen if self._ctx and self._ctx.group else 0
+
+    def _snapshot(self):
+        return {"objects": {k: copy.deepcopy(o.state_dict()) for k, o in self._objects.items()},
+                "values": copy.deepcopy(self._values)}
+
+    def _load(self, snap):
+        for k, o in self._objects.items():
+            o.load_state_dict(copy.deepcopy(snap["objects"][k]))
+        self._values.clear()
+        self._values.update(copy.deepcopy(snap["values"]))
+
+    def _keep(self):
+        object.__setattr__(self, "_kept", self._snapshot())
+
+    def restore(self):
+        """restore rolls back to the last commit."""
+        self._load(self._kept)
+
+    def step_of(self):
+        return int(self._values.get("step", 0))
+
+    def commit(self):
+        """commit keeps this step in memory and agrees with the others on who
+        leaves and who joins. It raises MembershipChanged when the membership
+        changes here (run handles it); a leaver exits 75 inside it."""
+        self._keep()
+        self.commits += 1
+        ctx = self._ctx
+        if ctx is None or ctx.group is None:
+            return
+        g = ctx.group
+        joins = 0
+        if g.rank == 0:
+            ctx._count("g%d/beat" % g.gen, 1)
+            joins = ctx._count("g%d/joins" % g.gen)
+        flags = torch.zeros(g.size + 2, dtype=torch.int64)
+        sup = ctx.sup
+        flags[g.rank] = 0 if sup.check_alive() else 1
+        flags[g.size] = joins
+        flags[g.size + 1] = 1 if sup.should_checkpoint() else 0
+        ctx.allreduce(flags, dist.ReduceOp.MAX, "commit")
+        leaving = int(flags[:g.size].sum())
+        object.__setattr__(self, "checkpoint_wanted", bool(flags[g.size + 1]))
+        if not leaving and not flags[g.size]:
+            return
+        staying = [r for r in range(g.size) if not flags[r]]
+        if leaving and len(staying) < ctx.min:
+            # Too few would be left: everyone stops at this step; rank 0
+            # writes it to disk first (the job resumes from it).
+            if g.rank == 0:
+                self._stop_checkpoint()
+            ctx.allreduce(torch.zeros(1), what="stop barrier")
+            if g.rank == 0:
+                _log("stop step=%d: %d of %d leave, below min %d" % (self.step_of(), leaving, g.size, ctx.min))
+                print("stop step=%d reason=%s t=%.3f" % (self.step_of(), sup.reason() or "peer", time.time()), flush=True)
+            sup.exit_preempted()
+        if flags[g.rank]:
+            _log("leaving at step %d (%s)" % (self.step_of(), sup.reason()))
+            sup.exit_preempted()
+        if g.rank == staying[0]:
+            # The leavers are counted before the generation ends, so that
+            # the next one's closer expects the right number.
+            if leaving:
+                ctx._count("g%d/leave" % g.gen, leaving)
+            ctx.end(g.gen, "%d leave, %d join at step %d" % (leaving, int(flags[g.size]), self.step_of()))
+        raise MembershipChanged()
+
+    # -- disk -------------------------------------------------------------
+
+    def _stop_checkpoint(self):
+        d = self._dir or os.environ.get("ETJOB_CHECKPOINT_DIR")
+        if d:
+            try:
+                self.checkpoint(d)
+            except Exception as e:  # noqa: BLE001 - the stop still exits 75
+                _log("checkpoint before the stop failed, the job resumes from the previous one: %s" % e)
+
+    def checkpoint(self, directory):
+        """checkpoint writes the last commit to disk (rank 0; others return
+        None). It is fenced: once this rank's generation is over it does not
+        rename the file into place, so a rank that wakes from a freeze cannot
+        put an old state back under `latest`."""
+        ctx = self._ctx
+        if ctx is not None and ctx.group is not None and ctx.group.rank != 0:
+            return None
+        object.__setattr__(self, "_dir", directory)
+        state = dict(self._kept)
+        state["step"] = int(self._kept["values"].get("step", 0))
+        state["generation"] = self.generation
+
+        def fence():
+            if ctx is not None and ctx.group is not None and ctx.ended(ctx.group.gen):
+                raise etorch.CheckpointError(0, "generation %d is over: this rank is fenced" % ctx.group.gen)
+
+        return etorch.save_checkpoint(directory, state, before_commit=fence)
+
+    def load_checkpoint(self, directory):
+        """load_checkpoint loads the newest checkpoint of directory (written by
+        checkpoint) and keeps it as the commit; False when there is none."""
+        got = etorch.load_checkpoint(directory)
+        if got is None:
+            return False
+        self._load(got)
+        object.__setattr__(self, "_dir", directory)
+        self._keep()
+        return True
+
+    # -- sync -------------------------------------------------------------
+
+    def _sync(self):
+        """After a rendezvous: every rank takes the newest commit any member
+        holds, by broadcast from the lowest rank holding it."""
+        ctx, g = self._ctx, self._ctx.group
+        steps = torch.full((g.size,), -1, dtype=torch.int64)
+        steps[g.rank] = self.step_of()
+        ctx.allreduce(steps, dist.ReduceOp.MAX, "sync")
+        newest = int(steps.max())
+        if int(steps.min()) == newest:
+            return None
+        src = int((steps == newest).nonzero()[0])
+        size = torch.zeros(1, dtype=torch.int64)
+        payload = None
+        if g.rank == src:
+            buf = io.BytesIO()
+            torch.save(self._kept, buf)
+            payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+            size[0] = payload.numel()
+        ctx.broadcast(size, src, "sync size")
+        if payload is None:
+            payload = torch.empty(int(size[0]), dtype=torch.uint8)
+        ctx.broadcast(payload, src, "sync state")
+        if g.rank != src:
+            snap = torch.load(io.BytesIO(payload.numpy().tobytes()))
+            self._load(snap)
+            self._keep()
+        return src
+
+
+def run(fn):
+    """run wraps a training function fn(state, ...): it meets the others in a
+    generation, brings every rank to the newest commit, and calls fn; after a
+    failed collective it rolls back to the last commit and does it again, after
+    a membership change at a commit it goes on from there. fn's return value is
+    returned."""
+
+    def wrapper(state, *args, **kwargs):
+        ctx = _context()
+        object.__setattr__(state, "_ctx", ctx)
+        survivor, changed = False, False
+        while True:
+            began = time.monotonic()
+            g = ctx.rendezvous(survivor, changed)
+            changed = False
+            try:
+                src = state._sync()
+            except CollectiveError as e:
+                _log("sync failed: %s" % e)
+                survivor = True
+                continue
+            _log("generation %d rank %d/%d pid %d step %d%s rendezvous %.3f s" % (
+                g.gen, g.rank, g.size, os.getpid(), state.step_of(),
+                " (state from rank %d)" % src if src is not None else "", time.monotonic() - began))
+            if g.rank == 0:
+                print("resume step=%d world=%d generation=%d t=%.3f" % (state.step_of(), g.size, g.gen, time.time()), flush=True)
+            survivor = True
+            try:
+                return fn(state, *args, **kwargs)
+            except CollectiveError as e:
+                _log("rolling back to step %d: %s" % (state._kept["values"].get("step", 0), e))
+                state.restore()
+            except MembershipChanged:
+                changed = True
+
+    wrapper.__name__ = getattr(fn, "__name__", "train")
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+def allreduce_(tensor, op=dist.ReduceOp.SUM):
+    """allreduce_ reduces tensor in place over this generation (bounded)."""
+    return _context().allreduce(tensor, op)
+
+
+def broadcast_(tensor, src=0):
+    """broadcast_ broadcasts tensor in place from rank src (bounded)."""
+    return _context().broadcast(tensor, src)
+
+
+def allreduce_gradients(model, op=dist.ReduceOp.SUM):
+    """allreduce_gradients sums the gradients of model's parameters over this
+    generation in one bounded all-reduce (what DDP does, without its hooks,
+    which cannot be abandoned). Weight each rank's loss by its share of the
+    global batch and the sum is the global batch's gradient."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    if not params:
+        return
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    _context().allreduce(flat, op, "gradients")
+    offset = 0
+    for p in params:
+        n = p.grad.numel()
+        p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+        offset += n
+
+
+def rank():
+    c = _ctx
+    return c.group.rank if c and c.group else 0
+
+
+def size():
+    c = _ctx
+    return c.group.size if c and c.group else 1
+
+
+def supervisor():
+    """supervisor is this pod's etjob.supervisor.Supervisor (notices, progress)."""
+    return _context().sup
+
+
+__all__ = ["State", "run", "allreduce_", "broadcast_", "allreduce_gradients", "rank", "size", "supervisor",
+           "CollectiveError", "MembershipChanged", "EXIT_CODE_PREEMPTED"]

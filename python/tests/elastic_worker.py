@@ -1,0 +1,65 @@
+"""A worker of the etjob.elastic tests: a small linear model trained on a
+fixed synthetic set with ElasticSampler, one line per committed step:
+`step=S rank=R world=W gen=G pid=P t=T`, and at the end `ledger ok` (or its
+problems) and `done step=S weight=...`. STEP_SLEEP adds seconds of "work"
+per step so that the tests can hit a step at will."""
+
+import faulthandler
+import os
+import signal
+import sys
+import time
+
+import torch
+
+import etjob.elastic as elastic
+import etjob.torch as etorch
+
+
+def main():
+    faulthandler.register(signal.SIGUSR1)
+    total = int(os.environ.get("STEPS", "120"))
+    pause = float(os.environ.get("STEP_SLEEP", "0.02"))
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    n, batch = 96, 8
+    x = torch.randn(n, 4, generator=torch.Generator().manual_seed(1))
+    y = x @ torch.tensor([1.0, -2.0, 0.5, 3.0]) + 0.1
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    sampler = etorch.ElasticSampler(n, batch, seed=3)
+    state = elastic.State(model=model, optimizer=opt, sampler=sampler, step=0)
+    ckdir = os.environ.get("ETJOB_CHECKPOINT_DIR")
+    if ckdir:
+        state.load_checkpoint(ckdir)
+
+    @elastic.run
+    def train(state):
+        while state.step < total:
+            idx = state.sampler.batch(state.rank, state.world)
+            opt.zero_grad()
+            loss = ((model(x[idx]).squeeze(1) - y[idx]) ** 2).sum() / batch
+            loss.backward()
+            time.sleep(pause)
+            elastic.allreduce_gradients(model)
+            opt.step()
+            state.sampler.commit()
+            state.step += 1
+            # logged before the commit: a commit at which the membership
+            # changes does not return
+            sys.stdout.write("step=%d rank=%d world=%d gen=%d pid=%d t=%.3f\n" % (
+                state.step, state.rank, state.world, state.generation, os.getpid(), time.time()))
+            sys.stdout.flush()
+            state.commit()
+            if ckdir and state.rank == 0 and state.step % 25 == 0:
+                state.checkpoint(ckdir)
+
+    train(state)
+    problems = etorch.check_ledger(state.sampler.ledger, n, batch)
+    print("ledger ok" if not problems else "ledger problems=%s" % "; ".join(problems), flush=True)
+    w = model.weight.detach().reshape(-1).tolist()
+    print("done step=%d pid=%d weight=%s" % (state.step, os.getpid(), ",".join("%.6f" % v for v in w)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
