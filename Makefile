@@ -107,6 +107,15 @@ bench-horovod: ## Real Horovod on the local cluster: HVD_CYCLES noticed losses, 
 	hack/install-horovod.sh >/dev/null
 	ETJOB_HVD_BENCH=$(HVD_CYCLES) KUBEBUILDER_ASSETS=$$(hack/build-controlplane.sh) $(GO) test -count=1 -p 1 -timeout 60m -v -run '^TestHorovodBench$$' ./test/e2e/
 
+# ELASTIC_EVENTS is how many hard kills (each followed by a join) `make
+# bench-elastic` makes.
+ELASTIC_EVENTS ?= 10
+
+.PHONY: bench-elastic
+bench-elastic: ## In-process recovery (etjob.elastic) on this machine, no cluster: ELASTIC_EVENTS hard kills and joins of 4 real gloo ranks, a freeze; pauses, steps done again (docs/benchmarks.md).
+	hack/install-deps.sh
+	PYTHONPATH="$$PWD/python:$$PWD/python/tests" /usr/bin/python3 python/tests/bench_elastic.py --events $(ELASTIC_EVENTS)
+
 # The spot availability traces (../shared/traces, beside the repository).
 TRACES ?= ../shared/traces
 

@@ -22,10 +22,13 @@ type LogLine struct {
 	// Value is the accuracy of a final line, or the rest of a ledger line.
 	Value string
 	T     float64
+	// Pid and Gen are the process and the etjob.elastic generation of a
+	// step line of examples/digits/train_elastic.py (0 in train.py's).
+	Pid, Gen int
 }
 
 var (
-	stepRe  = regexp.MustCompile(`^step=(\d+) epoch=\d+ rank=(\d+) world=(\d+) loss=\S+ t=([\d.]+)`)
+	stepRe  = regexp.MustCompile(`^step=(\d+) epoch=\d+ rank=(\d+) world=(\d+) loss=\S+(?: pid=(\d+) gen=(\d+))? t=([\d.]+)`)
 	eventRe = regexp.MustCompile(`^(resume|checkpoint|stop) step=(\d+)(?: world=(\d+))?.* t=([\d.]+)`)
 	finalRe = regexp.MustCompile(`^final accuracy=([\d.]+) steps=(\d+) t=([\d.]+)`)
 	ledgeRe = regexp.MustCompile(`^ledger (.*) t=([\d.]+)`)
@@ -64,7 +67,8 @@ func parseLog(path, pod string) ([]LogLine, error) {
 	for sc.Scan() {
 		line := sc.Text()
 		if m := stepRe.FindStringSubmatch(line); m != nil {
-			out = append(out, LogLine{Pod: pod, Kind: "step", Step: atoi(m[1]), Rank: atoi(m[2]), World: atoi(m[3]), T: atof(m[4])})
+			out = append(out, LogLine{Pod: pod, Kind: "step", Step: atoi(m[1]), Rank: atoi(m[2]), World: atoi(m[3]),
+				Pid: atoi(m[4]), Gen: atoi(m[5]), T: atof(m[6])})
 		} else if m := eventRe.FindStringSubmatch(line); m != nil {
 			out = append(out, LogLine{Pod: pod, Kind: m[1], Step: atoi(m[2]), World: atoi(m[3]), T: atof(m[4])})
 		} else if m := finalRe.FindStringSubmatch(line); m != nil {

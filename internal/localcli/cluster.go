@@ -189,6 +189,31 @@ worker on a node priced above it go at an agreed step, and keeps new workers off
 		},
 	}
 
+	freeze := func(frozen bool) *cobra.Command {
+		use, short, verb := "freeze NODE", "Freeze every pod process of a node (SIGSTOP): a gray failure, the node stays Ready", "frozen"
+		if !frozen {
+			use, short, verb = "thaw NODE", "Let the pod processes of a frozen node go on (SIGCONT)", "thawed"
+		}
+		return &cobra.Command{
+			Use:     use,
+			Short:   short,
+			Example: "  etjob-local cluster " + strings.Fields(use)[0] + " spot-2",
+			Args:    cobra.ExactArgs(1),
+			RunE: func(c *cobra.Command, args []string) error {
+				cl, err := o.cluster()
+				if err != nil {
+					return err
+				}
+				n, err := cl.FreezeNode(args[0], frozen)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(o.streams.Out, "node %s: %d pod process groups %s\n", args[0], n, verb)
+				return nil
+			},
+		}
+	}
+
 	var replay replayOptions
 	replayCmd := &cobra.Command{
 		Use:   "replay TRACE",
@@ -207,7 +232,7 @@ machine holds a few process nodes); the adds beyond it, and their removes, are s
 	replayCmd.Flags().DurationVar(&replay.notice, "notice", 30*time.Second, "reclamation notice of every remove (0: hard losses)")
 	replayCmd.Flags().IntVar(&replay.maxNodes, "max-nodes", 4, "the most trace nodes alive at once (0: no cap)")
 
-	cmd.AddCommand(up, down, status, kubeconfig, addNode, reclaim, price, replayCmd)
+	cmd.AddCommand(up, down, status, kubeconfig, addNode, reclaim, price, freeze(true), freeze(false), replayCmd)
 	return cmd
 }
 

@@ -332,14 +332,45 @@ const LedgerStopFile = "killed-at"
 // killPods kills the process groups recorded by a node's pods (pid files
 // under nodes/<name>/pods), so no pod outlives its node.
 func (c *Cluster) killPods(node string) {
-	files, _ := filepath.Glob(c.path("nodes", node, "*", "*.pid"))
-	more, _ := filepath.Glob(c.path("nodes", node, "pods", "*", "*.pid"))
-	for _, f := range append(files, more...) {
-		if pid := readPid(f); pid > 0 {
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+	for _, pid := range c.podPids(node) {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// FreezeNode stops (SIGSTOP) every pod process of a node, or lets them go on
+// again (SIGCONT) when frozen is false: the gray failure of a node whose
+// kubelet still reports Ready while its processes answer nothing, and whose
+// TCP connections stay open. It returns how many process groups it signalled.
+func (c *Cluster) FreezeNode(name string, frozen bool) (int, error) {
+	if _, err := os.Stat(c.path("nodes", name)); err != nil {
+		return 0, fmt.Errorf("node %s: %w", name, err)
+	}
+	sig := syscall.SIGCONT
+	if frozen {
+		sig = syscall.SIGSTOP
+	}
+	n := 0
+	for _, pid := range c.podPids(name) {
+		if syscall.Kill(-pid, sig) == nil || syscall.Kill(pid, sig) == nil {
+			n++
 		}
 	}
+	return n, nil
+}
+
+// podPids are the process groups recorded by a node's pods (pid files under
+// nodes/<name>/pods).
+func (c *Cluster) podPids(node string) []int {
+	files, _ := filepath.Glob(c.path("nodes", node, "*", "*.pid"))
+	more, _ := filepath.Glob(c.path("nodes", node, "pods", "*", "*.pid"))
+	var out []int
+	for _, f := range append(files, more...) {
+		if pid := readPid(f); pid > 0 {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // Stop stops everything, nodes first, and leaves the data for a later `up`.

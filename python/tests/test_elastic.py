@@ -38,7 +38,8 @@ class Job:
         self.store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
         self.env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python") + os.pathsep + HERE,
                         ETJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, PET_NNODES=nnodes, PET_RDZV_ID="test",
-                        STEPS=str(steps), ETJOB_COLLECTIVE_TIMEOUT="3", **(env or {}))
+                        STEPS=str(steps), ETJOB_COLLECTIVE_TIMEOUT="3")
+        self.env.update(env or {})
         self.env.pop("ETJOB_AGENT_ADDR", None)
         self.procs = {}
         test.addCleanup(self.close)

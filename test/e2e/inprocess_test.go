@@ -1,0 +1,206 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/driver"
+)
+
+// TestInProcessStory is issue #15's story on the local cluster: real
+// training with in-process recovery (etjob.elastic, the digits example's
+// train_elastic.py, one rank per pod, no torchrun), 4 workers, min 2:
+//   - a hard kill (every process of a member's node SIGKILLed, the node
+//     gone, no notice): the 3 others train on in the same processes;
+//   - a join (a node added, the controller's replacement worker joins and
+//     takes the state by broadcast);
+//   - a frozen node (SIGSTOP of every pod process, the node stays Ready and
+//     its connections open): the others go on without it after the
+//     collective timeout; thawed, the frozen rank comes back as a newcomer.
+//
+// After each: no survivor's pid changed (the pids of every pod's step lines),
+// at most one step was done again (every generation's resume against the
+// highest step logged before it), and at the end the sampler ledger is exact
+// and the job Complete with no failure.
+func TestInProcessStory(t *testing.T) {
+	ctx := withTimeout(t, 10*time.Minute)
+	e := startCluster(t, ctx, "etjob-e2e-inprocess", 4, 1)
+	cl, repo, dir := e.Cluster, e.repo, e.Dir
+	ckpt := filepath.Join(dir, "shared", "ckpt")
+	if err := os.MkdirAll(ckpt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(bin string, args ...string) string {
+		t.Helper()
+		if bin == e.local {
+			args = append(args, "--dir", dir)
+		} else {
+			args = append([]string{"--kubeconfig", cl.Kubeconfig()}, args...)
+		}
+		var out bytes.Buffer
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out.String())
+		}
+		t.Logf("$ %s %s\n%s", filepath.Base(bin), strings.Join(args, " "), strings.TrimSpace(out.String()))
+		return out.String()
+	}
+	job := func() *etjobv1.ElasticJob {
+		t.Helper()
+		j := &etjobv1.ElasticJob{}
+		out, err := exec.CommandContext(ctx, e.bin, "--kubeconfig", cl.Kubeconfig(), "get", "inproc", "-o", "json").Output()
+		if err == nil {
+			err = json.Unmarshal(out, j)
+		}
+		if err != nil {
+			t.Fatalf("etjob get inproc -o json: %v", err)
+		}
+		return j
+	}
+	logs := func() []driver.LogLine {
+		t.Helper()
+		lines, err := driver.ReadLogs(dir, "default", "inproc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lines
+	}
+	// waitTraining waits for steps at world size world after at, and
+	// returns how long after at the first came.
+	waitTraining := func(what string, world int, at time.Time) time.Duration {
+		t.Helper()
+		var first float64
+		waitFor(t, ctx, what, 3*time.Minute, func() (bool, string) {
+			last := "no step yet"
+			for _, l := range logs() {
+				if l.Kind == "step" && l.T >= float64(at.UnixNano())/1e9 {
+					if l.World == world {
+						first = l.T
+						return true, ""
+					}
+					last = fmt.Sprintf("last step %d at world %d", l.Step, l.World)
+				}
+			}
+			return false, last
+		})
+		if at.IsZero() {
+			t.Logf("%s: training with %d ranks", what, world)
+			return 0
+		}
+		d := time.Duration((first - float64(at.UnixNano())/1e9) * float64(time.Second))
+		t.Logf("%s: training with %d ranks %.2fs after", what, world, d.Seconds())
+		return d
+	}
+	// member picks a member's pod and node that is not the launcher's.
+	member := func() (pod, node string) {
+		t.Helper()
+		j := job()
+		names := []string{}
+		nodes := map[string]string{}
+		for _, w := range j.Status.Workers {
+			if w.State == etjobv1.WorkerMember && w.Node != "" {
+				names = append(names, w.Name)
+				nodes[w.Name] = w.Node
+			}
+		}
+		if len(names) == 0 {
+			t.Fatalf("no member: %+v", j.Status.Workers)
+		}
+		sort.Strings(names)
+		return names[len(names)-1], nodes[names[len(names)-1]]
+	}
+
+	run(e.bin, "submit", "etjob", "--name=inproc", "--workers=4", "--min-workers=2", "--max-workers=4", "--gpus=1",
+		"--spot-instance", "--image=etjob/digits:local", "--data-dir", repo+":/opt/etjob", "--data-dir", ckpt+":/ckpt",
+		"--checkpoint-dir=/ckpt", "-e", "PATH=/usr/bin:/bin", "-e", "PYTHONPATH=/opt/etjob/python", "-e", "EPOCHS=25",
+		"-e", "ETJOB_COLLECTIVE_TIMEOUT=5", "python3 /opt/etjob/examples/digits/train_elastic.py")
+	waitTraining("the job started", 4, time.Time{})
+
+	// A hard kill: the node and every process on it gone, no notice.
+	pod, node := member()
+	killedAt := time.Now()
+	run(e.local, "cluster", "reclaim", node, "--notice", "0")
+	hard := waitTraining("after the hard kill of "+pod+"'s node", 3, killedAt)
+
+	// A join: a node appears, the controller's replacement joins.
+	addedAt := time.Now()
+	run(e.local, "cluster", "add-node", "--spot")
+	join := waitTraining("after the replacement joined", 4, addedAt)
+
+	// A frozen node: its processes stopped, its connections open.
+	pod, node = member()
+	frozenAt := time.Now()
+	run(e.local, "cluster", "freeze", node)
+	frozen := waitTraining("after "+pod+"'s node froze", 3, frozenAt)
+	thawedAt := time.Now()
+	run(e.local, "cluster", "thaw", node)
+	waitTraining("after "+pod+"'s node thawed", 4, thawedAt)
+
+	waitFor(t, ctx, "the job Complete", 5*time.Minute, func() (bool, string) {
+		j := job()
+		if c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed); c != nil && c.Status == "True" {
+			t.Fatalf("the job failed: %s", c.Message)
+		}
+		c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionComplete)
+		return c != nil && c.Status == "True", fmt.Sprintf("members %d", j.Status.Members)
+	})
+	lines := logs()
+	// No process restarted: every pod's steps come from one pid.
+	pids := map[string]map[int]bool{}
+	for _, l := range lines {
+		if l.Kind == "step" {
+			if pids[l.Pod] == nil {
+				pids[l.Pod] = map[int]bool{}
+			}
+			pids[l.Pod][l.Pid] = true
+		}
+	}
+	for p, set := range pids {
+		if len(set) != 1 || set[0] {
+			t.Errorf("pod %s logged steps from pids %v; want one process for its whole life", p, set)
+		}
+	}
+	resumes := driver.Resumes(lines)
+	if len(resumes) < 4 {
+		t.Errorf("%d resumes; want one for the kill, the join, the freeze and the thaw at least", len(resumes))
+	}
+	for i, r := range resumes {
+		if r.Lost > 1 {
+			t.Errorf("resume %d (from %d after reaching %d, world %d) did %d steps again; want at most 1", i+1, r.From, r.Reached, r.World, r.Lost)
+		}
+		// the pause: the last step logged before the new generation and the first in it
+		before, after := 0.0, 0.0
+		for _, l := range lines {
+			if l.Kind == "step" && l.T < r.T {
+				before = l.T
+			}
+			if l.Kind == "step" && l.T > r.T && after == 0 {
+				after = l.T
+			}
+		}
+		t.Logf("resume %d: from %d after reaching %d, world %d, %d steps again, no step for %.2fs", i+1, r.From, r.Reached, r.World, r.Lost, after-before)
+	}
+	if ok, detail := driver.LedgerOK(lines); !ok {
+		t.Errorf("sampler ledger: %s", detail)
+	}
+	j := job()
+	if j.Status.Failures != 0 {
+		t.Errorf("status.failures %d; want 0", j.Status.Failures)
+	}
+	acc, steps, _ := driver.Final(lines)
+	t.Logf("in-process story: hard kill → training again %.2fs after, join %.2fs, freeze %.2fs (collective timeout 5 s); %d pods, %d resumes, final accuracy %.4f after %d steps",
+		hard.Seconds(), join.Seconds(), frozen.Seconds(), len(pids), len(resumes), acc, steps)
+	run(e.bin, "delete", "inproc")
+}
