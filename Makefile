@@ -116,6 +116,17 @@ bench-elastic: ## In-process recovery (etjob.elastic) on this machine, no cluste
 	hack/install-deps.sh
 	PYTHONPATH="$$PWD/python:$$PWD/python/tests" /usr/bin/python3 python/tests/bench_elastic.py --events $(ELASTIC_EVENTS)
 
+# FAULTS_MINUTES of faults per mode (a kill or a join every FAULTS_EVERY) in
+# `make bench-faults`, for each of FAULTS_MODES.
+FAULTS_MINUTES ?= 10
+FAULTS_EVERY ?= 30s
+FAULTS_MODES ?= inprocess,etjob-torchrun,stock-torchrun
+
+.PHONY: bench-faults
+bench-faults: ## Hard kills and joins every FAULTS_EVERY for FAULTS_MINUTES on the local cluster, per mode of FAULTS_MODES (in-process, etjob.torchrun, stock torchrun): paused share of the wall time, pauses, steps done again (docs/benchmarks.md).
+	hack/install-deps.sh
+	ETJOB_FAULTS_BENCH=$(FAULTS_MINUTES) ETJOB_FAULTS_EVERY=$(FAULTS_EVERY) ETJOB_FAULTS_MODES=$(FAULTS_MODES) KUBEBUILDER_ASSETS=$$(hack/build-controlplane.sh) $(GO) test -count=1 -p 1 -timeout 120m -v -run '^TestFaultsBench$$' ./test/e2e/
+
 # The spot availability traces (../shared/traces, beside the repository).
 TRACES ?= ../shared/traces
 

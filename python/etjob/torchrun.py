@@ -17,13 +17,15 @@ works as documented) with these additions (docs/worker-library.md):
   exits 75, which the controller counts as a preemption. On a surviving pod the
   agent restarts its workers, which resume from the agreed step's checkpoint.
 * Fast resizes: workers fork from a forkserver that imported torch once
-  (plus $ETJOB_PRELOAD; ETJOB_WORKER_START=exec restores torch's start); the
+  (plus $ETJOB_PRELOAD; ETJOB_WORKER_START=exec restores torch's start), and
+  which outlives a SIGTERM to the pod's process group (etjob._forkserver); the
   store is polled every $ETJOB_RDZV_POLL_SECONDS (0.2); a round closes the
   moment the expected nodes joined (_patch_rendezvous).
 * A pod told to leave never closes a round, and leaves one it waits in.
 """
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -177,7 +179,29 @@ class _LeaveRendezvous(Exception):
 
 
 def _told_to_leave():
-    return _sup is not None and not _sup.check_alive()
+    return _sigterm.is_set() or (_sup is not None and not _sup.check_alive())
+
+
+_sigterm = threading.Event()  # this agent got SIGTERM: its pod is being deleted
+
+
+def _patch_sigterm():
+    """The agent's SIGTERM (a pod deletion: a scheduler's preemption, a
+    drain) is a leave too. torch's agent stops its workers (they stop at the
+    step all ranks agree on, after the checkpoint) and then ends without
+    leaving the rendezvous, so the survivors waited out the heartbeat expiry
+    (15 s) for it. Here the SIGTERM is noted first: the pod marks itself
+    leaving at once (_leave_early), never closes a round, leaves the
+    rendezvous once its workers stopped, and exits 75 (main)."""
+    from torch.distributed.elastic.multiprocessing import api
+
+    original = api._terminate_process_handler
+
+    def handler(signum, frame):
+        _sigterm.set()
+        return original(signum, frame)
+
+    api._terminate_process_handler = handler
 
 
 def _leave_rendezvous(handler, why):
@@ -188,9 +212,17 @@ def _leave_rendezvous(handler, why):
     rank's data until their store times out and fail (exit 1, a job failure)
     instead of meeting again (seen in the spot story, session 3)."""
     print("etjob.torchrun: this pod leaves (%s, %s): leaving the rendezvous and exiting %d"
-          % (_sup.reason(), why, sup_module.EXIT_CODE_PREEMPTED), file=sys.stderr, flush=True)
+          % (_reason(), why, sup_module.EXIT_CODE_PREEMPTED), file=sys.stderr, flush=True)
     _exit_round(handler)
-    _sup.exit_preempted()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(sup_module.EXIT_CODE_PREEMPTED)
+
+
+def _reason():
+    if _sigterm.is_set():
+        return "SIGTERM"
+    return _sup.reason() if _sup is not None else ""
 
 
 def _complete_when_expected(join):
@@ -267,10 +299,10 @@ def _leave_early(sup):
 
     def run():
         while True:
-            while sup.check_alive() or not _handlers:
+            while not _told_to_leave() or not _handlers:
                 time.sleep(0.05)
             mark()
-            while not sup.check_alive():  # a withdrawn notice: mark again at the next one
+            while _told_to_leave():  # a withdrawn notice: mark again at the next one
                 time.sleep(0.05)
 
     def mark():
@@ -278,7 +310,7 @@ def _leave_early(sup):
             try:
                 with _store_lock, h._heartbeat_lock:
                     h._state_holder._backend._store.add(_left_key(h, h._this_node), 1)
-                print("etjob.torchrun: told to leave (%s): marked in the rendezvous" % sup.reason(), file=sys.stderr, flush=True)
+                print("etjob.torchrun: told to leave (%s): marked in the rendezvous" % _reason(), file=sys.stderr, flush=True)
             except Exception as e:  # the store may be gone: survivors fall back to torch's last call
                 print("etjob.torchrun: marking the leave failed: %s" % e, file=sys.stderr, flush=True)
 
@@ -325,7 +357,7 @@ def _patch_worker_start(preload):
         if root not in path.split(os.pathsep):
             os.environ["PYTHONPATH"] = root + (os.pathsep + path if path else "")
         os.environ["ETJOB_AGENT_PID"] = str(os.getpid())
-        multiprocessing.set_forkserver_preload(preload)
+        multiprocessing.set_forkserver_preload(["etjob._forkserver"] + list(preload))
         config.start_method = "forkserver"
         return config, module.run_worker, [kind] + rest
 
@@ -361,7 +393,11 @@ def run_worker(kind, target, *args):
     """run_worker runs a training script or module as `python -u` would, in a
     worker forked from the forkserver. A SystemExit keeps its code."""
     import runpy
+    import signal
 
+    # the forkserver ignores them (etjob._forkserver); a worker does not
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     _die_with_agent()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -389,8 +425,9 @@ def _patch_leaving(sup):
     original = api.SimpleElasticAgent._restart_workers
 
     def _restart_workers(self, worker_group):
-        sup.poll_once()  # the workers may have heard it a poll earlier
-        if not sup.check_alive():
+        if sup is not None:
+            sup.poll_once()  # the workers may have heard it a poll earlier
+        if _told_to_leave():
             try:
                 self._stop_workers(worker_group)
             except Exception:
@@ -408,20 +445,32 @@ def main(argv=None):
     if os.environ.get("ETJOB_WORKER_START", "forkserver") == "forkserver":
         extra = [m.strip() for m in os.environ.get("ETJOB_PRELOAD", "").split(",") if m.strip()]
         _patch_worker_start(PRELOAD + extra)
+    _patch_sigterm()
     if os.environ.get("ETJOB_AGENT_ADDR"):
         # torch's agent keeps its own SIGTERM handling (it stops the workers).
         global _sup
-        sup = _sup = sup_module.Supervisor(install_sigterm=False).start()
-        _patch_leaving(sup)
-        _leave_early(sup)
+        _sup = sup_module.Supervisor(install_sigterm=False).start()
+    _patch_leaving(_sup)
+    _leave_early(_sup)
     from torch.distributed import run
 
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     if argv is not None:
         sys.argv = [sys.argv[0]] + list(argv)
     try:
         run.main()
+    except SignalException as e:
+        if e.sigval != signal.SIGTERM:
+            raise
+        # torch stopped the workers (they stopped at the agreed step) and
+        # leaves the rendezvous as it is: leave it, and go as told.
+        for h in list(_handlers):
+            _exit_round(h)
+        print("etjob.torchrun: SIGTERM: the workers stopped; left the rendezvous, exiting %d"
+              % sup_module.EXIT_CODE_PREEMPTED, file=sys.stderr, flush=True)
+        sys.exit(sup_module.EXIT_CODE_PREEMPTED)
     except ChildFailedError as e:
         # Every worker stopped because it was told to: so does the pod, with
         # the reserved code, instead of torchrun's generic 1.

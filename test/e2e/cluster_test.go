@@ -68,7 +68,7 @@ func startClusterWith(t *testing.T, ctx context.Context, name string, spot, onDe
 		t.Fatalf("cluster up: %v", err)
 	}
 	t.Cleanup(func() {
-		if !t.Failed() {
+		if !t.Failed() && os.Getenv("ETJOB_KEEP_CLUSTER") == "" {
 			_ = cl.Delete()
 		} else {
 			_ = cl.Stop()

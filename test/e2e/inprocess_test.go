@@ -27,7 +27,9 @@ import (
 //     takes the state by broadcast);
 //   - a frozen node (SIGSTOP of every pod process, the node stays Ready and
 //     its connections open): the others go on without it after the
-//     collective timeout; thawed, the frozen rank comes back as a newcomer.
+//     collective timeout; thawed, the frozen rank comes back as a newcomer;
+//   - a noticed loss (a 20 s notice): the rank leaves at a commit (exit 75),
+//     the others go on without a rollback (0 steps done again).
 //
 // After each: no survivor's pid changed (the pids of every pod's step lines),
 // at most one step was done again (every generation's resume against the
@@ -148,6 +150,13 @@ func TestInProcessStory(t *testing.T) {
 	run(e.local, "cluster", "thaw", node)
 	waitTraining("after "+pod+"'s node thawed", 4, thawedAt)
 
+	// A noticed loss: the rank hears it from its node's agent and leaves at
+	// a commit, exit 75; the others go on without a rollback.
+	pod, node = member()
+	noticedAt := time.Now()
+	run(e.local, "cluster", "reclaim", node, "--notice", "20s")
+	noticed := waitTraining("after "+pod+"'s node was reclaimed with a 20 s notice", 3, noticedAt)
+
 	waitFor(t, ctx, "the job Complete", 5*time.Minute, func() (bool, string) {
 		j := job()
 		if c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed); c != nil && c.Status == "True" {
@@ -173,8 +182,8 @@ func TestInProcessStory(t *testing.T) {
 		}
 	}
 	resumes := driver.Resumes(lines)
-	if len(resumes) < 4 {
-		t.Errorf("%d resumes; want one for the kill, the join, the freeze and the thaw at least", len(resumes))
+	if len(resumes) < 5 {
+		t.Errorf("%d resumes; want one for the kill, the join, the freeze, the thaw and the notice at least", len(resumes))
 	}
 	for i, r := range resumes {
 		if r.Lost > 1 {
@@ -199,8 +208,16 @@ func TestInProcessStory(t *testing.T) {
 	if j.Status.Failures != 0 {
 		t.Errorf("status.failures %d; want 0", j.Status.Failures)
 	}
+	if j.Status.Preemptions < 1 {
+		t.Errorf("status.preemptions %d; want the noticed worker's exit 75 counted", j.Status.Preemptions)
+	}
+	for _, r := range resumes {
+		if r.T >= float64(noticedAt.UnixNano())/1e9 && r.Lost != 0 {
+			t.Errorf("the noticed loss did %d steps again; want 0", r.Lost)
+		}
+	}
 	acc, steps, _ := driver.Final(lines)
-	t.Logf("in-process story: hard kill → training again %.2fs after, join %.2fs, freeze %.2fs (collective timeout 5 s); %d pods, %d resumes, final accuracy %.4f after %d steps",
-		hard.Seconds(), join.Seconds(), frozen.Seconds(), len(pids), len(resumes), acc, steps)
+	t.Logf("in-process story: hard kill → training again %.2fs after, join %.2fs, freeze %.2fs (collective timeout 5 s), notice %.2fs; %d pods, %d resumes, final accuracy %.4f after %d steps",
+		hard.Seconds(), join.Seconds(), frozen.Seconds(), noticed.Seconds(), len(pids), len(resumes), acc, steps)
 	run(e.bin, "delete", "inproc")
 }

@@ -95,7 +95,10 @@
 //     Never leaves an exited container alone; OnFailure and Always restart it
 //     (in fresh namespaces, with the same mounts) after a kubelet's
 //     crash-loop back-off (10 s doubling to 5 min).
-//   - Deletion: SIGTERM to every process group, SIGKILL after the grace
+//   - Deletion: SIGTERM to every process group (but to a main process that
+//     has no SIGTERM handler and runs others, such as `sh -c CMD`: a
+//     container's PID 1 ignores it, and its death would end the namespace
+//     before CMD stopped gracefully), SIGKILL after the grace
 //     period (the deletion's, else terminationGracePeriodSeconds; between 2 s
 //     and 30 s). When a container's main process exits, the rest of its
 //     process group (and, with namespaces, its PID namespace) is killed at

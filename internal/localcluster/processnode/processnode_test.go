@@ -185,6 +185,38 @@ func TestProcessNode(t *testing.T) {
 		eventually(t, 10*time.Second, "SIGKILL ends the process", func() bool { return !alive(pid) })
 	})
 
+	t.Run("a shell's command stops gracefully", func(t *testing.T) {
+		requireNamespaces(t, provider)
+		ns := newNamespace(ctx, t, cs)
+		// `sh -c CMD` (dash forks CMD) has no SIGTERM handler: like a
+		// container's PID 1 it is spared, and CMD, which handles SIGTERM,
+		// has the time it takes to stop. Before, the shell died at the
+		// SIGTERM and took the sandbox's PID namespace, and CMD, with it.
+		dir := t.TempDir()
+		script := filepath.Join(dir, "graceful.sh")
+		out := filepath.Join(dir, "stopped")
+		body := "trap 'sleep 1; echo graceful > " + out + "; exit 0' TERM\nwhile :; do sleep 0.1; done\n"
+		if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		pod := processPod(ns, "graceful", "/bin/sh", "-c", "/bin/sh "+script+"; echo done")
+		grace := int64(10)
+		pod.Spec.TerminationGracePeriodSeconds = &grace
+		createPod(ctx, t, cs, pod)
+		eventually(t, 30*time.Second, "the pod runs", func() bool {
+			p, _ := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			return p != nil && p.Status.Phase == corev1.PodRunning
+		})
+		time.Sleep(500 * time.Millisecond) // the trap is set
+		if err := cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 8*time.Second, "the command's SIGTERM handler ran to its end", func() bool {
+			b, err := os.ReadFile(out)
+			return err == nil && strings.TrimSpace(string(b)) == "graceful"
+		})
+	})
+
 	t.Run("hostname and hosts", func(t *testing.T) {
 		requireNamespaces(t, provider)
 		ns := newNamespace(ctx, t, cs)

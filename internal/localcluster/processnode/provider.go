@@ -719,7 +719,8 @@ func (p *Provider) UpdatePod(_ context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// DeletePod stops the pod: SIGTERM to every container's process group, then
+// DeletePod stops the pod: SIGTERM to every container's process group (but
+// a main process that a PID 1 would not stop: terminate), then
 // SIGKILL once the grace period (the deletion's, else the pod's
 // terminationGracePeriodSeconds, at most 30 s) has passed. It returns at
 // once; the terminal status is published when the last process exited, and
@@ -744,7 +745,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 				cs.State = cs.LastTerminationState
 			}
 			if cr.pid != 0 {
-				_ = syscall.Kill(-cr.pid, syscall.SIGTERM)
+				terminate(cr.pid, mainProcess(cr.pid, p.Namespaced()))
 			}
 		}
 		setConditions(pr.pod, now)
@@ -930,7 +931,7 @@ func (p *Provider) Shutdown(ctx context.Context, grace time.Duration) {
 				cr.backoff.Stop()
 			}
 			if cr.pid != 0 {
-				_ = syscall.Kill(-cr.pid, syscall.SIGTERM)
+				terminate(cr.pid, mainProcess(cr.pid, p.Namespaced()))
 			}
 		}
 		if pr.killTimer == nil {
