@@ -131,6 +131,9 @@ class Context:
         self.collective_timeout = _env_float("ETJOB_COLLECTIVE_TIMEOUT", "5")
         self.settle = _env_float("ETJOB_SETTLE_SECONDS", "0.5")
         self.join_timeout = _env_float("ETJOB_JOIN_TIMEOUT", "600")
+        # a newcomer ends a generation with no commit for this long: its
+        # members are gone (the whole job lost without a word)
+        self.stale = max(_env_float("ETJOB_STALE_SECONDS", "60"), 3 * self.collective_timeout)
         self.poll = 0.01
         if store is None:
             if not endpoint:
@@ -147,7 +150,6 @@ class Context:
         self.max = max_size if max_size is not None else int(hi or lo or 1000000)
         self.sup = sup
         self.group = None
-        self.last_flags = None
 
     # -- store helpers ----------------------------------------------------
 
@@ -291,8 +293,8 @@ class Context:
     def _wait_next(self, gen, deadline):
         """A newcomer to a closed generation asks to join and waits until it
         ends: the members let it in at their next commit. A generation whose
-        commits stop (its members are gone) is ended after the collective
-        timeout."""
+        commits stop (its members are gone) is ended after `stale` seconds
+        ($ETJOB_STALE_SECONDS, 60)."""
         k = "g%d/" % gen
         self._count(k + "joins", 1)
         beat, since = self._count(k + "beat"), time.monotonic()
@@ -302,7 +304,7 @@ class Context:
             b = self._count(k + "beat")
             if b != beat:
                 beat, since = b, time.monotonic()
-            elif time.monotonic() - since > 3 * self.collective_timeout:
+            elif time.monotonic() - since > self.stale:
                 self.end(gen, "no commit for %.0f s" % (time.monotonic() - since))
                 return None
             time.sleep(self.poll * 5)
@@ -505,6 +507,8 @@ class State:
                 self._stop_checkpoint()
             ctx.allreduce(torch.zeros(1), what="stop barrier")
             if g.rank == 0:
+                # over: the job's next pods open a new generation at once
+                ctx.end(g.gen, "stopped below min")
                 _log("stop step=%d: %d of %d leave, below min %d" % (self.step_of(), leaving, g.size, ctx.min))
                 print("stop step=%d reason=%s t=%.3f" % (self.step_of(), sup.reason() or "peer", time.time()), flush=True)
             sup.exit_preempted()
