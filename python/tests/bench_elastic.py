@@ -84,7 +84,7 @@ def main():
         print()
         for kind, v in by_kind.items():
             print("%-9s %2d events: pause p50 %.2f s, max %.2f s" % (kind, len(v), statistics.median(v), max(v)))
-        gens = test_elastic.InProcessRecoveryTest.resumes(None, job)
+        gens = test_elastic.resumes(job)
         print("generations %d; steps done again per generation: max %d" % (len(gens), max((g[2] for g in gens), default=0)))
         print("wall %.1f s, median step %.3f s, paused %.1f s (%.1f %%) over %d events" % (
             ended - began, step, paused, 100 * paused / (ended - began), len(events)))

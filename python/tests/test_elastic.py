@@ -112,6 +112,22 @@ class Job:
         return (ledger[-1] if ledger else None), (done[-1].split("weight=")[1] if done else None)
 
 
+def resumes(job):
+    """Each generation's `resume step=S` (rank 0) with the highest step
+    logged by any rank before it: (generation, step, steps done again)."""
+    lines = []
+    for n in job.procs:
+        for line in job.lines(n):
+            m = re.match(r"^resume step=(\d+) world=(\d+) generation=(\d+) t=([\d.]+)$", line)
+            if m:
+                lines.append((float(m.group(4)), int(m.group(1)), int(m.group(3))))
+    out = []
+    for t, step, gen in sorted(lines):
+        reached = max((s[0] for n in job.procs for s in job.steps(n) if s[5] < t), default=0)
+        out.append((gen, step, reached - step))
+    return out
+
+
 @unittest.skipIf(dist is None, "needs torch (/usr/bin/python3 with python3-torch)")
 class InProcessRecoveryTest(unittest.TestCase):
     @classmethod
@@ -162,19 +178,7 @@ class InProcessRecoveryTest(unittest.TestCase):
         return after - before
 
     def resumes(self, job):
-        """Each generation's `resume step=S` (rank 0) with the highest step
-        logged by any rank before it: the steps done again."""
-        out = []
-        lines = []
-        for n in job.procs:
-            for line in job.lines(n):
-                m = re.match(r"^resume step=(\d+) world=(\d+) generation=(\d+) t=([\d.]+)$", line)
-                if m:
-                    lines.append((float(m.group(4)), int(m.group(1)), int(m.group(3))))
-        for t, step, gen in sorted(lines):
-            reached = max((s[0] for n in job.procs for s in job.steps(n) if s[5] < t), default=0)
-            out.append((gen, step, reached - step))
-        return out
+        return resumes(job)
 
     def test_hard_kill_survivors_go_on_in_process(self):
         job = self.job(4, "2:4")
@@ -295,7 +299,6 @@ class FenceTest(unittest.TestCase):
         d = tempfile.mkdtemp(prefix="etjob-fence-")
         state.checkpoint(d)
         state.step = 9
-        state.commit_local = None
         state._keep()
         ctx.end(1, "another rank went on")
         with self.assertRaises(etorch.CheckpointError):

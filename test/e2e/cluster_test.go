@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/localcluster"
 	"github.com/etjob/etjob/internal/localcluster/processnode"
 	"github.com/etjob/etjob/internal/testutil"
@@ -97,6 +100,51 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// sharedDir makes (and returns) a directory under the cluster's shared/,
+// which pods mount by hostPath (the checkpoint directory of a story).
+func (e *e2eCluster) sharedDir(t *testing.T, name string) string {
+	t.Helper()
+	d := filepath.Join(e.Dir, "shared", name)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// run runs etjob (e.bin, with the cluster's kubeconfig) or etjob-local
+// (e.local, with the cluster's --dir), logs its output and fails the test
+// when it fails.
+func (e *e2eCluster) run(t *testing.T, ctx context.Context, bin string, args ...string) string {
+	t.Helper()
+	if bin == e.local {
+		args = append(args, "--dir", e.Dir)
+	} else {
+		args = append([]string{"--kubeconfig", e.Kubeconfig()}, args...)
+	}
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out.String())
+	}
+	t.Logf("$ %s %s\n%s", filepath.Base(bin), strings.Join(args, " "), strings.TrimSpace(out.String()))
+	return out.String()
+}
+
+// job reads an ElasticJob through the CLI (`etjob get NAME -o json`).
+func (e *e2eCluster) job(t *testing.T, ctx context.Context, name string) *etjobv1.ElasticJob {
+	t.Helper()
+	j := &etjobv1.ElasticJob{}
+	out, err := exec.CommandContext(ctx, e.bin, "--kubeconfig", e.Kubeconfig(), "get", name, "-o", "json").Output()
+	if err == nil {
+		err = json.Unmarshal(out, j)
+	}
+	if err != nil {
+		t.Fatalf("etjob get %s -o json: %v", name, err)
+	}
+	return j
 }
 
 // reclaims records, across the stories of one test run, which cloud's

@@ -1,12 +1,8 @@
 package e2e
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -71,24 +67,11 @@ func TestFaultsBench(t *testing.T) {
 func faultsRun(t *testing.T, mode, command string, length, every time.Duration) string {
 	ctx := withTimeout(t, length+15*time.Minute)
 	e := startCluster(t, ctx, "etjob-e2e-faults", 4, 1)
-	cl, repo, dir := e.Cluster, e.repo, e.Dir
-	ckpt := filepath.Join(dir, "shared", "ckpt")
-	if err := os.MkdirAll(ckpt, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	repo, dir := e.repo, e.Dir
+	ckpt := e.sharedDir(t, "ckpt")
 	run := func(bin string, args ...string) {
 		t.Helper()
-		if bin == e.local {
-			args = append(args, "--dir", dir)
-		} else {
-			args = append([]string{"--kubeconfig", cl.Kubeconfig()}, args...)
-		}
-		var out bytes.Buffer
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out.String())
-		}
+		e.run(t, ctx, bin, args...)
 	}
 	logs := func() []driver.LogLine {
 		lines, err := driver.ReadLogs(dir, "default", "faults")
@@ -119,14 +102,7 @@ func faultsRun(t *testing.T, mode, command string, length, every time.Duration) 
 	for kill := true; time.Since(began) < length; kill = !kill {
 		if kill {
 			node := ""
-			j := &etjobv1.ElasticJob{}
-			out, err := exec.CommandContext(ctx, e.bin, "--kubeconfig", cl.Kubeconfig(), "get", "faults", "-o", "json").Output()
-			if err == nil {
-				err = json.Unmarshal(out, j)
-			}
-			if err != nil {
-				t.Fatalf("etjob get faults: %v", err)
-			}
+			j := e.job(t, ctx, "faults")
 			var nodes []string
 			for _, w := range j.Status.Workers {
 				if w.State == etjobv1.WorkerMember && w.Node != "" {

@@ -1,12 +1,7 @@
 package e2e
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -37,41 +32,18 @@ func TestGrowthStory(t *testing.T) {
 	ctx := withTimeout(t, 12*time.Minute)
 	e := startCluster(t, ctx, "etjob-e2e-growth", 2, 1)
 	cl, repo, dir := e.Cluster, e.repo, e.Dir
-	ckpt := filepath.Join(dir, "shared", "ckpt")
-	if err := os.MkdirAll(ckpt, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	ckpt := e.sharedDir(t, "ckpt")
 	cs, err := cl.Clientset()
 	if err != nil {
 		t.Fatal(err)
 	}
 	run := func(bin string, args ...string) string {
 		t.Helper()
-		if bin == e.local {
-			args = append(args, "--dir", dir)
-		} else {
-			args = append([]string{"--kubeconfig", cl.Kubeconfig()}, args...)
-		}
-		var out bytes.Buffer
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out.String())
-		}
-		t.Logf("$ %s %s\n%s", filepath.Base(bin), strings.Join(args, " "), strings.TrimSpace(out.String()))
-		return out.String()
+		return e.run(t, ctx, bin, args...)
 	}
 	job := func() *etjobv1.ElasticJob {
 		t.Helper()
-		j := &etjobv1.ElasticJob{}
-		out, err := exec.CommandContext(ctx, e.bin, "--kubeconfig", cl.Kubeconfig(), "get", "grow", "-o", "json").Output()
-		if err == nil {
-			err = json.Unmarshal(out, j)
-		}
-		if err != nil {
-			t.Fatalf("etjob get grow -o json: %v", err)
-		}
-		return j
+		return e.job(t, ctx, "grow")
 	}
 	waitJob := func(what string, timeout time.Duration, ok func(*etjobv1.ElasticJob) bool) *etjobv1.ElasticJob {
 		t.Helper()

@@ -1,14 +1,8 @@
 package e2e
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -38,38 +32,15 @@ import (
 func TestInProcessStory(t *testing.T) {
 	ctx := withTimeout(t, 10*time.Minute)
 	e := startCluster(t, ctx, "etjob-e2e-inprocess", 4, 1)
-	cl, repo, dir := e.Cluster, e.repo, e.Dir
-	ckpt := filepath.Join(dir, "shared", "ckpt")
-	if err := os.MkdirAll(ckpt, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	repo, dir := e.repo, e.Dir
+	ckpt := e.sharedDir(t, "ckpt")
 	run := func(bin string, args ...string) string {
 		t.Helper()
-		if bin == e.local {
-			args = append(args, "--dir", dir)
-		} else {
-			args = append([]string{"--kubeconfig", cl.Kubeconfig()}, args...)
-		}
-		var out bytes.Buffer
-		cmd := exec.CommandContext(ctx, bin, args...)
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), strings.Join(args, " "), err, out.String())
-		}
-		t.Logf("$ %s %s\n%s", filepath.Base(bin), strings.Join(args, " "), strings.TrimSpace(out.String()))
-		return out.String()
+		return e.run(t, ctx, bin, args...)
 	}
 	job := func() *etjobv1.ElasticJob {
 		t.Helper()
-		j := &etjobv1.ElasticJob{}
-		out, err := exec.CommandContext(ctx, e.bin, "--kubeconfig", cl.Kubeconfig(), "get", "inproc", "-o", "json").Output()
-		if err == nil {
-			err = json.Unmarshal(out, j)
-		}
-		if err != nil {
-			t.Fatalf("etjob get inproc -o json: %v", err)
-		}
-		return j
+		return e.job(t, ctx, "inproc")
 	}
 	logs := func() []driver.LogLine {
 		t.Helper()

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -120,20 +119,9 @@ func nsInitPID(pid int) int {
 		return 0
 	}
 	// Kernels without CONFIG_PROC_CHILDREN: look for the child by its parent.
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, s := range stats {
-		b, err := os.ReadFile(s)
-		if err != nil {
-			continue
-		}
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			child, _ := strconv.Atoi(filepath.Base(filepath.Dir(s)))
-			return child
+	for _, p := range processes() {
+		if p.ppid == pid {
+			return p.pid
 		}
 	}
 	return 0

@@ -57,10 +57,12 @@ func mainProcess(pid int, namespaced bool) int {
 	return nsInitPID(init)
 }
 
-type proc struct{ pid, ppid int }
+// proc is one process of the host, from /proc/PID/stat.
+type proc struct{ pid, ppid, pgrp int }
 
-// groupMembers lists the processes of process group pgid (from /proc).
-func groupMembers(pgid int) []proc {
+// processes lists every process of the host (their pid, parent and process
+// group, from /proc/PID/stat; the fields after the command's closing paren).
+func processes() []proc {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	var out []proc
 	for _, s := range stats {
@@ -73,12 +75,24 @@ func groupMembers(pgid int) []proc {
 			continue
 		}
 		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 3 || f[2] != strconv.Itoa(pgid) {
+		if len(f) < 3 {
 			continue
 		}
 		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(s)))
 		ppid, _ := strconv.Atoi(f[1])
-		out = append(out, proc{pid, ppid})
+		pgrp, _ := strconv.Atoi(f[2])
+		out = append(out, proc{pid, ppid, pgrp})
+	}
+	return out
+}
+
+// groupMembers lists the processes of process group pgid.
+func groupMembers(pgid int) []proc {
+	var out []proc
+	for _, p := range processes() {
+		if p.pgrp == pgid {
+			out = append(out, p)
+		}
 	}
 	return out
 }
