@@ -18,7 +18,10 @@
 // work, while a worker that dies before that checkpoint is written (no notice,
 // a notice shorter than the stop and the checkpoint, or a pod deleted too
 // early) is a hard loss: the work since the last completed checkpoint is
-// rolled back and the survivors restart after the hard-loss pause. Beside it
+// rolled back and the survivors restart after the hard-loss pause. With
+// Params.Recovery in-process (etjob.elastic) a planned change is a regroup
+// in the same processes without a checkpoint, a joiner's state comes by
+// broadcast, and a hard loss does the step in flight again. Beside it
 // run the checkpoint-restart baselines (a classic fixed-size job at its best
 // size in hindsight, and two elastic ones that restart at the size
 // available) and an all-on-demand job under the same samples-per-worker

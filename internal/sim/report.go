@@ -198,10 +198,19 @@ func Compare(tr *Trace, o Options) (*Comparison, error) {
 	if err != nil {
 		return nil, err
 	}
+	elGrowStop, err := runElasticGrowStop(tr, p)
+	if err != nil {
+		return nil, err
+	}
+	elIn, err := runElasticInProcess(tr, p)
+	if err != nil {
+		return nil, err
+	}
 	c.Scenarios = append(c.Scenarios, Scenario{
 		Name:      fmt.Sprintf("spot $%.2f/h vs on-demand $%.2f/h, %s notice", float64(p.SpotPrice), float64(p.OnDemandPrice), p.Provider),
 		SpotPrice: p.SpotPrice, OnDemandPrice: p.OnDemandPrice,
-		Rows: []Row{row(el, od), row(elStop, od), row(elGrow, od), row(fixed, od), row(restart, od), row(grow, od), row(od, od)},
+		Rows: []Row{row(el, od), row(elStop, od), row(elGrow, od), row(elGrowStop, od), row(elIn, od),
+			row(fixed, od), row(restart, od), row(grow, od), row(od, od)},
 	})
 
 	cheap := p
@@ -219,11 +228,20 @@ func Compare(tr *Trace, o Options) (*Comparison, error) {
 	if err != nil {
 		return nil, err
 	}
+	elCheapGrowStop, err := runElasticGrowStop(tr, cheap)
+	if err != nil {
+		return nil, err
+	}
+	elCheapIn, err := runElasticInProcess(tr, cheap)
+	if err != nil {
+		return nil, err
+	}
 	sp := cheap.SpotPrice
 	c.Scenarios = append(c.Scenarios, Scenario{
 		Name:      fmt.Sprintf("spot at %.0f%% of on-demand ($%.3f/h), %s notice", o.CheapFraction*100, sp, o.CheapProvider),
 		SpotPrice: sp, OnDemandPrice: p.OnDemandPrice,
-		Rows: []Row{row(elCheap, od), row(elCheapStop, od), row(elCheapGrow, od), row(fixed.AtPrice(sp), od), row(restart.AtPrice(sp), od), row(grow.AtPrice(sp), od), row(od, od)},
+		Rows: []Row{row(elCheap, od), row(elCheapStop, od), row(elCheapGrow, od), row(elCheapGrowStop, od), row(elCheapIn, od),
+			row(fixed.AtPrice(sp), od), row(restart.AtPrice(sp), od), row(grow.AtPrice(sp), od), row(od, od)},
 	})
 
 	for _, pause := range o.Pauses {
@@ -237,6 +255,7 @@ func Compare(tr *Trace, o Options) (*Comparison, error) {
 	}
 
 	first, second := c.Scenarios[0].Rows[0], c.Scenarios[1].Rows[0]
+	firstIn, secondIn := c.Scenarios[0].Rows[4], c.Scenarios[1].Rows[4]
 	c.Goals = []Goal{
 		{Name: "etjob cost per committed sample vs on-demand, " + c.Scenarios[0].Name, Value: first.CostVsOnDemand,
 			Target: fmt.Sprintf("<= %.2f", GoalCostRatio), Met: first.CostVsOnDemand <= GoalCostRatio},
@@ -252,6 +271,10 @@ func Compare(tr *Trace, o Options) (*Comparison, error) {
 			Target: fmt.Sprintf("<= %.3f", GoalLeadCostRatio), Met: first.CostVsOnDemand <= GoalLeadCostRatio},
 		{Name: "etjob cost per committed sample vs on-demand (issue #14), " + c.Scenarios[1].Name, Value: second.CostVsOnDemand,
 			Target: fmt.Sprintf("<= %.3f", GoalLeadCheapCostRatio), Met: second.CostVsOnDemand <= GoalLeadCheapCostRatio},
+		{Name: "etjob with in-process recovery, cost per committed sample vs on-demand (issue #14), " + c.Scenarios[0].Name, Value: firstIn.CostVsOnDemand,
+			Target: fmt.Sprintf("<= %.3f", GoalLeadCostRatio), Met: firstIn.CostVsOnDemand <= GoalLeadCostRatio},
+		{Name: "etjob with in-process recovery, cost per committed sample vs on-demand (issue #14), " + c.Scenarios[1].Name, Value: secondIn.CostVsOnDemand,
+			Target: fmt.Sprintf("<= %.3f", GoalLeadCheapCostRatio), Met: secondIn.CostVsOnDemand <= GoalLeadCheapCostRatio},
 	}
 	return c, nil
 }
@@ -272,6 +295,24 @@ func runElasticGrow(tr *Trace, p Params) (Result, error) {
 	p.GrowFrom = max(p.Replicas/4, p.MinReplicas)
 	r, err := RunElastic(tr, p)
 	r.Strategy = fmt.Sprintf(StrategyElasticGrow, p.GrowFrom, p.Replicas)
+	return r, err
+}
+
+// runElasticGrowStop is runElasticGrow with noticeLeadTime Stop.
+func runElasticGrowStop(tr *Trace, p Params) (Result, error) {
+	p.NoticeLeadTime = etjobv1.NoticeLeadTimeStop
+	r, err := runElasticGrow(tr, p)
+	r.Strategy = fmt.Sprintf(StrategyElasticGrowStop, max(p.Replicas/4, p.MinReplicas), p.Replicas)
+	return r, err
+}
+
+// runElasticInProcess is etjob whose workers recover in process
+// (etjob.elastic): planned changes regroup without a checkpoint, and a hard
+// loss does one step again.
+func runElasticInProcess(tr *Trace, p Params) (Result, error) {
+	p.Recovery = RecoveryInProcess
+	r, err := RunElastic(tr, p)
+	r.Strategy = StrategyElasticInProcess
 	return r, err
 }
 

@@ -15,8 +15,13 @@ const (
 	// StrategyElasticGrow is etjob with replicas GrowFrom growing to
 	// maxReplicas (spec.growth.policy Opportunistic).
 	StrategyElasticGrow = "etjob, replicas %d, grows to %d"
-	StrategyRestart     = "checkpoint-restart"
-	StrategyRestartGrow = "checkpoint-restart+grow"
+	// StrategyElasticGrowStop is the growing job with noticeLeadTime Stop.
+	StrategyElasticGrowStop = "etjob, replicas %d, grows to %d, stops at the notice"
+	// StrategyElasticInProcess is etjob whose workers recover in process
+	// (etjob.elastic, Params.Recovery).
+	StrategyElasticInProcess = "etjob, in-process recovery (etjob.elastic)"
+	StrategyRestart          = "checkpoint-restart"
+	StrategyRestartGrow      = "checkpoint-restart+grow"
 	// StrategyRestartFixed is the non-elastic checkpoint-restart job of a
 	// fixed size (RunRestartFixed).
 	StrategyRestartFixed = "checkpoint-restart (fixed size)"
@@ -145,6 +150,14 @@ func (l *ledger) checkpoint() {
 func (l *ledger) rollback() {
 	l.lost += l.progress - l.committed
 	l.progress = l.committed
+}
+
+// rollbackStep rolls back one step of a group of workers, never past the
+// last checkpoint: etjob.elastic's rollback to the in-memory commit.
+func (l *ledger) rollbackStep(workers int, step time.Duration) {
+	d := min(l.progress-l.committed, l.rate*float64(workers)*step.Seconds())
+	l.lost += d
+	l.progress -= d
 }
 
 // state moves the ledger's clocks: waiting (below min), pausing (members but

@@ -33,6 +33,13 @@ func handParams() Params {
 	return p
 }
 
+// inProcess makes the hand job recover in process (etjob.elastic): regroup
+// 1 s, a joiner's broadcast 2 s, a hard loss's pause 1 s, a step 1 s.
+func inProcess(p *Params) {
+	p.Recovery = RecoveryInProcess
+	p.RegroupPause, p.BroadcastTime, p.InProcessHardPause, p.StepTime = time.Second, 2*time.Second, time.Second, time.Second
+}
+
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
 
 func TestParseTrace(t *testing.T) {
@@ -164,6 +171,55 @@ func TestElasticHandTraces(t *testing.T) {
 			wantBelowMin: 1,
 			wantNoticed:  1,
 			wantUnused:   485 - 473,
+		},
+		// etjob.elastic (regroup 1 s, broadcast 2 s, hard pause 1 s, step
+		// 1 s): the ranks stop at 401 s, w1 exits there without a
+		// checkpoint, and w0 trains again in its process from 402 s.
+		"in-process noticed loss": {
+			lines:        []string{"0,add,n1", "0,add,n2", "500000,remove,n2", "1000000,add,end"},
+			params:       inProcess,
+			wantSamples:  2*(401-4) + 1*(1000-402),
+			wantBelowMin: 1,
+			wantNoticed:  1,
+			wantUnused:   500 - 401,
+		},
+		// No notice, checkpoints every 100 s of training (2 s each) from 4 s:
+		// at 500 s the survivor does the step in flight (1 s of two workers)
+		// again and trains from 501 s; it trained 88 s since the checkpoint
+		// of 412 s, so the next ones are at 513, 615, 717, 819 and 921 s.
+		"in-process hard loss": {
+			lines: []string{"0,add,n1", "0,add,n2", "500000,remove,n2", "1000000,add,end"},
+			params: func(p *Params) {
+				inProcess(p)
+				p.Provider = Providers["none"]
+				p.CheckpointInterval = 100 * time.Second
+			},
+			wantSamples:  2*(4*100+88) - 2 + (12 + 4*100 + 1000 - 923),
+			wantLost:     2,
+			wantBelowMin: 1,
+			wantHard:     1,
+		},
+		// w1 is ready at 101 s: the ranks agree at 102 s, and w1 gets the
+		// state by broadcast (regroup 1 s + 2 s); both train from 105 s.
+		"in-process join": {
+			lines:        []string{"0,add,n1", "100000,add,n2", "1000000,add,end"},
+			params:       inProcess,
+			wantSamples:  1*(102-4) + 2*(1000-105),
+			wantBelowMin: 1,
+			wantJoins:    1,
+		},
+		// Below min, etjob.elastic stops at a checkpoint like etjob.torchrun
+		// ("below min and back").
+		"in-process below min and back": {
+			lines: []string{"0,add,n1", "0,add,n2", "500000,remove,n2", "600000,add,n3", "1000000,add,end"},
+			params: func(p *Params) {
+				inProcess(p)
+				p.MinReplicas = 2
+			},
+			wantSamples:  2*(401-4) + 2*(1000-604),
+			wantBelowMin: 1 + (601 - 403),
+			wantNoticed:  1,
+			wantUnused:   500 - 403,
 		},
 	}
 	for name, tc := range cases {
@@ -503,7 +559,7 @@ func TestCompare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Scenarios) != 2 || len(c.Scenarios[0].Rows) != 7 || len(c.Sensitivity) != 3 || len(c.Goals) != 6 {
+	if len(c.Scenarios) != 2 || len(c.Scenarios[0].Rows) != 9 || len(c.Sensitivity) != 3 || len(c.Goals) != 8 {
 		t.Fatalf("comparison shape: %+v", c)
 	}
 	if c.Scenarios[0].Rows[1].Strategy != StrategyElasticStop || c.Scenarios[1].Rows[1].Strategy != StrategyElasticStop {
@@ -512,12 +568,12 @@ func TestCompare(t *testing.T) {
 	if g := c.Scenarios[0].Rows[2]; g.Strategy != "etjob, replicas 1, grows to 2" {
 		t.Errorf("the third row is not etjob growing from min: %q", g.Strategy)
 	}
-	od := c.Scenarios[0].Rows[6]
+	od := c.Scenarios[0].Rows[8]
 	if od.Strategy != StrategyOnDemand || od.CostVsOnDemand != 1 || od.GoodputVsOnDemand != 1 {
 		t.Errorf("on-demand row: %+v", od)
 	}
 	cheap := c.Scenarios[1]
-	if !near(float64(cheap.SpotPrice), 0.306) || !near(float64(cheap.Rows[3].PricePerHour), 0.306) || !near(float64(cheap.Rows[4].PricePerHour), 0.306) ||
+	if !near(float64(cheap.SpotPrice), 0.306) || !near(float64(cheap.Rows[5].PricePerHour), 0.306) || !near(float64(cheap.Rows[6].PricePerHour), 0.306) ||
 		cheap.Rows[0].Notice != "alibaba 300s" {
 		t.Errorf("cheap scenario: %+v", cheap)
 	}
@@ -525,13 +581,13 @@ func TestCompare(t *testing.T) {
 	// and n3: S = 1 trains 995 s on one; S = 2 from 5 s loses 2 x 495 s at
 	// 500 s (no checkpoint in 1 h), waits to 600 s, restarts until 605 s and
 	// trains 395 s on two, 790 in all; so S = 1, 995 samples.
-	fixed := c.Scenarios[0].Rows[3]
+	fixed := c.Scenarios[0].Rows[5]
 	if c.FixedSize != 1 || fixed.Strategy != StrategyRestartFixed || fixed.FixedSize != 1 || !near(fixed.Samples, 995) ||
 		len(c.FixedSizeSweep) != 2 || !near(c.FixedSizeSweep[1].Goodput, 0.79) {
 		t.Errorf("fixed-size baseline: size %d row %+v sweep %+v", c.FixedSize, fixed, c.FixedSizeSweep)
 	}
 	el := c.Scenarios[0].Rows[0]
-	if !near(el.GoodputVsFixed, el.Goodput/fixed.Goodput) || !near(el.GoodputVsRestart, el.Goodput/max(c.Scenarios[0].Rows[4].Goodput, c.Scenarios[0].Rows[5].Goodput)) {
+	if !near(el.GoodputVsFixed, el.Goodput/fixed.Goodput) || !near(el.GoodputVsRestart, el.Goodput/max(c.Scenarios[0].Rows[6].Goodput, c.Scenarios[0].Rows[7].Goodput)) {
 		t.Errorf("etjob ratios: %+v", el)
 	}
 	if g := c.Goals[2]; !strings.Contains(g.Name, "fixed size") || !strings.Contains(g.Name, "S = 1") || g.Value != el.GoodputVsFixed {

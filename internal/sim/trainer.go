@@ -41,7 +41,11 @@ type trainer struct {
 	periodic bool
 	since    time.Duration
 	interval time.Duration
-	led      ledger
+	// trained is the group's training time since the last checkpoint: the
+	// periodic checkpoint is due when it reaches interval (etjob.elastic
+	// regroups without a checkpoint, so this spans its generations).
+	trained time.Duration
+	led     ledger
 }
 
 // member reports whether the pod is in the published membership or the group.
@@ -65,6 +69,7 @@ func (t *trainer) until(at time.Duration) {
 func (t *trainer) accrue(now time.Duration) {
 	if t.phase == running || t.phase == stopping {
 		t.led.train(len(t.group), now-t.since)
+		t.trained += now - t.since
 	}
 	t.since = now
 }
@@ -146,7 +151,7 @@ func (t *trainer) phaseEnd(gen int) {
 		t.group = slices.Clone(t.target)
 		t.enter(now, running)
 		t.since = now
-		t.until(now + t.interval)
+		t.until(now + max(t.interval-t.trained, 0))
 	case running: // a periodic checkpoint is due
 		t.accrue(now)
 		t.periodic = true
@@ -154,30 +159,58 @@ func (t *trainer) phaseEnd(gen int) {
 		t.until(now + t.w.p.CheckpointTime)
 	case stopping:
 		t.accrue(now)
+		if t.inProcess() && len(t.target) >= int(t.w.p.MinReplicas) {
+			// etjob.elastic: the leavers go at the agreed commit, and the
+			// others regroup in their processes, without a checkpoint.
+			t.exitLeavers()
+			t.restart(now, t.regroupPause())
+			return
+		}
 		t.periodic = false
 		t.enter(now, checkpointing)
 		t.until(now + t.w.p.CheckpointTime)
 	case checkpointing:
 		t.led.checkpoint()
+		t.trained = 0
 		if len(t.group) > 0 {
 			t.w.reportCheckpoint(t.group[0], int64(t.led.committed/t.w.p.Rate)+1)
 		}
 		// The leavers' part is written: they exit with the reserved code;
 		// a member that trains through its notice stays until its stop.
-		for _, pod := range t.group {
-			if p := t.w.pods[pod]; p != nil && t.w.leaving(p) && !slices.Contains(t.target, pod) {
-				t.w.exit(pod)
-			}
-		}
+		t.exitLeavers()
 		switch {
 		case t.periodic && slices.Equal(t.target, t.group):
 			t.enter(now, running)
 			t.since = now
 			t.until(now + t.interval)
+		case len(t.target) >= int(t.w.p.MinReplicas) && t.inProcess():
+			t.restart(now, t.regroupPause())
 		case len(t.target) >= int(t.w.p.MinReplicas):
 			t.restart(now, t.w.p.ResumePause)
 		default:
 			t.wait(now)
+		}
+	}
+}
+
+func (t *trainer) inProcess() bool { return t.w.p.Recovery == RecoveryInProcess }
+
+// regroupPause is etjob.elastic's pause for a new generation with the
+// target's members: the regroup, and the state's broadcast when one joins.
+func (t *trainer) regroupPause() time.Duration {
+	if joinOnly(t.target, t.group) {
+		return t.w.p.RegroupPause
+	}
+	return t.w.p.RegroupPause + t.w.p.BroadcastTime
+}
+
+// exitLeavers ends the group's leavers that left the target: they exit with
+// the reserved code; a member that trains through its notice stays until
+// its stop.
+func (t *trainer) exitLeavers() {
+	for _, pod := range t.group {
+		if p := t.w.pods[pod]; p != nil && t.w.leaving(p) && !slices.Contains(t.target, pod) {
+			t.w.exit(pod)
 		}
 	}
 }
@@ -197,10 +230,20 @@ func (t *trainer) podGone(now time.Duration, pod string) bool {
 	switch t.phase {
 	case running, stopping, checkpointing:
 		t.accrue(now)
+		if t.inProcess() && len(t.target) >= lo {
+			// etjob.elastic: the survivors roll back to their in-memory
+			// commit, the step in flight, and regroup; a leaver goes at it.
+			t.led.rollbackStep(len(t.group), t.w.p.StepTime)
+			t.group = slices.DeleteFunc(t.group, func(s string) bool { return s == pod })
+			t.exitLeavers()
+			t.restart(now, max(t.w.p.InProcessHardPause, t.regroupPause()))
+			return true
+		}
 		if t.phase == checkpointing {
 			t.led.failed++
 		}
 		t.led.rollback()
+		t.trained = 0
 		t.group = slices.DeleteFunc(t.group, func(s string) bool { return s == pod })
 		// Leavers whose checkpoint failed go anyway: lost, not saved.
 		for _, other := range t.group {
