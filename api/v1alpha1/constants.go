@@ -50,8 +50,12 @@ const (
 	// ReasonPriceAboveMax: the worker's node's price rose above
 	// spec.spot.maxPricePerHour; it leaves at an agreed step (a release).
 	ReasonPriceAboveMax = "PriceAboveMax"
-	ReasonCompleting    = "Completing"
-	ReasonNeverRan      = "Pending"
+	// ReasonOverBudget: the job's workers cost more an hour than
+	// spec.spot.budgetPerHour; the dearest leave at an agreed step (a
+	// release).
+	ReasonOverBudget = "OverBudget"
+	ReasonCompleting = "Completing"
+	ReasonNeverRan   = "Pending"
 	// ReasonLauncherMoving: the launcher's node has a reclamation notice; the
 	// workers checkpoint and stop, then the job restarts with a new launcher
 	// (the rendezvous store cannot move under running workers).

@@ -243,6 +243,19 @@ type SpotSpec struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +optional
 	MaxPricePerHour string `json:"maxPricePerHour,omitempty"`
+
+	// budgetPerHour is the most the job's workers cost together an hour, in
+	// US dollars, as a decimal ("12.50"), at their nodes'
+	// etjob.dev/price-per-hour (a node without it costs 0 here). New workers
+	// are not started above it: no more are created than the budget left
+	// buys at the cheapest priced node, and each is kept off nodes dearer
+	// than its share of what is left. When prices rise above it, the dearest
+	// workers leave at an agreed step, as on a notice, and may be replaced
+	// on cheaper nodes. Unset: no budget.
+	// +kubebuilder:validation:Pattern=`^[0-9]+(\.[0-9]+)?$`
+	// +kubebuilder:validation:MaxLength=32
+	// +optional
+	BudgetPerHour string `json:"budgetPerHour,omitempty"`
 }
 
 // GrowthPolicy says how far a job grows.

@@ -92,6 +92,8 @@ type SubmitOptions struct {
 	GrowthProbeTimeout, GrowthBackoff string
 	// MaxPrice is --max-price, spec.spot.maxPricePerHour.
 	MaxPrice string
+	// Budget is --budget, spec.spot.budgetPerHour.
+	Budget string
 	// JobRestartPolicy is --job-restart-policy: Never or OnFailure.
 	JobRestartPolicy string
 	// JobBackoffLimit is --job-backoff-limit, default 6.
@@ -228,6 +230,7 @@ $((${workers}*${gpus})) work verbatim. Wrong input is refused before anything is
 	fs.StringVar(&o.GrowthProbeTimeout, "growth-probe-timeout", "", "with --growth Opportunistic: give up an extra worker not scheduled this long after its creation (seconds or a duration; default 120)")
 	fs.StringVar(&o.GrowthBackoff, "growth-backoff", "", "with --growth Opportunistic: no new extra worker this long after one was given up or taken back (seconds or a duration; default 300)")
 	fs.StringVar(&o.MaxPrice, "max-price", "", "the most a worker's node may cost, US dollars an hour (its etjob.dev/price-per-hour label), like 0.95: new workers avoid dearer nodes, a worker whose node's price rises above it leaves at an agreed step")
+	fs.StringVar(&o.Budget, "budget", "", "the most the job's workers may cost together, US dollars an hour at their nodes' prices, like 12.50: no new worker is started above it, and the dearest leave at an agreed step when prices rise above it")
 	fs.StringVar(&o.JobRestartPolicy, "job-restart-policy", "", "job restart policy: Never (default) or OnFailure")
 	fs.IntVar(&o.JobBackoffLimit, "job-backoff-limit", 6, "failures (preemptions excluded) tolerated before the job fails")
 	fs.StringVar(&o.WorkerRestartPolicy, "worker-restart-policy", "", "worker restart policy: Never, OnFailure, Always or ExitCode (default)")
@@ -647,8 +650,9 @@ func parseMaxWaitTime(s string) (int32, error) {
 	return parseSeconds("--max-wait-time", s, "0 means no limit")
 }
 
-// growthFlags sets spec.growth from --growth and its tuning flags, and
-// spec.spot.maxPricePerHour from --max-price.
+// growthFlags sets spec.growth from --growth and its tuning flags,
+// spec.spot.maxPricePerHour from --max-price and spec.spot.budgetPerHour
+// from --budget.
 func growthFlags(o *SubmitOptions, spec *etjobv1.ElasticJobSpec) error {
 	if o.MaxPrice != "" {
 		if p, err := etjobv1.ParsePricePerHour(o.MaxPrice); err != nil || p <= 0 || !maxPricePattern.MatchString(o.MaxPrice) {
@@ -658,6 +662,15 @@ func growthFlags(o *SubmitOptions, spec *etjobv1.ElasticJobSpec) error {
 			spec.Spot = &etjobv1.SpotSpec{}
 		}
 		spec.Spot.MaxPricePerHour = o.MaxPrice
+	}
+	if o.Budget != "" {
+		if p, err := etjobv1.ParsePricePerHour(o.Budget); err != nil || p <= 0 || !maxPricePattern.MatchString(o.Budget) {
+			return fmt.Errorf("--budget %q: give US dollars an hour as a decimal, like 12.50", o.Budget)
+		}
+		if spec.Spot == nil {
+			spec.Spot = &etjobv1.SpotSpec{}
+		}
+		spec.Spot.BudgetPerHour = o.Budget
 	}
 	if o.Growth == "" {
 		if o.GrowthProbeTimeout != "" || o.GrowthBackoff != "" {
@@ -690,7 +703,8 @@ func growthFlags(o *SubmitOptions, spec *etjobv1.ElasticJobSpec) error {
 	return nil
 }
 
-// maxPricePattern is the CRD's pattern of spec.spot.maxPricePerHour.
+// maxPricePattern is the CRD's pattern of spec.spot.maxPricePerHour and
+// budgetPerHour.
 var maxPricePattern = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
 
 // parseSeconds reads a flag of whole seconds ("600") or a duration ("10m").

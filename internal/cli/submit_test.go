@@ -239,6 +239,8 @@ func TestBuildElasticJobRefusals(t *testing.T) {
 		"backoff":                    {func(o *SubmitOptions) { o.Growth, o.GrowthBackoff = "Opportunistic", "later" }, "--growth-backoff"},
 		"max price":                  {func(o *SubmitOptions) { o.MaxPrice = "$1" }, "--max-price"},
 		"max price exponent":         {func(o *SubmitOptions) { o.MaxPrice = "1e3" }, "--max-price"},
+		"budget":                     {func(o *SubmitOptions) { o.Budget = "12,50" }, "--budget"},
+		"budget 0":                   {func(o *SubmitOptions) { o.Budget = "0" }, "--budget"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -254,7 +256,7 @@ func TestBuildElasticJobRefusals(t *testing.T) {
 
 func TestBuildElasticJobGrowth(t *testing.T) {
 	o := baseOptions()
-	o.Growth, o.GrowthProbeTimeout, o.GrowthBackoff, o.MaxPrice = "Opportunistic", "30s", "90", "0.95"
+	o.Growth, o.GrowthProbeTimeout, o.GrowthBackoff, o.MaxPrice, o.Budget = "Opportunistic", "30s", "90", "0.95", "12.50"
 	job, err := BuildElasticJob(o)
 	if err != nil {
 		t.Fatal(err)
@@ -263,8 +265,8 @@ func TestBuildElasticJobGrowth(t *testing.T) {
 	if g == nil || g.Policy != etjobv1.GrowthOpportunistic || g.ProbeTimeoutSeconds != 30 || g.BackoffSeconds != 90 || g.PriorityClassName != etjobv1.DefaultGrowthPriorityClass {
 		t.Errorf("spec.growth = %+v", g)
 	}
-	if job.Spec.Spot == nil || job.Spec.Spot.MaxPricePerHour != "0.95" {
-		t.Errorf("spec.spot = %+v, want maxPricePerHour 0.95", job.Spec.Spot)
+	if job.Spec.Spot == nil || job.Spec.Spot.MaxPricePerHour != "0.95" || job.Spec.Spot.BudgetPerHour != "12.50" {
+		t.Errorf("spec.spot = %+v, want maxPricePerHour 0.95 and budgetPerHour 12.50", job.Spec.Spot)
 	}
 }
 

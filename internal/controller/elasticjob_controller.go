@@ -145,19 +145,26 @@ func (r *ElasticJobReconciler) observe(ctx context.Context, job *etjobv1.Elastic
 // spec.spot.maxPricePerHour, every node priced above it: new workers are kept
 // off them (Plan.AvoidNodes), also those that host none of the job's pods
 // (found by TestGrowthStory: a probe landed on the node its worker had just
-// left for its price). Only those nodes: the snapshot stays small, and the
-// bill reads the nodes of the job's own pods.
+// left for its price). For a job with spec.spot.budgetPerHour it adds every
+// priced node: the budget needs the cheapest, and keeps new workers off
+// those dearer than their share. Only those nodes: the snapshot stays small,
+// and the bill reads the nodes of the job's own pods.
 func (r *ElasticJobReconciler) observePricedNodes(ctx context.Context, job *etjobv1.ElasticJob, snap *core.Snapshot) error {
-	if _, ok := core.MaxPrice(&job.Spec); !ok {
+	if !core.ObservesPrices(&job.Spec) {
 		return nil
 	}
+	_, budget := core.Budget(&job.Spec)
 	var nodes corev1.NodeList
 	if err := r.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return err
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		if _, over := core.OverPrice(&job.Spec, n); over && snap.Nodes[n.Name] == nil {
+		if snap.Nodes[n.Name] != nil {
+			continue
+		}
+		_, priced := etjobv1.NodePrice(n)
+		if _, over := core.OverPrice(&job.Spec, n); over || (budget && priced) {
 			snap.Nodes[n.Name] = n
 		}
 	}

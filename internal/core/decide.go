@@ -56,7 +56,8 @@ func Decide(s Snapshot, now time.Time) Plan {
 //  3. deleteStale (failures.go): the pods of earlier attempts go; a restart
 //     creates nothing until they are gone.
 //     leaveOverPrice (price.go) tells the workers on nodes priced above
-//     spec.spot.maxPricePerHour to leave.
+//     spec.spot.maxPricePerHour to leave, and leaveOverBudget the dearest
+//     while the workers cost more than spec.spot.budgetPerHour.
 //  4. handleLauncher (launcher.go), handleCompletion (completion.go) and
 //     handleWorkers (failures.go, leaving.go); the first that does not
 //     proceed ends the pass. Completion comes before the workers: once a
@@ -86,6 +87,7 @@ func (d *decision) run() {
 	}
 	d.deleteStale()
 	d.leaveOverPrice()
+	d.leaveOverBudget()
 	for _, step := range []func() outcome{d.handleLauncher, d.handleCompletion, d.handleWorkers} {
 		switch step() {
 		case ended:
@@ -130,6 +132,11 @@ type decision struct {
 	spec *etjobv1.ElasticJobSpec
 	st   etjobv1.ElasticJobStatus
 	plan Plan
+
+	// budgetShort: workers the budget kept this pass from creating
+	// (scale), and the budget left then.
+	budgetShort int32
+	budgetLeft  etjobv1.PricePerHour
 
 	workers  []*podView // current attempt, by index
 	launcher *podView   // current attempt

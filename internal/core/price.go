@@ -2,7 +2,10 @@ package core
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -65,18 +68,204 @@ func (d *decision) leaveOverPrice() {
 	}
 }
 
-// avoidNodes are the nodes priced above the limit, by name: new workers are
-// kept off them.
-func (d *decision) avoidNodes() []string {
-	if _, ok := MaxPrice(d.spec); !ok {
+// avoidNodes are the nodes new workers are kept off, by name: those priced
+// above the limit, and those dearer than a new worker's share of the budget
+// left (budgetAvoid).
+func (d *decision) avoidNodes(left etjobv1.PricePerHour) []string {
+	out := d.budgetAvoid(left)
+	if _, ok := MaxPrice(d.spec); ok {
+		for name := range d.s.Nodes {
+			if _, over := d.overPrice(name); over {
+				out = append(out, name)
+			}
+		}
+	}
+	if len(out) == 0 {
 		return nil
 	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+// The budget (spec.spot.budgetPerHour) bounds what the job's workers cost
+// together an hour. Its spend is the price of the nodes of its active,
+// scheduled workers (a leaving worker is going and not counted; a node
+// without a price costs 0). New workers are not started above it: a pass
+// creates at most as many as the budget left buys at the cheapest priced
+// node, counting the workers still unscheduled, and keeps each off the nodes
+// dearer than its share of what is left (Plan.AvoidNodes), so no single
+// placement can overrun it. Prices that rise above it make the dearest
+// workers leave at an agreed step, a release, until the spend fits again.
+
+// BudgetRecheck is how often a job that its budget holds below its size
+// looks at the prices again.
+const BudgetRecheck = 30 * time.Second
+
+// Budget is spec.spot.budgetPerHour; ok is false when unset or invalid (the
+// CRD's pattern refuses an invalid one).
+func Budget(spec *etjobv1.ElasticJobSpec) (b etjobv1.PricePerHour, ok bool) {
+	if spec.Spot == nil || spec.Spot.BudgetPerHour == "" {
+		return 0, false
+	}
+	b, err := etjobv1.ParsePricePerHour(spec.Spot.BudgetPerHour)
+	return b, err == nil
+}
+
+// ObservesPrices reports whether Decide needs every priced node of the
+// cluster in the snapshot, not only those of the job's pods: to keep new
+// workers off dearer nodes (a price limit or a budget) and, for a budget, to
+// know the cheapest.
+func ObservesPrices(spec *etjobv1.ElasticJobSpec) bool {
+	_, limit := MaxPrice(spec)
+	_, budget := Budget(spec)
+	return limit || budget
+}
+
+// nodePrice is the price of a node of the snapshot, 0 when unknown.
+func (d *decision) nodePrice(name string) etjobv1.PricePerHour {
+	if n := d.s.Nodes[name]; n != nil {
+		if p, ok := etjobv1.NodePrice(n); ok {
+			return p
+		}
+	}
+	return 0
+}
+
+// staying are the workers the budget pays for: active and scheduled.
+func (d *decision) staying() []*podView {
+	var out []*podView
+	for _, w := range d.workers {
+		if w.scheduled && w.active() && !d.deleted[w.pod.Name] {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// spend is what the staying workers cost an hour.
+func (d *decision) spend() etjobv1.PricePerHour {
+	var s etjobv1.PricePerHour
+	for _, w := range d.staying() {
+		s += d.nodePrice(w.pod.Spec.NodeName)
+	}
+	return s
+}
+
+// leaveOverBudget tells the dearest workers to leave while the job's spend is
+// above its budget: at equal prices extra workers first, then the highest
+// index.
+func (d *decision) leaveOverBudget() {
+	budget, ok := Budget(d.spec)
+	if !ok {
+		return
+	}
+	spend := d.spend()
+	if spend <= budget {
+		return
+	}
+	ws := d.staying()
+	sort.SliceStable(ws, func(i, j int) bool {
+		pi, pj := d.nodePrice(ws[i].pod.Spec.NodeName), d.nodePrice(ws[j].pod.Spec.NodeName)
+		if pi != pj {
+			return pi > pj
+		}
+		if ws[i].extra != ws[j].extra {
+			return ws[i].extra
+		}
+		return ws[i].index > ws[j].index
+	})
+	for _, w := range ws {
+		if spend <= budget {
+			break
+		}
+		p := d.nodePrice(w.pod.Spec.NodeName)
+		if p <= 0 {
+			break
+		}
+		was := spend
+		spend -= p
+		w.leaveAt, w.leaveReason = d.now, etjobv1.ReasonOverBudget
+		d.signal(w, etjobv1.ReasonOverBudget)
+		d.record(etjobv1.TimelineLeave, fmt.Sprintf("%s leaves: the workers cost %s an hour, above spec.spot.budgetPerHour %s (node %s: %s)",
+			w.pod.Name, was, d.spec.Spot.BudgetPerHour, w.pod.Spec.NodeName, p))
+	}
+}
+
+// budgetRoom is how many new workers the budget lets this pass create
+// (math.MaxInt32 without a budget), and the budget left once the staying
+// workers are paid for.
+func (d *decision) budgetRoom() (room int32, left etjobv1.PricePerHour) {
+	budget, ok := Budget(d.spec)
+	if !ok {
+		return math.MaxInt32, 0
+	}
+	left = budget - d.spend()
+	cheapest, found := d.cheapestNode()
+	if left <= 0 {
+		return 0, left
+	}
+	if !found {
+		// No node carries a price: nothing to bound the count with; each
+		// new worker's share still keeps it off dearer nodes.
+		return math.MaxInt32, left
+	}
+	pending := int32(0)
+	for _, w := range d.workers {
+		if !w.scheduled && w.active() && !d.deleted[w.pod.Name] {
+			pending++
+		}
+	}
+	return max(int32(math.Floor(float64(left/cheapest)+1e-9))-pending, 0), left
+}
+
+// cheapestNode is the lowest price of a ready, unnoticed node that carries
+// one.
+func (d *decision) cheapestNode() (etjobv1.PricePerHour, bool) {
+	var cheapest etjobv1.PricePerHour
+	found := false
+	for _, n := range d.s.Nodes {
+		p, ok := etjobv1.NodePrice(n)
+		if !ok || p <= 0 || !nodeReady(n) || n.Annotations[etjobv1.AnnotationNodeNotice] != "" {
+			continue
+		}
+		if _, over := OverPrice(d.spec, n); over {
+			continue
+		}
+		if !found || p < cheapest {
+			cheapest, found = p, true
+		}
+	}
+	return cheapest, found
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// budgetAvoid are the nodes dearer than a new worker's share of the budget
+// left, by name: left split evenly among the workers still unscheduled and
+// those this pass creates (nil without a budget).
+func (d *decision) budgetAvoid(left etjobv1.PricePerHour) []string {
+	if _, ok := Budget(d.spec); !ok {
+		return nil
+	}
+	n := len(d.created)
+	for _, w := range d.workers {
+		if !w.scheduled && w.active() && !d.deleted[w.pod.Name] {
+			n++
+		}
+	}
+	share := left / etjobv1.PricePerHour(max(n, 1))
 	var out []string
-	for name := range d.s.Nodes {
-		if _, over := d.overPrice(name); over {
+	for name, node := range d.s.Nodes {
+		if p, ok := etjobv1.NodePrice(node); ok && p > share {
 			out = append(out, name)
 		}
 	}
-	sort.Strings(out)
 	return out
 }

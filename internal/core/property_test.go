@@ -140,7 +140,13 @@ func (w *world) step() {
 		if p := pick(func(p *corev1.Pod) bool { return alive(p) && p.Spec.NodeName == "" }); p != nil {
 			w.nodeSeq++
 			n := fmt.Sprintf("n%d", w.nodeSeq)
-			w.nodes[n] = MakeNode(n).Obj()
+			node := MakeNode(n)
+			if price := []string{"", "0.3", "0.9"}[w.r.IntN(3)]; price != "" {
+				// The world's scheduler ignores Plan.AvoidNodes: the next
+				// plan must still keep the members within the budget.
+				node.Label(etjobv1.LabelPricePerHour, price)
+			}
+			w.nodes[n] = node.Obj()
 			p.Spec.NodeName = n
 			p.Status.Phase = corev1.PodRunning
 			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
@@ -278,8 +284,11 @@ func TestDecideProperties(t *testing.T) {
 			if r.IntN(2) == 0 {
 				job.Growth(etjobv1.GrowthSpec{Policy: etjobv1.GrowthOpportunistic, ProbeTimeoutSeconds: 30, BackoffSeconds: []int32{0, 60}[r.IntN(2)]})
 			}
-			if r.IntN(2) == 0 {
+			switch r.IntN(4) {
+			case 0:
 				job.Spot(etjobv1.SpotSpec{Enabled: true, MaxPricePerHour: "1.0", LeaveGracePeriodSeconds: 30})
+			case 1:
+				job.Spot(etjobv1.SpotSpec{Enabled: true, BudgetPerHour: "1.5", LeaveGracePeriodSeconds: 30})
 			}
 			w := &world{r: r, now: t0, job: job.Obj(), pods: map[string]*corev1.Pod{}, nodes: map[string]*corev1.Node{}, created: map[string]bool{}}
 			finished := false
@@ -354,9 +363,11 @@ func checkInvariants(t *testing.T, w *world, prev etjobv1.ElasticJobStatus, plan
 	}
 	// Members are ready workers on an existing node, never a pod this plan
 	// deletes, and either staying (not told to leave, on an un-noticed node
-	// priced within spec.spot.maxPricePerHour) or on a noticed node before their stop time: the stop time this plan
+	// priced within spec.spot.maxPricePerHour, together within
+	// spec.spot.budgetPerHour) or on a noticed node before their stop time: the stop time this plan
 	// or an earlier one gave them, which leaves at least the stop margin
 	// (15 s) before the notice's deadline, and is not here yet.
+	var spend etjobv1.PricePerHour
 	for _, h := range st.Membership.Hosts {
 		name := h[:strings.LastIndexByte(h, ':')]
 		p := w.pods[name]
@@ -371,8 +382,13 @@ func checkInvariants(t *testing.T, w *world, prev etjobv1.ElasticJobStatus, plan
 		deadline := node.Annotations[etjobv1.AnnotationNodeNotice]
 		if deadline == "" && !signaled[name] && p.Annotations[etjobv1.AnnotationLeave] == "" {
 			// Staying, so never on a node priced above the limit.
-			if price, ok := etjobv1.NodePrice(node); ok && spec.Spot != nil && spec.Spot.MaxPricePerHour == "1.0" && price > 1 {
+			price, ok := etjobv1.NodePrice(node)
+			if ok && spec.Spot != nil && spec.Spot.MaxPricePerHour == "1.0" && price > 1 {
 				t.Fatalf("%s: member %s is on a node priced %s, above spec.spot.maxPricePerHour", w.trace(), name, price)
+			}
+			// Staying members together cost at most spec.spot.budgetPerHour.
+			if spend += price; spec.Spot != nil && spec.Spot.BudgetPerHour == "1.5" && spend > 1.5+1e-9 {
+				t.Fatalf("%s: the staying members cost %s an hour, above spec.spot.budgetPerHour", w.trace(), spend)
 			}
 			continue
 		}

@@ -56,10 +56,18 @@ func (d *decision) scale() {
 	if d.restarting {
 		return
 	}
-	n := min(desired-int32(len(base)), MaxCreatesPerPass, d.spec.MaxReplicas-int32(alive))
+	budget, left := d.budgetRoom()
+	n := min(desired-int32(len(base)), MaxCreatesPerPass, d.spec.MaxReplicas-int32(alive), budget)
 	d.create(n, false)
+	if want := min(desired-int32(len(base)), d.spec.MaxReplicas-int32(alive)); n < want && n == budget {
+		d.budgetShort, d.budgetLeft = want-max(n, 0), left
+		// A cheaper node that comes up hosts none of the job's pods, so no
+		// watch event brings the job back: look again.
+		d.requeueAt(d.now.Add(BudgetRecheck))
+	}
 	if g.probe {
-		k := min(g.room-int32(len(extra)), MaxCreatesPerPass-int32(len(d.created)), d.spec.MaxReplicas-int32(alive)-int32(len(d.created)))
+		k := min(g.room-int32(len(extra)), MaxCreatesPerPass-int32(len(d.created)), d.spec.MaxReplicas-int32(alive)-int32(len(d.created)),
+			budget-int32(len(d.created)))
 		if d.create(k, true) > 0 {
 			d.growthStatus().ExtraWorkers += k
 			d.record(etjobv1.TimelineScale, fmt.Sprintf("probe for capacity with %d extra workers (growth up to %d)", k, desired+g.room))
@@ -67,7 +75,7 @@ func (d *decision) scale() {
 	}
 	d.plan.CreateWorkers = d.created
 	if len(d.created) > 0 {
-		d.plan.AvoidNodes = d.avoidNodes()
+		d.plan.AvoidNodes = d.avoidNodes(left)
 	}
 }
 

@@ -38,8 +38,9 @@ type Snapshot struct {
 	Pods []*corev1.Pod
 	// Nodes are the nodes known to the cluster, by name: at least those of
 	// the job's pods, and, for a job with spec.spot.maxPricePerHour, every
-	// node priced above it. A pod bound to a node missing from this map has
-	// lost its node.
+	// node priced above it; for one with spec.spot.budgetPerHour, every
+	// priced node. A pod bound to a node missing from this map has lost its
+	// node.
 	Nodes map[string]*corev1.Node
 	// PodNotices are pod-level reclamation notices, by pod name: the reason of
 	// an Event on the pod for which NoticeEvent holds (ECI's SpotToBeReleased,
@@ -390,11 +391,12 @@ func nodeProvider(n *corev1.Node) string {
 
 // isRelease reports whether a leave reason is the job's own decision (a
 // scale-in, stopping every worker to wait for capacity below min, an extra
-// worker given back, a node priced above spec.spot.maxPricePerHour): a worker
+// worker given back, a node priced above spec.spot.maxPricePerHour, the
+// dearest worker over spec.spot.budgetPerHour): a worker
 // that leaves for it is neither a failure nor a preemption.
 func isRelease(reason string) bool {
 	switch reason {
-	case etjobv1.ReasonScaleIn, etjobv1.ReasonWaitingForCapacity, etjobv1.ReasonGrowth, etjobv1.ReasonPriceAboveMax:
+	case etjobv1.ReasonScaleIn, etjobv1.ReasonWaitingForCapacity, etjobv1.ReasonGrowth, etjobv1.ReasonPriceAboveMax, etjobv1.ReasonOverBudget:
 		return true
 	}
 	return false

@@ -43,6 +43,8 @@ func (d *decision) conditions() {
 	switch {
 	case leaving > 0:
 		d.setCondition(etjobv1.ConditionResizing, true, etjobv1.ReasonWorkersLeaving, fmt.Sprintf("%d workers leaving", leaving))
+	case active < desired && d.budgetShort > 0:
+		d.setCondition(etjobv1.ConditionResizing, true, etjobv1.ReasonOverBudget, d.budgetMessage(active, desired))
 	case active < desired || n < active:
 		d.setCondition(etjobv1.ConditionResizing, true, etjobv1.ReasonScalingUp, fmt.Sprintf("%d of %d workers are members", n, desired))
 	case active > desired:
@@ -73,7 +75,17 @@ func (d *decision) waitingMessage() string {
 	if unsched != "" {
 		msg += ": " + unsched
 	}
+	if d.budgetShort > 0 {
+		msg += "; " + d.budgetMessage(len(d.members)+pending, int(d.desired()))
+	}
 	return msg
+}
+
+// budgetMessage says that spec.spot.budgetPerHour holds the job below its
+// desired size.
+func (d *decision) budgetMessage(active, desired int) string {
+	return fmt.Sprintf("%d of %d workers: spec.spot.budgetPerHour %s leaves %s an hour for new ones", active, desired,
+		d.spec.Spot.BudgetPerHour, max(d.budgetLeft, 0))
 }
 
 // counts returns the workers that stay (with the ones created this pass) and

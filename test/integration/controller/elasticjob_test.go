@@ -264,6 +264,12 @@ func TestValidation(t *testing.T) {
 			mutate: func(j *etjobv1.ElasticJob) { j.Spec.WorkerRestartPolicy = "Sometimes" },
 			want:   []string{"spec.workerRestartPolicy"},
 		},
+		"a budget that is not a decimal": {
+			mutate: func(j *etjobv1.ElasticJob) {
+				j.Spec.Spot = &etjobv1.SpotSpec{Enabled: true, BudgetPerHour: "12,50"}
+			},
+			want: []string{"spec.spot.budgetPerHour"},
+		},
 		// Finding M7: names every pod create would refuse, for ever.
 		"a name with a dot": {
 			mutate: func(j *etjobv1.ElasticJob) { j.Name = "a.b" },

@@ -1,0 +1,129 @@
+package core_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/core"
+	. "github.com/etjob/etjob/internal/testutil"
+)
+
+// TestDecideBudget runs the rules of spec.spot.budgetPerHour (price.go). Two
+// workers run on n0 and n1 (0.5 an hour each, unless a case changes n1); the
+// cluster also has an unpriced on-demand node, a cheap node (0.4), a dear one
+// (0.8) and a pricey one (3).
+func TestDecideBudget(t *testing.T) {
+	jobWith := func(budget string) *etjobv1.ElasticJob {
+		return MakeElasticJob("j", "ns").Replicas(4).Min(1).Max(4).Spot(etjobv1.SpotSpec{Enabled: true, BudgetPerHour: budget, LeaveGracePeriodSeconds: 30}).
+			Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2, Membership: etjobv1.MembershipStatus{Generation: 3, Hosts: []string{"j-worker-0:1", "j-worker-1:1"}}})).Obj()
+	}
+	priced := func(n1 string) map[string]*corev1.Node {
+		ns := nodes("od")
+		for name, price := range map[string]string{"n0": "0.5", "n1": n1, "cheap": "0.4", "dear": "0.8", "pricey": "3"} {
+			ns[name] = MakeNode(name).Label(etjobv1.LabelPricePerHour, price).Obj()
+		}
+		return ns
+	}
+	decide := func(job *etjobv1.ElasticJob, n1 string, more ...*corev1.Pod) core.Plan {
+		pods := append([]*corev1.Pod{MakeLauncher(job).Ready("od").Obj(), MakeWorker(job, 0).Ready("n0").Obj(), MakeWorker(job, 1).Ready("n1").Obj()}, more...)
+		return core.Decide(core.Snapshot{Job: job, Pods: pods, Nodes: priced(n1)}, t0)
+	}
+
+	t.Run("the budget left buys new workers at the cheapest node, each kept off nodes dearer than its share", func(t *testing.T) {
+		// 2.0 - 1.0 = 1.0 left: two at 0.4; a share of 0.5 each.
+		plan := decide(jobWith("2.0"), "0.5")
+		if diff := cmp.Diff([]int32{2, 3}, plan.CreateWorkers); diff != "" {
+			t.Errorf("CreateWorkers (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"dear", "pricey"}, plan.AvoidNodes); diff != "" {
+			t.Errorf("AvoidNodes (-want +got):\n%s", diff)
+		}
+		if len(plan.Signal) != 0 {
+			t.Errorf("signals %+v, want none", plan.Signal)
+		}
+	})
+	t.Run("a short budget starts fewer workers, says why, and looks again", func(t *testing.T) {
+		// 1.5 - 1.0 = 0.5 left: one at 0.4, with a share of 0.5.
+		plan := decide(jobWith("1.5"), "0.5")
+		if diff := cmp.Diff([]int32{2}, plan.CreateWorkers); diff != "" {
+			t.Errorf("CreateWorkers (-want +got):\n%s", diff)
+		}
+		c := meta.FindStatusCondition(plan.Status.Conditions, etjobv1.ConditionResizing)
+		if c == nil || c.Reason != etjobv1.ReasonOverBudget || c.Message != "3 of 4 workers: spec.spot.budgetPerHour 1.5 leaves 0.5 an hour for new ones" {
+			t.Errorf("Resizing = %+v, want reason %s naming the budget", c, etjobv1.ReasonOverBudget)
+		}
+		if plan.RequeueAfter <= 0 || plan.RequeueAfter > core.BudgetRecheck {
+			t.Errorf("RequeueAfter %v, want at most %v", plan.RequeueAfter, core.BudgetRecheck)
+		}
+	})
+	t.Run("an unscheduled worker counts against the budget left", func(t *testing.T) {
+		// 1.0 left, one at 0.4 already pending: one more, sharing 0.5 each.
+		job := jobWith("2.0")
+		job.Status.NextWorkerIndex = 3
+		plan := decide(job, "0.5", MakeWorker(job, 2).Obj())
+		if diff := cmp.Diff([]int32{3}, plan.CreateWorkers); diff != "" {
+			t.Errorf("CreateWorkers (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"dear", "pricey"}, plan.AvoidNodes); diff != "" {
+			t.Errorf("AvoidNodes (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("nothing left: no new worker", func(t *testing.T) {
+		plan := decide(jobWith("1.0"), "0.5")
+		if len(plan.CreateWorkers) != 0 || len(plan.Signal) != 0 {
+			t.Errorf("creates %v, signals %+v; want none", plan.CreateWorkers, plan.Signal)
+		}
+	})
+	t.Run("a price rise above the budget makes the dearest worker leave at an agreed step, replaced on a cheaper node", func(t *testing.T) {
+		// n1 at 1.0: 1.5 > 1.2, worker 1 leaves; 0.7 left buys one at 0.4,
+		// kept off n1, dear and pricey.
+		plan := decide(jobWith("1.2"), "1.0")
+		if len(plan.Signal) != 1 || plan.Signal[0].Pod != "j-worker-1" || plan.Signal[0].Reason != etjobv1.ReasonOverBudget {
+			t.Fatalf("signals %+v, want j-worker-1 told to leave for %s", plan.Signal, etjobv1.ReasonOverBudget)
+		}
+		if diff := cmp.Diff([]int32{2}, plan.CreateWorkers); diff != "" {
+			t.Errorf("CreateWorkers (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"dear", "n1", "pricey"}, plan.AvoidNodes); diff != "" {
+			t.Errorf("AvoidNodes (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"j-worker-0:1"}, plan.Status.Membership.Hosts); diff != "" {
+			t.Errorf("hosts (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("the dearest leave until the spend fits", func(t *testing.T) {
+		plan := decide(jobWith("0.4"), "0.6")
+		var got []string
+		for _, s := range plan.Signal {
+			if s.Reason == etjobv1.ReasonOverBudget {
+				got = append(got, s.Pod)
+			}
+		}
+		if diff := cmp.Diff([]string{"j-worker-1", "j-worker-0"}, got); diff != "" {
+			t.Errorf("told to leave for the budget (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("a worker that left for the budget is a release", func(t *testing.T) {
+		job := jobWith("1.2")
+		w1 := MakeWorker(job, 1).Ready("n1").Told(t0.Add(-time.Minute), etjobv1.ReasonOverBudget).Exited(etjobv1.ExitCodePreempted, t0.Add(-time.Second)).Obj()
+		plan := core.Decide(core.Snapshot{Job: job, Pods: []*corev1.Pod{MakeLauncher(job).Ready("od").Obj(), MakeWorker(job, 0).Ready("n0").Obj(), w1},
+			Nodes: priced("1.0")}, t0)
+		if plan.Status.Preemptions != 0 || plan.Status.Failures != 0 {
+			t.Errorf("preemptions/failures %d/%d, want 0/0", plan.Status.Preemptions, plan.Status.Failures)
+		}
+	})
+	t.Run("without a budget prices do not bound the size", func(t *testing.T) {
+		plan := decide(jobWith(""), "9")
+		if diff := cmp.Diff([]int32{2, 3}, plan.CreateWorkers); diff != "" {
+			t.Errorf("CreateWorkers (-want +got):\n%s", diff)
+		}
+		if len(plan.Signal) != 0 || plan.AvoidNodes != nil {
+			t.Errorf("signals %+v, avoid %v; want none", plan.Signal, plan.AvoidNodes)
+		}
+	})
+}
