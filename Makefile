@@ -121,11 +121,13 @@ bench-elastic: ## In-process recovery (etjob.elastic) on this machine, no cluste
 FAULTS_MINUTES ?= 10
 FAULTS_EVERY ?= 30s
 FAULTS_MODES ?= inprocess,etjob-torchrun,stock-torchrun
+# FAULTS_NOTICE: a notice before each loss (e.g. 20s); 0, the default, kills without one.
+FAULTS_NOTICE ?= 0
 
 .PHONY: bench-faults
-bench-faults: ## Hard kills and joins every FAULTS_EVERY for FAULTS_MINUTES on the local cluster, per mode of FAULTS_MODES (in-process, etjob.torchrun, stock torchrun): paused share of the wall time, pauses, steps done again (docs/benchmarks.md).
+bench-faults: ## Hard kills (or losses with FAULTS_NOTICE's notice) and joins every FAULTS_EVERY for FAULTS_MINUTES on the local cluster, per mode of FAULTS_MODES (in-process, etjob.torchrun, stock torchrun): paused share of the wall time, pauses, steps done again (docs/benchmarks.md).
 	hack/install-deps.sh
-	ETJOB_FAULTS_BENCH=$(FAULTS_MINUTES) ETJOB_FAULTS_EVERY=$(FAULTS_EVERY) ETJOB_FAULTS_MODES=$(FAULTS_MODES) KUBEBUILDER_ASSETS=$$(hack/build-controlplane.sh) $(GO) test -count=1 -p 1 -timeout 120m -v -run '^TestFaultsBench$$' ./test/e2e/
+	ETJOB_FAULTS_BENCH=$(FAULTS_MINUTES) ETJOB_FAULTS_EVERY=$(FAULTS_EVERY) ETJOB_FAULTS_MODES=$(FAULTS_MODES) ETJOB_FAULTS_NOTICE=$(FAULTS_NOTICE) KUBEBUILDER_ASSETS=$$(hack/build-controlplane.sh) $(GO) test -count=1 -p 1 -timeout 120m -v -run '^TestFaultsBench$$' ./test/e2e/
 
 # The spot availability traces (../shared/traces, beside the repository).
 TRACES ?= ../shared/traces

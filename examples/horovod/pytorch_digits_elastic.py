@@ -37,7 +37,9 @@ Every rank prints one line per step, ``step=S epoch=E rank=R world=W
 loss=L``; horovodrun prefixes it with ``[R]<stdout>:``. Rank 0 prints
 ``resume step=S``, ``reset step=S world=W`` after each of Horovod's resets,
 ``checkpoint step=S``, and at the end ``ledger ok`` and ``final
-accuracy=A``; a rank told to stop prints ``stop step=S ... why=W``.
+accuracy=A``; a rank told to stop prints ``stop step=S ... why=W`` (W: job
+for the agreed stop below the minimum, reset for a rank that stopped from
+a reset that waited for hosts, removed, or the leave's own words).
 The end-to-end tests assert on these lines.
 """
 
@@ -45,6 +47,7 @@ import argparse
 import math
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -64,6 +67,13 @@ import etjob.torch as etorch
 # for Horovod to take it out at a commit (etjob drops it from discovery at
 # once; Horovod reads discovery every second).
 LEAVE_WAIT = 10
+
+# RESET_WAIT is how long a rank told to stop lets a reset after a host update
+# wait for Horovod's driver before it stops from the reset itself
+# (watch_reset): longer than the driver takes to tell a removed rank (a
+# second or two), shorter than what a notice leaves after the stop time (the
+# checkpoint time and the 15 s stop margin).
+RESET_WAIT = 8
 
 
 def parse_args(argv=None):
@@ -161,6 +171,7 @@ def main(argv=None):
     def on_reset():
         # After every reset (a host left or joined): the tests read the
         # pause and the steps done again from these lines and the steps'.
+        resetting[0] = None
         if hvd.rank() == 0:
             log("reset step=%d world=%d" % (state.step, hvd.size()))
 
@@ -193,6 +204,31 @@ def main(argv=None):
         kubeai.exit_preempted()
 
     told_at = [None]
+    # resetting: when this rank entered a reset after a host update (None
+    # outside one); rank: its rank before it.
+    resetting, rank_was = [None], [hvd.rank()]
+
+    def watch_reset():
+        # A reset waits in hvd.init() until Horovod's driver has --min-np
+        # hosts. When a rank left at once (a notice with no lead time left)
+        # and the others were told to stop while in the reset it caused, the
+        # job is below its minimum, discovery is empty, and the reset never
+        # ends: no rank can reach the agreed stop, and the pods' deletion
+        # would lose every step since the last periodic checkpoint (seen
+        # once in TestHorovodSpotStory). The state is the commit at which
+        # the host update was raised, the same step on every rank, so a told
+        # rank stops from there: the checkpoint (the ranks may all write it:
+        # the same step, an atomic rename) and exit 75.
+        while True:
+            time.sleep(0.5)
+            began = resetting[0]
+            if began is None or time.time() - began < RESET_WAIT or kubeai.check_alive():
+                continue
+            save_checkpoint("stop")
+            log("stop step=%d rank=%d reason=%s why=reset" % (state.step, rank_was[0], sup.reason()))
+            kubeai.exit_preempted()
+
+    threading.Thread(target=watch_reset, name="etjob-watch-reset", daemon=True).start()
 
     def all_stopping(alive):
         # One tiny all-reduce: were all ranks told to stop?
@@ -227,6 +263,7 @@ def main(argv=None):
                 # restore the last commit when their collective fails).
                 stop("no host update after %ds" % LEAVE_WAIT)
             rank, world = hvd.rank(), hvd.size()
+            rank_was[0] = rank
             gen = torch.Generator().manual_seed(args.seed * 1000003 + state.step)
             whole = state.sampler.global_batch_indices()
             x, y = etorch.shard(augment(xtr[whole], gen), rank, world), etorch.shard(ytr[whole], rank, world)
@@ -258,6 +295,7 @@ def main(argv=None):
                 # stop, the discovery emptied for a stop below the minimum.
                 if all_stopping(kubeai.check_alive()):
                     stop_together()
+                resetting[0] = time.time()
                 raise
 
     try:

@@ -487,11 +487,14 @@ func streamLog(ctx context.Context, cs *kubernetes.Clientset, pod string, l *lau
 // --- reading Horovod's output ------------------------------------------------
 
 var (
-	stepLine       = regexp.MustCompile(`(?m)^\[(\d+)\]<stdout>:step=(\d+) epoch=\d+ rank=(\d+) world=(\d+) loss=\S+ t=([\d.]+)$`)
-	plainStep      = regexp.MustCompile(`(?m)^step=(\d+) epoch=\d+ rank=(\d+) world=(\d+) loss=\S+ t=([\d.]+)$`)
-	accuracyRe     = regexp.MustCompile(`final accuracy=([\d.]+)`)
-	launcherRe     = regexp.MustCompile(`(?m)^=== launcher (\d+)$`)
-	agreedStopLine = regexp.MustCompile(`<stdout>:stop step=(\d+) rank=\d+ reason=\S+ why=job`)
+	stepLine   = regexp.MustCompile(`(?m)^\[(\d+)\]<stdout>:step=(\d+) epoch=\d+ rank=(\d+) world=(\d+) loss=\S+ t=([\d.]+)$`)
+	plainStep  = regexp.MustCompile(`(?m)^step=(\d+) epoch=\d+ rank=(\d+) world=(\d+) loss=\S+ t=([\d.]+)$`)
+	accuracyRe = regexp.MustCompile(`final accuracy=([\d.]+)`)
+	launcherRe = regexp.MustCompile(`(?m)^=== launcher (\d+)$`)
+	// why=reset: a rank told to stop while the reset of a host update
+	// waited for hosts that discovery no longer lists (the job fell below
+	// its minimum during the reset) stops from the commit it reset at.
+	agreedStopLine = regexp.MustCompile(`<stdout>:stop step=(\d+) rank=\d+ reason=\S+ why=(?:job|reset)`)
 	resetLine      = regexp.MustCompile(`(?m)^(\[\d+\]<stdout>:)?reset step=\d+ world=\d+ t=`)
 )
 
@@ -595,7 +598,7 @@ func lastWorld(text string) int {
 }
 
 // agreedStop returns the step of the stop below min: every rank printed
-// `stop step=S ... why=job` for one S.
+// `stop step=S ... why=job` (or why=reset) for one S.
 func agreedStop(t *testing.T, text string) int {
 	t.Helper()
 	ms := agreedStopLine.FindAllStringSubmatch(text, -1)

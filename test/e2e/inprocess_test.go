@@ -1,8 +1,15 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -28,9 +35,22 @@ import (
 // After each: no survivor's pid changed (the pids of every pod's step lines),
 // at most one step was done again (every generation's resume against the
 // highest step logged before it), and at the end the sampler ledger is exact
-// and the job Complete with no failure.
+// and the job Complete with no failure, its accuracy within 1 point of an
+// undisturbed run of the same script (2 local processes, no cluster, run
+// beside the story).
 func TestInProcessStory(t *testing.T) {
 	ctx := withTimeout(t, 10*time.Minute)
+	const epochs = 25
+	type result struct {
+		acc float64
+		err error
+	}
+	baseline := make(chan result, 1)
+	root := repoRoot(t)
+	go func() {
+		acc, err := undisturbedElastic(ctx, root, epochs)
+		baseline <- result{acc, err}
+	}()
 	e := startCluster(t, ctx, "etjob-e2e-inprocess", 4, 1)
 	repo, dir := e.repo, e.Dir
 	ckpt := e.sharedDir(t, "ckpt")
@@ -97,7 +117,7 @@ func TestInProcessStory(t *testing.T) {
 
 	run(e.bin, "submit", "etjob", "--name=inproc", "--workers=4", "--min-workers=2", "--max-workers=4", "--gpus=1",
 		"--spot-instance", "--image=etjob/digits:local", "--data-dir", repo+":/opt/etjob", "--data-dir", ckpt+":/ckpt",
-		"--checkpoint-dir=/ckpt", "-e", "PATH=/usr/bin:/bin", "-e", "PYTHONPATH=/opt/etjob/python", "-e", "EPOCHS=25",
+		"--checkpoint-dir=/ckpt", "-e", "PATH=/usr/bin:/bin", "-e", "PYTHONPATH=/opt/etjob/python", "-e", "EPOCHS="+strconv.Itoa(epochs),
 		"-e", "ETJOB_COLLECTIVE_TIMEOUT=5", "python3 /opt/etjob/examples/digits/train_elastic.py")
 	waitTraining("the job started", 4, time.Time{})
 
@@ -188,7 +208,41 @@ func TestInProcessStory(t *testing.T) {
 		}
 	}
 	acc, steps, _ := driver.Final(lines)
-	t.Logf("in-process story: hard kill → training again %.2fs after, join %.2fs, freeze %.2fs (collective timeout 5 s), notice %.2fs; %d pods, %d resumes, final accuracy %.4f after %d steps",
-		hard.Seconds(), join.Seconds(), frozen.Seconds(), noticed.Seconds(), len(pids), len(resumes), acc, steps)
+	base := <-baseline
+	switch {
+	case base.err != nil:
+		t.Errorf("the undisturbed run: %v", base.err)
+	case math.Abs(acc-base.acc) > 0.01:
+		t.Errorf("final accuracy %.4f is not within 1 point of the undisturbed run's %.4f", acc, base.acc)
+	}
+	t.Logf("in-process story: hard kill → training again %.2fs after, join %.2fs, freeze %.2fs (collective timeout 5 s), notice %.2fs; %d pods, %d resumes, final accuracy %.4f after %d steps (undisturbed %.4f)",
+		hard.Seconds(), join.Seconds(), frozen.Seconds(), noticed.Seconds(), len(pids), len(resumes), acc, steps, base.acc)
 	run(e.bin, "delete", "inproc")
+}
+
+var finalAccuracy = regexp.MustCompile(`final accuracy=([0-9.]+)`)
+
+// undisturbedElastic trains the digits example's train_elastic.py with 2
+// local processes (hack/elastic-local.py: its own store, no cluster, no
+// disturbance) and returns its final accuracy. The example's step does not
+// depend on the world size, so 2 ranks compute what 4 do, up to float
+// rounding.
+func undisturbedElastic(ctx context.Context, repo string, epochs int) (float64, error) {
+	dir, err := os.MkdirTemp("", "etjob-undisturbed-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", filepath.Join(repo, "hack/elastic-local.py"), "2",
+		filepath.Join(repo, "examples/digits/train_elastic.py"), "--epochs", strconv.Itoa(epochs))
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(repo, "python"), "ETJOB_CHECKPOINT_DIR="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("%w\n%s", err, tail(string(out), 30))
+	}
+	m := finalAccuracy.FindStringSubmatch(string(out))
+	if m == nil {
+		return 0, fmt.Errorf("no final accuracy:\n%s", tail(string(out), 30))
+	}
+	return strconv.ParseFloat(m[1], 64)
 }
