@@ -107,6 +107,13 @@ func ensureNode(t *testing.T, name string) {
 	if err := k8s.Create(context.Background(), n); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	// The status update writes the object's metadata too. A pod started on
+	// a node starts on a fresh one: its annotations (a notice) go, its
+	// labels (a price) stay.
+	if err := k8s.Get(context.Background(), types.NamespacedName{Name: name}, n); err != nil {
+		t.Fatal(err)
+	}
+	n.Annotations = nil
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
 	_ = k8s.Status().Update(context.Background(), n)
 }
@@ -802,4 +809,96 @@ func TestRecreateSameName(t *testing.T) {
 	}
 	startAll(t, livePods(t, ns, "again"))
 	waitCondition(t, ns, "again", etjobv1.ConditionRunning, "")
+}
+
+// TestBudget runs spec.spot.budgetPerHour through the controller: the
+// cheapest priced node it reads from the cluster (no pod of the job is on
+// it), the node affinity the new workers get, the Resizing condition, the
+// node watch on a price change, and the dearest worker's leave as a release.
+func TestBudget(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	node := func(name, price string) string {
+		name = name + "-" + ns
+		ensureNode(t, name)
+		eventually(t, "price of "+name, func() error {
+			n := &corev1.Node{}
+			if err := k8s.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
+				return err
+			}
+			if n.Labels == nil {
+				n.Labels = map[string]string{}
+			}
+			n.Labels[etjobv1.LabelPricePerHour] = price
+			return k8s.Update(ctx, n)
+		})
+		return name
+	}
+	cheapA, cheapB, dear := node("cheap-a", "0.4"), node("cheap-b", "0.4"), node("dear", "0.8")
+	t.Cleanup(func() {
+		for _, n := range []string{cheapA, cheapB, dear} {
+			_ = k8s.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		}
+	})
+	// 1.0 an hour buys two workers at 0.4, each with a share of 0.5: kept
+	// off the node at 0.8.
+	create(t, newJob(ns, "thrifty").Replicas(3).Min(1).Max(3).Spot(etjobv1.SpotSpec{Enabled: true, BudgetPerHour: "1.0", LeaveGracePeriodSeconds: 30}).Obj())
+	pods := waitPods(t, ns, "thrifty", "thrifty-launcher", "thrifty-worker-0", "thrifty-worker-1")
+	for _, name := range []string{"thrifty-worker-0", "thrifty-worker-1"} {
+		a := pods[name].Spec.Affinity
+		var avoided []string
+		if a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+			for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+				for _, f := range term.MatchFields {
+					if f.Key == "metadata.name" && f.Operator == corev1.NodeSelectorOpNotIn {
+						avoided = append(avoided, f.Values...)
+					}
+				}
+			}
+		}
+		if !slices.Equal(avoided, []string{dear}) {
+			t.Errorf("%s is kept off %v, want [%s] (dearer than its share of the budget)", name, avoided, dear)
+		}
+	}
+	j := waitCondition(t, ns, "thrifty", etjobv1.ConditionResizing, etjobv1.ReasonOverBudget)
+	if c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionResizing); !strings.Contains(c.Message, "spec.spot.budgetPerHour 1.0") {
+		t.Errorf("Resizing says %q, want the budget named", c.Message)
+	}
+	startPod(t, pods["thrifty-launcher"], "node-"+ns+"-launcher")
+	startPod(t, pods["thrifty-worker-0"], cheapA)
+	startPod(t, pods["thrifty-worker-1"], cheapB)
+	waitHosts(t, ns, "thrifty", "thrifty-worker-0:1", "thrifty-worker-1:1")
+
+	// cheap-b's price rises: 0.4 + 0.7 > 1.0, so its worker leaves at an
+	// agreed step, and its exit is a release.
+	eventually(t, "price rise of "+cheapB, func() error {
+		n := &corev1.Node{}
+		if err := k8s.Get(ctx, types.NamespacedName{Name: cheapB}, n); err != nil {
+			return err
+		}
+		n.Labels[etjobv1.LabelPricePerHour] = "0.7"
+		return k8s.Update(ctx, n)
+	})
+	eventually(t, "worker-1 told to leave for the budget", func() error {
+		live := livePods(t, ns, "thrifty")
+		p := live["thrifty-worker-1"]
+		if p == nil {
+			return fmt.Errorf("no worker-1: pods %v", names(live))
+		}
+		if p.Annotations[etjobv1.AnnotationLeaveReason] != etjobv1.ReasonOverBudget {
+			return fmt.Errorf("annotations %v", p.Annotations)
+		}
+		return nil
+	})
+	waitHosts(t, ns, "thrifty", "thrifty-worker-0:1")
+	exitPod(t, ns, "thrifty-worker-1", etjobv1.ExitCodePreempted)
+	eventually(t, "worker-1 gone", func() error {
+		if p := livePods(t, ns, "thrifty")["thrifty-worker-1"]; p != nil {
+			return fmt.Errorf("worker-1 still there")
+		}
+		return nil
+	})
+	if j := getJob(t, ns, "thrifty"); j.Status.Preemptions != 0 || j.Status.Failures != 0 {
+		t.Errorf("preemptions %d failures %d, want 0 and 0: a leave for the budget is a release", j.Status.Preemptions, j.Status.Failures)
+	}
 }
