@@ -152,6 +152,10 @@ type CheckpointAnnotation struct {
 	// SamplesPerSecond is the worker's throughput when it reported the
 	// checkpoint (0 when it did not say).
 	SamplesPerSecond float64 `json:"samplesPerSecond,omitempty"`
+	// Workers is the number of workers SamplesPerSecond was measured with
+	// (0 when it did not say): a checkpoint written at a stop reports the
+	// size the job had before the change.
+	Workers int32 `json:"workers,omitempty"`
 }
 
 // The types of status.timeline's events (TimelineEvent.Type).

@@ -134,8 +134,9 @@ def main(argv=None):
         log("resume step=%d world=%d restart=%s" % (step, world, os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
     ddp = nn.parallel.DistributedDataParallel(model)
 
-    # The job's throughput since the last checkpoint, reported with it (rank
-    # 0 alone, so it is the whole job's): the controller's growth rule
+    # The job's throughput since the last checkpoint, reported with it and
+    # the world size it was measured at (rank 0 alone, so it is the whole
+    # job's): the controller's growth rule
     # (spec.growth.minSamplesPerSecondPerWorker) compares it across sizes.
     pace = {"since": time.time(), "steps": 0}
 
@@ -157,7 +158,7 @@ def main(argv=None):
             # writing it takes longer than the node's cloud gives notice.
             took = time.time() - pace["since"]
             sps = pace["steps"] * args.global_batch / took if took > 0 else 0.0
-            sup.report_progress(step, step, os.path.relpath(path, args.checkpoint_dir), time.time() - began, sps)
+            sup.report_progress(step, step, os.path.relpath(path, args.checkpoint_dir), time.time() - began, sps, world)
             pace.update(since=time.time(), steps=0)
 
     while step < total:

@@ -47,7 +47,8 @@ def main(argv=None):
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     state = elastic.State(model=model, optimizer=opt, sampler=sampler, step=0)
     state.load_checkpoint(args.checkpoint_dir)
-    pace = {"since": time.time(), "steps": 0}
+    # The throughput since the last checkpoint at one world size.
+    pace = {"since": time.time(), "steps": 0, "world": 0}
 
     def checkpoint():
         began = time.time()
@@ -58,13 +59,15 @@ def main(argv=None):
         took = time.time() - pace["since"]
         sps = pace["steps"] * args.global_batch / took if took > 0 else 0.0
         elastic.supervisor().report_progress(state.step, state.step, os.path.relpath(path, args.checkpoint_dir),
-                                             time.time() - began, sps)
+                                             time.time() - began, sps, pace["world"])
         pace.update(since=time.time(), steps=0)
 
     @elastic.run
     def train(state):
         while state.step < total:
             rank, world, step = state.rank, state.world, state.step
+            if world != pace["world"]:
+                pace.update(since=time.time(), steps=0, world=world)
             gen = torch.Generator().manual_seed(args.seed * 1000003 + step)
             whole = state.sampler.global_batch_indices()
             x, y = etorch.shard(augment(xtr[whole], gen), rank, world), etorch.shard(ytr[whole], rank, world)

@@ -215,7 +215,7 @@ func (a *Agent) postProgress(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
-		httpError(w, http.StatusBadRequest, "progress body: "+err.Error()+` (want {"step": N, "checkpointStep": M, "checkpointPath": "...", "samplesPerSecond": x})`)
+		httpError(w, http.StatusBadRequest, "progress body: "+err.Error()+` (want {"step": N, "checkpointStep": M, "checkpointPath": "...", "samplesPerSecond": x, "workers": W})`)
 		return
 	}
 	prev, had := a.progress.get(ns, name)
@@ -237,7 +237,7 @@ func (a *Agent) postProgress(w http.ResponseWriter, r *http.Request) {
 // etjob.dev/checkpoint annotation, where the controller reads it (one write
 // per checkpoint the worker reports; the agent is the progress channel).
 func (a *Agent) publishCheckpoint(ns, name string, p Progress, at time.Time) {
-	val, _ := json.Marshal(etjobv1.CheckpointAnnotation{Step: p.CheckpointStep, Path: p.CheckpointPath, Time: at.Format(time.RFC3339), Seconds: p.CheckpointSeconds, SamplesPerSecond: p.SamplesPerSecond})
+	val, _ := json.Marshal(etjobv1.CheckpointAnnotation{Step: p.CheckpointStep, Path: p.CheckpointPath, Time: at.Format(time.RFC3339), Seconds: p.CheckpointSeconds, SamplesPerSecond: p.SamplesPerSecond, Workers: p.Workers})
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{etjobv1.AnnotationCheckpoint: string(val)}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

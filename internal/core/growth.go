@@ -153,33 +153,41 @@ func (d *decision) noteTakenBack(g *etjobv1.GrowthStatus) {
 	}
 }
 
-// measureThroughput records the job's throughput at its current size: the
-// samples/s its members reported with their checkpoints since the membership
-// last changed, added up. A worker reports its own share, or rank 0 alone
-// reports the whole job's (the worker library's convention); either way the
-// sum is the job's.
+// measureThroughput records the job's throughput at the sizes it was
+// measured with: the samples/s its members reported with their checkpoints
+// since the membership last changed, added up by the world size each report
+// says it was measured at (the membership's size when it does not say). A
+// worker reports its own share, or rank 0 alone reports the whole job's
+// (the worker library's convention); either way the sum is the job's. The
+// size matters: the checkpoint of a stop, written after the change, reports
+// the throughput of the size before it (found by the simulator: taken as
+// the new size's, a step up looked like no gain, and growth stopped).
 func (d *decision) measureThroughput(g *etjobv1.GrowthStatus) {
 	m := d.s.Job.Status.Membership
 	if m.ChangeTime == nil || len(m.Hosts) == 0 {
 		return
 	}
-	var sum float64
+	sums := map[int32]float64{}
 	for _, w := range d.workers {
 		c := w.checkpoint
 		if !w.ready || !w.active() || c == nil || c.SamplesPerSecond <= 0 {
 			continue
 		}
 		if t, err := time.Parse(time.RFC3339, c.Time); err == nil && !t.Before(m.ChangeTime.Time) {
-			sum += c.SamplesPerSecond
+			n := c.Workers
+			if n <= 0 {
+				n = int32(len(m.Hosts))
+			}
+			sums[n] += c.SamplesPerSecond
 		}
 	}
-	if sum <= 0 {
+	if len(sums) == 0 {
 		return
 	}
-	n := int32(len(m.Hosts))
-	p := etjobv1.ThroughputPoint{Workers: n, SamplesPerSecond: int64(sum + 0.5)}
-	pts := slices.DeleteFunc(slices.Clone(g.Throughput), func(q etjobv1.ThroughputPoint) bool { return q.Workers == n })
-	pts = append(pts, p)
+	pts := slices.DeleteFunc(slices.Clone(g.Throughput), func(q etjobv1.ThroughputPoint) bool { _, ok := sums[q.Workers]; return ok })
+	for n, sum := range sums {
+		pts = append(pts, etjobv1.ThroughputPoint{Workers: n, SamplesPerSecond: int64(sum + 0.5)})
+	}
 	sort.Slice(pts, func(i, j int) bool { return pts[i].Workers < pts[j].Workers })
 	if len(pts) > MaxThroughputPoints {
 		pts = pts[len(pts)-MaxThroughputPoints:]

@@ -165,6 +165,14 @@ func TestDecideGrowth(t *testing.T) {
 		if diff := cmp.Diff(want, plan.Status.Growth.Throughput); diff != "" {
 			t.Errorf("with rank 0's report alone, throughput (-want +got):\n%s", diff)
 		}
+		// A report says the size it was measured with: rank 0's checkpoint
+		// of the stop, written after the change to 3, measured 2 workers.
+		b, _ := json.Marshal(etjobv1.CheckpointAnnotation{Step: 10, Path: "c", Time: after.Format(time.RFC3339), SamplesPerSecond: 210, Workers: 2})
+		pods[1] = MakeWorker(job, 0).ReadySince("n0", t0.Add(-time.Hour)).Annotation(etjobv1.AnnotationCheckpoint, string(b)).Obj()
+		plan = decideAt(job, pods, t0, "n4")
+		if diff := cmp.Diff([]etjobv1.ThroughputPoint{{Workers: 2, SamplesPerSecond: 210}}, plan.Status.Growth.Throughput); diff != "" {
+			t.Errorf("with a report measured at 2 workers, throughput (-want +got):\n%s", diff)
+		}
 		// Nothing reported since the change: no point.
 		pods[1] = MakeWorker(job, 0).ReadySince("n0", t0.Add(-time.Hour)).Obj()
 		plan = decideAt(job, pods, t0, "n4")

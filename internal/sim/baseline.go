@@ -64,7 +64,7 @@ func RunRestart(tr *Trace, p Params, grow bool) (Result, error) {
 // workers that checkpoints every interval of training.
 func runRestart(tr *Trace, p Params, grow bool, lo, hi int, interval time.Duration) *restartJob {
 	span := tr.Span()
-	j := &restartJob{p: p, grow: grow, lo: lo, hi: hi, interval: interval, led: ledger{rate: p.Rate, minimum: int(p.MinReplicas)}}
+	j := &restartJob{p: p, grow: grow, lo: lo, hi: hi, interval: interval, led: p.ledger()}
 	j.led.state(0, true, false)
 	for _, e := range tr.Events {
 		kind := bvGone
@@ -276,7 +276,7 @@ func RunOnDemand(tr *Trace, p Params) (Result, error) {
 	}
 	span := tr.Span()
 	n := float64(p.Replicas)
-	l := ledger{rate: p.Rate, minimum: int(p.MinReplicas)}
+	l := p.ledger()
 	l.train(int(p.Replicas), span)
 	l.committed = l.progress
 	r := l.result(StrategyOnDemand, tr.Name, span, n*span.Seconds(), p.OnDemandPrice)

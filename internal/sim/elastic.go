@@ -147,7 +147,7 @@ func newElastic(tr *Trace, p Params) *elastic {
 	if p.hardLoss() {
 		failures = tr.Stats().RemoveTimes
 	}
-	w.t = trainer{w: w, interval: p.youngDaly(w.span, failures), led: ledger{rate: p.Rate, minimum: int(p.MinReplicas)}}
+	w.t = trainer{w: w, interval: p.youngDaly(w.span, failures), led: p.ledger()}
 	w.t.led.state(0, true, false)
 
 	added := map[string]time.Duration{}
@@ -179,7 +179,7 @@ func simJob(p Params) *etjobv1.ElasticJob {
 	if p.GrowFrom > 0 {
 		replicas = p.GrowFrom
 		growth = &etjobv1.GrowthSpec{Policy: etjobv1.GrowthOpportunistic, PriorityClassName: etjobv1.DefaultGrowthPriorityClass,
-			ProbeTimeoutSeconds: 120, BackoffSeconds: 300}
+			ProbeTimeoutSeconds: 120, BackoffSeconds: 300, MinSamplesPerSecondPerWorker: p.MinGainPerWorker}
 	}
 	return &etjobv1.ElasticJob{
 		TypeMeta:   metav1.TypeMeta{APIVersion: etjobv1.GroupVersion.String(), Kind: "ElasticJob"},
@@ -513,7 +513,7 @@ func (w *elastic) leaving(p *corev1.Pod) bool {
 // reportCheckpoint publishes a checkpoint on the pod as its node agent does
 // (etjob.dev/checkpoint), so Decide sees status.lastCheckpoint and can raise
 // CheckpointTooSlow.
-func (w *elastic) reportCheckpoint(pod string, step int64) {
+func (w *elastic) reportCheckpoint(pod string, step int64, workers int) {
 	p := w.pods[pod]
 	if p == nil {
 		return
@@ -521,6 +521,7 @@ func (w *elastic) reportCheckpoint(pod string, step int64) {
 	raw, _ := json.Marshal(etjobv1.CheckpointAnnotation{
 		Step: step, Path: fmt.Sprintf("/ckpt/step-%d", step),
 		Time: w.at().UTC().Format(time.RFC3339), Seconds: w.p.CheckpointTime.Seconds(),
+		SamplesPerSecond: w.t.led.throughput(workers), Workers: int32(workers),
 	})
 	if p.Annotations == nil {
 		p.Annotations = map[string]string{}

@@ -126,6 +126,13 @@ type Params struct {
 	GrowFrom int32
 	// StopMargin is spec.spot.stopMarginSeconds (whole seconds).
 	StopMargin time.Duration
+	// Contention makes throughput sublinear: n workers train at Rate x n /
+	// (1 + Contention (n - 1)) (0: linear, the default). MinGainPerWorker
+	// is the growing job's spec.growth.minSamplesPerSecondPerWorker (0:
+	// off); the workers report their throughput and size with each
+	// checkpoint, as the examples do.
+	Contention       float64
+	MinGainPerWorker int64
 	// Recovery is how the workers take a membership change: RecoveryRestart
 	// (etjob.torchrun, the default) or RecoveryInProcess (etjob.elastic).
 	Recovery Recovery
@@ -238,6 +245,9 @@ func (p *Params) Validate() error {
 	if p.Recovery != RecoveryRestart && p.Recovery != RecoveryInProcess {
 		errs = append(errs, fmt.Sprintf("recovery %q: must be empty (restart) or %q", p.Recovery, RecoveryInProcess))
 	}
+	if p.Contention < 0 || math.IsInf(p.Contention, 0) || math.IsNaN(p.Contention) || p.MinGainPerWorker < 0 {
+		errs = append(errs, fmt.Sprintf("contention %v and min gain per worker %d: must be 0 or more", p.Contention, p.MinGainPerWorker))
+	}
 	if p.SpotPrice < 0 || p.OnDemandPrice < 0 {
 		errs = append(errs, "prices must be 0 or more")
 	}
@@ -245,6 +255,11 @@ func (p *Params) Validate() error {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// ledger is a strategy's empty ledger under these parameters.
+func (p *Params) ledger() ledger {
+	return ledger{rate: p.Rate, minimum: int(p.MinReplicas), contention: p.Contention}
 }
 
 // hardLoss reports whether a removal with this provider's notice is a hard

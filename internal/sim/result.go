@@ -109,6 +109,9 @@ func (r Result) AtPrice(price etjobv1.PricePerHour) Result {
 type ledger struct {
 	rate    float64
 	minimum int
+	// contention is Params.Contention: n workers train at
+	// rate n / (1 + contention (n - 1)).
+	contention float64
 	// progress: samples trained and not rolled back; committed: at the last
 	// checkpoint.
 	progress, committed float64
@@ -138,7 +141,7 @@ func (l *ledger) train(workers int, d time.Duration) {
 		l.belowMin++
 		return
 	}
-	l.progress += l.rate * float64(workers) * d.Seconds()
+	l.progress += l.throughput(workers) * d.Seconds()
 	l.workerSeconds += float64(workers) * d.Seconds()
 }
 
@@ -152,10 +155,18 @@ func (l *ledger) rollback() {
 	l.progress = l.committed
 }
 
+// throughput is the samples/s of n workers.
+func (l *ledger) throughput(n int) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return l.rate * float64(n) / (1 + l.contention*float64(n-1))
+}
+
 // rollbackStep rolls back one step of a group of workers, never past the
 // last checkpoint: etjob.elastic's rollback to the in-memory commit.
 func (l *ledger) rollbackStep(workers int, step time.Duration) {
-	d := min(l.progress-l.committed, l.rate*float64(workers)*step.Seconds())
+	d := min(l.progress-l.committed, l.throughput(workers)*step.Seconds())
 	l.lost += d
 	l.progress -= d
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -248,6 +249,51 @@ func TestElasticHandTraces(t *testing.T) {
 			}
 			if len(r.Warnings) > 0 {
 				t.Errorf("warnings: %v", r.Warnings)
+			}
+		})
+	}
+}
+
+// TestGrowthThroughputRule replays the growing job (replicas 8, max 32) on a
+// trace whose nodes come 8 at a time, every 30 min, with sublinear
+// throughput (contention 0.05: 593, 914, 1116 and 1255 samples/s at 8, 16,
+// 24 and 32 workers, so an added worker gains 40, 25 and 17 samples/s in
+// turn). The workers report their throughput and size with each checkpoint;
+// spec.growth.minSamplesPerSecondPerWorker caps the job where a step up
+// gained less than it.
+func TestGrowthThroughputRule(t *testing.T) {
+	var lines []string
+	for i := range 32 {
+		lines = append(lines, fmt.Sprintf("%d,add,n%d", (i/8)*1800000, i))
+	}
+	lines = append(lines, "14400000,add,end")
+	for _, tc := range []struct {
+		gain        int64
+		size        int
+		limit       int32
+		reason      string
+		throughputs int
+	}{
+		{0, 32, 32, "MaxReplicas", 4},
+		{20, 24, 24, "Throughput", 4},
+		{30, 16, 16, "Throughput", 3},
+	} {
+		t.Run(fmt.Sprintf("min gain %d", tc.gain), func(t *testing.T) {
+			p := DefaultParams()
+			p.GrowFrom, p.Contention, p.MinGainPerWorker = 8, 0.05, tc.gain
+			p.CheckpointInterval, p.CheckInvariants = 10*time.Minute, true
+			_, w, err := runElastic(trace(t, lines...), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := w.job.Status.Growth
+			if n := len(w.job.Status.Membership.Hosts); n != tc.size || g == nil || g.Limit != tc.limit || g.Reason != tc.reason || len(g.Throughput) != tc.throughputs {
+				t.Fatalf("%d members, status.growth %+v; want %d members, limit %d (%s), %d throughput points", n, g, tc.size, tc.limit, tc.reason, tc.throughputs)
+			}
+			for _, pt := range g.Throughput {
+				if want := int64(w.t.led.throughput(int(pt.Workers)) + 0.5); pt.SamplesPerSecond != want {
+					t.Errorf("throughput at %d workers recorded as %d, want %d", pt.Workers, pt.SamplesPerSecond, want)
+				}
 			}
 		})
 	}

@@ -173,7 +173,7 @@ func (t *trainer) phaseEnd(gen int) {
 		t.led.checkpoint()
 		t.trained = 0
 		if len(t.group) > 0 {
-			t.w.reportCheckpoint(t.group[0], int64(t.led.committed/t.w.p.Rate)+1)
+			t.w.reportCheckpoint(t.group[0], int64(t.led.committed/t.w.p.Rate)+1, len(t.group))
 		}
 		// The leavers' part is written: they exit with the reserved code;
 		// a member that trains through its notice stays until its stop.

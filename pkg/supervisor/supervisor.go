@@ -85,6 +85,9 @@ type Progress struct {
 	CheckpointPath string `json:"checkpointPath"`
 	// SamplesPerSecond is the worker's recent throughput.
 	SamplesPerSecond float64 `json:"samplesPerSecond"`
+	// Workers is the number of workers (the world size) SamplesPerSecond
+	// was measured with; 0: not said.
+	Workers int32 `json:"workers,omitempty"`
 	// CheckpointSeconds is how long writing that checkpoint took.
 	CheckpointSeconds float64 `json:"checkpointSeconds,omitempty"`
 }

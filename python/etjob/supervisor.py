@@ -125,15 +125,19 @@ class Supervisor:
         sys.stderr.flush()
         os._exit(EXIT_CODE_PREEMPTED)
 
-    def report_progress(self, step, checkpoint_step=0, checkpoint_path="", checkpoint_seconds=0.0, samples_per_second=0.0):
+    def report_progress(self, step, checkpoint_step=0, checkpoint_path="", checkpoint_seconds=0.0, samples_per_second=0.0,
+                        workers=0):
         """report_progress tells the node agent how far this worker got and its
         last checkpoint; the agent publishes new checkpoints on the pod, and the
-        controller shows the newest in status.lastCheckpoint. Best effort: it
+        controller shows the newest in status.lastCheckpoint. samples_per_second
+        is the throughput measured with `workers` workers (the world size): the
+        controller's growth rule compares it across sizes. Best effort: it
         never raises and gives up after one second."""
         if not self.agent_addr:
             return False
         body = json.dumps({"step": int(step), "checkpointStep": int(checkpoint_step), "checkpointPath": checkpoint_path,
-                           "checkpointSeconds": float(checkpoint_seconds), "samplesPerSecond": float(samples_per_second)}).encode()
+                           "checkpointSeconds": float(checkpoint_seconds), "samplesPerSecond": float(samples_per_second),
+                           "workers": int(workers)}).encode()
         req = self._request("/v1/progress", body)
         try:
             with urllib.request.urlopen(req, timeout=1):
@@ -261,6 +265,6 @@ def exit_preempted():
     _sup().exit_preempted()
 
 
-def report_progress(step, checkpoint_step=0, checkpoint_path="", checkpoint_seconds=0.0, samples_per_second=0.0):
+def report_progress(step, checkpoint_step=0, checkpoint_path="", checkpoint_seconds=0.0, samples_per_second=0.0, workers=0):
     """report_progress tells the node agent the step and the last checkpoint."""
-    return _sup().report_progress(step, checkpoint_step, checkpoint_path, checkpoint_seconds, samples_per_second)
+    return _sup().report_progress(step, checkpoint_step, checkpoint_path, checkpoint_seconds, samples_per_second, workers)

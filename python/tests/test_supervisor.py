@@ -122,7 +122,11 @@ class SupervisorTest(unittest.TestCase):
         self.assertEqual(path, "/v1/progress?namespace=ns&pod=p-0")
         self.assertEqual(auth, "Bearer tok123")
         self.assertEqual(self.agent.bodies[-1], {"step": 40, "checkpointStep": 40, "checkpointPath": "ckpt-00000040.pt",
-                                                 "checkpointSeconds": 0.25, "samplesPerSecond": 0.0})
+                                                 "checkpointSeconds": 0.25, "samplesPerSecond": 0.0, "workers": 0})
+        # The throughput comes with the world size it was measured at.
+        self.assertTrue(s.report_progress(50, 50, "ckpt-00000050.pt", 0.25, 812.5, 3))
+        self.assertEqual(self.agent.bodies[-1]["samplesPerSecond"], 812.5)
+        self.assertEqual(self.agent.bodies[-1]["workers"], 3)
 
     def test_exit_code_is_reserved(self):
         self.assertEqual(supervisor.EXIT_CODE_PREEMPTED, 75)
