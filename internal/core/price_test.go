@@ -61,6 +61,19 @@ func TestDecideBudget(t *testing.T) {
 			t.Errorf("RequeueAfter %v, want at most %v", plan.RequeueAfter, core.BudgetRecheck)
 		}
 	})
+	t.Run("a budget that buys a whole pass's creates does not hold the job", func(t *testing.T) {
+		// 4.2 - 1.0 = 3.2 left buys 8 at 0.4, as many as one pass creates
+		// (MaxCreatesPerPass): the rest come next pass, not for the budget.
+		job := jobWith("4.2")
+		job.Spec.Replicas, job.Spec.MaxReplicas = 12, 12
+		plan := decide(job, "0.5")
+		if len(plan.CreateWorkers) != int(core.MaxCreatesPerPass) {
+			t.Errorf("CreateWorkers %v, want %d", plan.CreateWorkers, core.MaxCreatesPerPass)
+		}
+		if c := meta.FindStatusCondition(plan.Status.Conditions, etjobv1.ConditionResizing); c == nil || c.Reason == etjobv1.ReasonOverBudget {
+			t.Errorf("Resizing = %+v, want a reason other than %s", c, etjobv1.ReasonOverBudget)
+		}
+	})
 	t.Run("an unscheduled worker counts against the budget left", func(t *testing.T) {
 		// 1.0 left, one at 0.4 already pending: one more, sharing 0.5 each.
 		job := jobWith("2.0")

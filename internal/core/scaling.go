@@ -59,7 +59,7 @@ func (d *decision) scale() {
 	budget, left := d.budgetRoom()
 	n := min(desired-int32(len(base)), MaxCreatesPerPass, d.spec.MaxReplicas-int32(alive), budget)
 	d.create(n, false)
-	if want := min(desired-int32(len(base)), d.spec.MaxReplicas-int32(alive)); n < want && n == budget {
+	if want := min(desired-int32(len(base)), d.spec.MaxReplicas-int32(alive)); budget < want && budget < MaxCreatesPerPass {
 		d.budgetShort, d.budgetLeft = want-max(n, 0), left
 		// A cheaper node that comes up hosts none of the job's pods, so no
 		// watch event brings the job back: look again.
