@@ -142,6 +142,17 @@ func (d *decision) staying() []*podView {
 	return out
 }
 
+// unscheduled counts the active workers not bound to a node yet.
+func (d *decision) unscheduled() int {
+	n := 0
+	for _, w := range d.workers {
+		if !w.scheduled && w.active() && !d.deleted[w.pod.Name] {
+			n++
+		}
+	}
+	return n
+}
+
 // spend is what the staying workers cost an hour.
 func (d *decision) spend() etjobv1.PricePerHour {
 	var s etjobv1.PricePerHour
@@ -209,13 +220,7 @@ func (d *decision) budgetRoom() (room int32, left etjobv1.PricePerHour) {
 		// new worker's share still keeps it off dearer nodes.
 		return math.MaxInt32, left
 	}
-	pending := int32(0)
-	for _, w := range d.workers {
-		if !w.scheduled && w.active() && !d.deleted[w.pod.Name] {
-			pending++
-		}
-	}
-	return max(int32(math.Floor(float64(left/cheapest)+1e-9))-pending, 0), left
+	return max(int32(math.Floor(float64(left/cheapest)+1e-9))-int32(d.unscheduled()), 0), left
 }
 
 // cheapestNode is the lowest price of a ready, unnoticed node that carries
@@ -254,12 +259,7 @@ func (d *decision) budgetAvoid(left etjobv1.PricePerHour) []string {
 	if _, ok := Budget(d.spec); !ok {
 		return nil
 	}
-	n := len(d.created)
-	for _, w := range d.workers {
-		if !w.scheduled && w.active() && !d.deleted[w.pod.Name] {
-			n++
-		}
-	}
+	n := len(d.created) + d.unscheduled()
 	share := left / etjobv1.PricePerHour(max(n, 1))
 	var out []string
 	for name, node := range d.s.Nodes {
