@@ -254,16 +254,18 @@ func TestHorovodBadInput(t *testing.T) {
 			cnd := meta.FindStatusCondition(got.Status.Conditions, etjobv1.ConditionFailed)
 			return cnd != nil && cnd.Status == metav1.ConditionTrue && tc.want.MatchString(cnd.Message), fmt.Sprintf("%+v", got.Status.Conditions)
 		})
-		var events corev1.EventList
-		if err := c.List(ctx, &events, client.InNamespace("default")); err != nil {
-			t.Fatal(err)
-		}
-		found := slices.ContainsFunc(events.Items, func(ev corev1.Event) bool {
-			return ev.InvolvedObject.Name == name && ev.Type == corev1.EventTypeWarning && tc.want.MatchString(ev.Message)
+		// The controller's Events are sent after its status write, by the
+		// recorder's own goroutine: the Event may come a moment after the
+		// condition (one CI run listed the Events before it).
+		waitFor(t, ctx, name+": a Warning Event that says why", 30*time.Second, func() (bool, string) {
+			var events corev1.EventList
+			if err := c.List(ctx, &events, client.InNamespace("default")); err != nil {
+				return false, err.Error()
+			}
+			return slices.ContainsFunc(events.Items, func(ev corev1.Event) bool {
+				return ev.InvolvedObject.Name == name && ev.Type == corev1.EventTypeWarning && tc.want.MatchString(ev.Message)
+			}), fmt.Sprintf("%d Events in the namespace", len(events.Items))
 		})
-		if !found {
-			t.Errorf("%s: no Warning Event says why", name)
-		}
 		t.Logf("%s: failed after %.1f s: %s", name, time.Since(start).Seconds(), meta.FindStatusCondition(got.Status.Conditions, etjobv1.ConditionFailed).Message)
 	}
 }
