@@ -186,53 +186,27 @@ func Compare(tr *Trace, o Options) (*Comparison, error) {
 		return out
 	}
 
-	el, err := RunElastic(tr, p)
+	els, err := runElasticVariants(tr, p)
 	if err != nil {
 		return nil, err
 	}
-	elStop, err := runElasticStop(tr, p)
-	if err != nil {
-		return nil, err
-	}
-	elGrow, err := runElasticGrow(tr, p)
-	if err != nil {
-		return nil, err
-	}
-	elGrowStop, err := runElasticGrowStop(tr, p)
-	if err != nil {
-		return nil, err
-	}
-	elIn, err := runElasticInProcess(tr, p)
-	if err != nil {
-		return nil, err
+	rows := func(els []Result, baselines ...Result) []Row {
+		var out []Row
+		for _, r := range append(els, baselines...) {
+			out = append(out, row(r, od))
+		}
+		return out
 	}
 	c.Scenarios = append(c.Scenarios, Scenario{
 		Name:      fmt.Sprintf("spot $%.2f/h vs on-demand $%.2f/h, %s notice", float64(p.SpotPrice), float64(p.OnDemandPrice), p.Provider),
 		SpotPrice: p.SpotPrice, OnDemandPrice: p.OnDemandPrice,
-		Rows: []Row{row(el, od), row(elStop, od), row(elGrow, od), row(elGrowStop, od), row(elIn, od),
-			row(fixed, od), row(restart, od), row(grow, od), row(od, od)},
+		Rows: rows(els, fixed, restart, grow, od),
 	})
 
 	cheap := p
 	cheap.Provider = o.CheapProvider
 	cheap.SpotPrice = p.OnDemandPrice * etjobv1.PricePerHour(o.CheapFraction)
-	elCheap, err := RunElastic(tr, cheap)
-	if err != nil {
-		return nil, err
-	}
-	elCheapStop, err := runElasticStop(tr, cheap)
-	if err != nil {
-		return nil, err
-	}
-	elCheapGrow, err := runElasticGrow(tr, cheap)
-	if err != nil {
-		return nil, err
-	}
-	elCheapGrowStop, err := runElasticGrowStop(tr, cheap)
-	if err != nil {
-		return nil, err
-	}
-	elCheapIn, err := runElasticInProcess(tr, cheap)
+	cheapEls, err := runElasticVariants(tr, cheap)
 	if err != nil {
 		return nil, err
 	}
@@ -240,8 +214,7 @@ func Compare(tr *Trace, o Options) (*Comparison, error) {
 	c.Scenarios = append(c.Scenarios, Scenario{
 		Name:      fmt.Sprintf("spot at %.0f%% of on-demand ($%.3f/h), %s notice", o.CheapFraction*100, sp, o.CheapProvider),
 		SpotPrice: sp, OnDemandPrice: p.OnDemandPrice,
-		Rows: []Row{row(elCheap, od), row(elCheapStop, od), row(elCheapGrow, od), row(elCheapGrowStop, od), row(elCheapIn, od),
-			row(fixed.AtPrice(sp), od), row(restart.AtPrice(sp), od), row(grow.AtPrice(sp), od), row(od, od)},
+		Rows: rows(cheapEls, fixed.AtPrice(sp), restart.AtPrice(sp), grow.AtPrice(sp), od),
 	})
 
 	for _, pause := range o.Pauses {
@@ -255,7 +228,7 @@ func Compare(tr *Trace, o Options) (*Comparison, error) {
 	}
 
 	first, second := c.Scenarios[0].Rows[0], c.Scenarios[1].Rows[0]
-	firstIn, secondIn := c.Scenarios[0].Rows[4], c.Scenarios[1].Rows[4]
+	firstIn, secondIn := c.Scenarios[0].Rows[inProcessRow], c.Scenarios[1].Rows[inProcessRow]
 	c.Goals = []Goal{
 		{Name: "etjob cost per committed sample vs on-demand, " + c.Scenarios[0].Name, Value: first.CostVsOnDemand,
 			Target: fmt.Sprintf("<= %.2f", GoalCostRatio), Met: first.CostVsOnDemand <= GoalCostRatio},
@@ -277,6 +250,31 @@ func Compare(tr *Trace, o Options) (*Comparison, error) {
 			Target: fmt.Sprintf("<= %.3f", GoalLeadCheapCostRatio), Met: secondIn.CostVsOnDemand <= GoalLeadCheapCostRatio},
 	}
 	return c, nil
+}
+
+// elasticVariants are etjob's rows of every scenario, in their order: the
+// job as configured, stopping at the notice, growing from a quarter, growing
+// and stopping at the notice, and recovering in process.
+//
+// inProcessRow is the in-process variant's row, which issue #14's goals
+// read too.
+const inProcessRow = 4
+
+var elasticVariants = []func(*Trace, Params) (Result, error){
+	RunElastic, runElasticStop, runElasticGrow, runElasticGrowStop, runElasticInProcess,
+}
+
+// runElasticVariants runs every elastic variant under p.
+func runElasticVariants(tr *Trace, p Params) ([]Result, error) {
+	var out []Result
+	for _, run := range elasticVariants {
+		r, err := run(tr, p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // runElasticStop is etjob whose noticed workers stop at the notice

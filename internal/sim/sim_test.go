@@ -614,6 +614,14 @@ func TestCompare(t *testing.T) {
 	if g := c.Scenarios[0].Rows[2]; g.Strategy != "etjob, replicas 1, grows to 2" {
 		t.Errorf("the third row is not etjob growing from min: %q", g.Strategy)
 	}
+	for _, sc := range c.Scenarios {
+		if g, in := sc.Rows[3], sc.Rows[inProcessRow]; g.Strategy != "etjob, replicas 1, grows to 2, stops at the notice" || in.Strategy != StrategyElasticInProcess {
+			t.Errorf("rows 4 and 5 are %q and %q, want the growing job stopping at the notice and the in-process one", g.Strategy, in.Strategy)
+		}
+	}
+	if g := c.Goals[6]; !strings.Contains(g.Name, "in-process") || g.Value != c.Scenarios[0].Rows[inProcessRow].CostVsOnDemand {
+		t.Errorf("in-process goal: %+v", g)
+	}
 	od := c.Scenarios[0].Rows[8]
 	if od.Strategy != StrategyOnDemand || od.CostVsOnDemand != 1 || od.GoodputVsOnDemand != 1 {
 		t.Errorf("on-demand row: %+v", od)
