@@ -654,23 +654,23 @@ func parseMaxWaitTime(s string) (int32, error) {
 // spec.spot.maxPricePerHour from --max-price and spec.spot.budgetPerHour
 // from --budget.
 func growthFlags(o *SubmitOptions, spec *etjobv1.ElasticJobSpec) error {
-	if o.MaxPrice != "" {
-		if p, err := etjobv1.ParsePricePerHour(o.MaxPrice); err != nil || p <= 0 || !maxPricePattern.MatchString(o.MaxPrice) {
-			return fmt.Errorf("--max-price %q: give US dollars an hour as a decimal, like 0.95", o.MaxPrice)
+	for _, f := range []struct {
+		flag, value, example string
+		set                  func(*etjobv1.SpotSpec, string)
+	}{
+		{"--max-price", o.MaxPrice, "0.95", func(s *etjobv1.SpotSpec, v string) { s.MaxPricePerHour = v }},
+		{"--budget", o.Budget, "12.50", func(s *etjobv1.SpotSpec, v string) { s.BudgetPerHour = v }},
+	} {
+		if f.value == "" {
+			continue
+		}
+		if p, err := etjobv1.ParsePricePerHour(f.value); err != nil || p <= 0 || !maxPricePattern.MatchString(f.value) {
+			return fmt.Errorf("%s %q: give US dollars an hour as a decimal, like %s", f.flag, f.value, f.example)
 		}
 		if spec.Spot == nil {
 			spec.Spot = &etjobv1.SpotSpec{}
 		}
-		spec.Spot.MaxPricePerHour = o.MaxPrice
-	}
-	if o.Budget != "" {
-		if p, err := etjobv1.ParsePricePerHour(o.Budget); err != nil || p <= 0 || !maxPricePattern.MatchString(o.Budget) {
-			return fmt.Errorf("--budget %q: give US dollars an hour as a decimal, like 12.50", o.Budget)
-		}
-		if spec.Spot == nil {
-			spec.Spot = &etjobv1.SpotSpec{}
-		}
-		spec.Spot.BudgetPerHour = o.Budget
+		f.set(spec.Spot, f.value)
 	}
 	if o.Growth == "" {
 		if o.GrowthProbeTimeout != "" || o.GrowthBackoff != "" {
