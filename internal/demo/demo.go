@@ -213,16 +213,33 @@ const baselinePort = 29431
 // Undisturbed runs the digits training with procs local processes and no
 // cluster, and returns its final accuracy: what the stories compare with.
 func Undisturbed(ctx context.Context, repo string, epochs, width, procs int) (float64, error) {
+	return accuracyOf(ctx, repo, []string{"-m", "etjob.torchrun", "--nnodes=1", fmt.Sprintf("--nproc_per_node=%d", procs),
+		"--rdzv_backend=c10d", fmt.Sprintf("--rdzv_endpoint=localhost:%d", baselinePort), "--rdzv_id=etjob-baseline",
+		filepath.Join(repo, "examples/digits/train.py"), "--epochs", strconv.Itoa(epochs)},
+		"WIDTH="+strconv.Itoa(width), "ETJOB_AGENT_ADDR=")
+}
+
+// UndisturbedElastic runs the digits example's in-process variant,
+// train_elastic.py, with procs local ranks (hack/elastic-local.py: their own
+// store, no cluster) and returns its final accuracy. The example's step does
+// not depend on the world size, so procs ranks compute what a job of any
+// size does, up to float rounding.
+func UndisturbedElastic(ctx context.Context, repo string, epochs, procs int) (float64, error) {
+	return accuracyOf(ctx, repo, []string{filepath.Join(repo, "hack/elastic-local.py"), strconv.Itoa(procs),
+		filepath.Join(repo, "examples/digits/train_elastic.py"), "--epochs", strconv.Itoa(epochs)})
+}
+
+// accuracyOf runs /usr/bin/python3 with args, the repository's worker library
+// on its path and a checkpoint directory of its own, and returns the final
+// accuracy it printed.
+func accuracyOf(ctx context.Context, repo string, args []string, env ...string) (float64, error) {
 	dir, err := os.MkdirTemp("", "etjob-baseline-")
 	if err != nil {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
-	cmd := exec.CommandContext(ctx, "/usr/bin/python3", "-m", "etjob.torchrun", "--nnodes=1", fmt.Sprintf("--nproc_per_node=%d", procs),
-		"--rdzv_backend=c10d", fmt.Sprintf("--rdzv_endpoint=localhost:%d", baselinePort), "--rdzv_id=etjob-baseline",
-		filepath.Join(repo, "examples/digits/train.py"), "--epochs", strconv.Itoa(epochs))
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(repo, "python"), "ETJOB_CHECKPOINT_DIR="+dir,
-		"WIDTH="+strconv.Itoa(width), "ETJOB_AGENT_ADDR=")
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", args...)
+	cmd.Env = append(append(os.Environ(), "PYTHONPATH="+filepath.Join(repo, "python"), "ETJOB_CHECKPOINT_DIR="+dir), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("undisturbed run: %w\n%s", err, tail(string(out), 2000))

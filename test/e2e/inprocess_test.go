@@ -1,13 +1,8 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"math"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"testing"
@@ -16,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/demo"
 	"github.com/etjob/etjob/internal/driver"
 )
 
@@ -48,7 +44,7 @@ func TestInProcessStory(t *testing.T) {
 	baseline := make(chan result, 1)
 	root := repoRoot(t)
 	go func() {
-		acc, err := undisturbedElastic(ctx, root, epochs)
+		acc, err := demo.UndisturbedElastic(ctx, root, epochs, 2)
 		baseline <- result{acc, err}
 	}()
 	e := startCluster(t, ctx, "etjob-e2e-inprocess", 4, 1)
@@ -218,31 +214,4 @@ func TestInProcessStory(t *testing.T) {
 	t.Logf("in-process story: hard kill → training again %.2fs after, join %.2fs, freeze %.2fs (collective timeout 5 s), notice %.2fs; %d pods, %d resumes, final accuracy %.4f after %d steps (undisturbed %.4f)",
 		hard.Seconds(), join.Seconds(), frozen.Seconds(), noticed.Seconds(), len(pids), len(resumes), acc, steps, base.acc)
 	run(e.bin, "delete", "inproc")
-}
-
-var finalAccuracy = regexp.MustCompile(`final accuracy=([0-9.]+)`)
-
-// undisturbedElastic trains the digits example's train_elastic.py with 2
-// local processes (hack/elastic-local.py: its own store, no cluster, no
-// disturbance) and returns its final accuracy. The example's step does not
-// depend on the world size, so 2 ranks compute what 4 do, up to float
-// rounding.
-func undisturbedElastic(ctx context.Context, repo string, epochs int) (float64, error) {
-	dir, err := os.MkdirTemp("", "etjob-undisturbed-")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
-	cmd := exec.CommandContext(ctx, "/usr/bin/python3", filepath.Join(repo, "hack/elastic-local.py"), "2",
-		filepath.Join(repo, "examples/digits/train_elastic.py"), "--epochs", strconv.Itoa(epochs))
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(repo, "python"), "ETJOB_CHECKPOINT_DIR="+dir)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return 0, fmt.Errorf("%w\n%s", err, tail(string(out), 30))
-	}
-	m := finalAccuracy.FindStringSubmatch(string(out))
-	if m == nil {
-		return 0, fmt.Errorf("no final accuracy:\n%s", tail(string(out), 30))
-	}
-	return strconv.ParseFloat(m[1], 64)
 }
