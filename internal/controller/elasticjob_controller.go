@@ -153,18 +153,13 @@ func (r *ElasticJobReconciler) observePricedNodes(ctx context.Context, job *etjo
 	if !core.ObservesPrices(&job.Spec) {
 		return nil
 	}
-	_, budget := core.Budget(&job.Spec)
 	var nodes corev1.NodeList
 	if err := r.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return err
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		if snap.Nodes[n.Name] != nil {
-			continue
-		}
-		_, priced := etjobv1.NodePrice(n)
-		if _, over := core.OverPrice(&job.Spec, n); over || (budget && priced) {
+		if snap.Nodes[n.Name] == nil && core.SnapshotNode(&job.Spec, n) {
 			snap.Nodes[n.Name] = n
 		}
 	}

@@ -32,8 +32,9 @@ func MaxPrice(spec *etjobv1.ElasticJobSpec) (p etjobv1.PricePerHour, ok bool) {
 }
 
 // OverPrice reports whether node's price is above the job's
-// spec.spot.maxPricePerHour, and its price: the one rule, which the
-// controller also uses to choose the nodes it adds to the snapshot.
+// spec.spot.maxPricePerHour, and its price: the one rule, which
+// SnapshotNode also applies when the controller chooses the nodes it adds to
+// the snapshot.
 func OverPrice(spec *etjobv1.ElasticJobSpec, node *corev1.Node) (etjobv1.PricePerHour, bool) {
 	limit, ok := MaxPrice(spec)
 	if !ok || node == nil {
@@ -119,6 +120,19 @@ func ObservesPrices(spec *etjobv1.ElasticJobSpec) bool {
 	_, limit := MaxPrice(spec)
 	_, budget := Budget(spec)
 	return limit || budget
+}
+
+// SnapshotNode reports whether the controller puts node in the snapshot of a
+// job that ObservesPrices although none of the job's pods is on it: a node
+// priced above the limit (kept off), and for a budget any priced node (the
+// cheapest bounds the count; dearer ones are kept off).
+func SnapshotNode(spec *etjobv1.ElasticJobSpec, node *corev1.Node) bool {
+	if _, over := OverPrice(spec, node); over {
+		return true
+	}
+	_, budget := Budget(spec)
+	_, priced := etjobv1.NodePrice(node)
+	return budget && priced
 }
 
 // nodePrice is the price of a node of the snapshot, 0 when unknown.
