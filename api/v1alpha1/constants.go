@@ -60,6 +60,12 @@ const (
 	// workers checkpoint and stop, then the job restarts with a new launcher
 	// (the rendezvous store cannot move under running workers).
 	ReasonLauncherMoving = "LauncherMoving"
+	// ReasonStateHandover: every member of a horovod job's horovodrun leaves
+	// (or is lost) while other workers are ready to join, so no rank would
+	// remain to broadcast the state to them (horovodrun's "No hosts from
+	// previous set remaining"): the remaining ranks stop at an agreed step
+	// and a new horovodrun resumes from that checkpoint (a release).
+	ReasonStateHandover = "StateHandover"
 )
 
 // Labels, annotations and environment.

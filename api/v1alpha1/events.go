@@ -36,4 +36,8 @@ const (
 	// EventCheckpointTooSlow (Warning): the last checkpoint took longer than
 	// the notice window of a cloud the members run on.
 	EventCheckpointTooSlow EventReason = ConditionCheckpointTooSlow
+	// EventStateHandover (Normal): no member of a horovod job's horovodrun
+	// stays while others are ready to join: the job stops at an agreed step
+	// and a new horovodrun resumes from its checkpoint with the new workers.
+	EventStateHandover EventReason = ReasonStateHandover
 )

@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from sklearn.datasets import load_digits
 
 import horovod.torch as hvd
-from horovod.common.exceptions import HostsUpdatedInterrupt
+from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 import etjob.supervisor as kubeai  # the drop-in name of Alibaba's Job-Supervisor
 import etjob.torch as etorch
@@ -211,14 +211,15 @@ def main(argv=None):
     def watch_reset():
         # A reset waits in hvd.init() until Horovod's driver has --min-np
         # hosts. When a rank left at once (a notice with no lead time left)
-        # and the others were told to stop while in the reset it caused, the
-        # job is below its minimum, discovery is empty, and the reset never
-        # ends: no rank can reach the agreed stop, and the pods' deletion
-        # would lose every step since the last periodic checkpoint (seen
-        # once in TestHorovodSpotStory). The state is the commit at which
-        # the host update was raised, the same step on every rank, so a told
-        # rank stops from there: the checkpoint (the ranks may all write it:
-        # the same step, an atomic rename) and exit 75.
+        # or was lost (a hard loss), and the others were told to stop while
+        # in the reset it caused, the job is below its minimum, discovery is
+        # empty, and the reset never ends: no rank can reach the agreed
+        # stop, and the pods' deletion would lose every step since the last
+        # periodic checkpoint. The state is the last commit (the one at
+        # which the host update was raised, or the one Horovod restored
+        # after the failed collective), the same step on every rank, so a
+        # told rank stops from there: the checkpoint (the ranks may all
+        # write it: the same step, an atomic rename) and exit 75.
         while True:
             time.sleep(0.5)
             began = resetting[0]
@@ -246,6 +247,17 @@ def main(argv=None):
 
     @hvd.elastic.run
     def train(state):
+        try:
+            steps(state)
+        except HorovodInternalError:
+            # A peer died in a collective (a hard loss): Horovod restores
+            # the last commit and resets, which waits for --min-np hosts.
+            # If etjob stops the job meanwhile (the loss left it below its
+            # minimum), watch_reset stops this rank from that commit.
+            resetting[0] = time.time()
+            raise
+
+    def steps(state):
         while state.step < total:
             # Before each batch: is this rank still wanted? One tiny
             # all-reduce tells every rank how many of them were told to stop.

@@ -22,15 +22,17 @@ func (d *decision) stopBelowMin() bool {
 	}
 	stopped := 0
 	for _, w := range d.workers {
-		if w.active() && w.ready && !d.deleted[w.pod.Name] && !d.signaled[w.pod.Name] {
+		if w.active() && w.ready && !d.deleted[w.pod.Name] && !d.signaled[w.pod.Name] && !d.heldForHandover[w.pod.Name] {
 			d.signal(w, etjobv1.ReasonWaitingForCapacity)
 			stopped++
 		}
 	}
-	if l := d.launcher; stopped > 0 && l != nil && d.spec.Framework == etjobv1.FrameworkHorovod && !l.terminal && !d.signaled[l.pod.Name] {
+	if d.horovodLauncherLive() && !d.launcherStopped() {
 		// horovodrun ends once every rank left: marking it too makes its
-		// exit a release whenever it comes (capacity may be back by then).
-		d.signal(l, etjobv1.ReasonWaitingForCapacity)
+		// exit a release whenever it comes (capacity may be back by then),
+		// also when its ranks were told to go for another reason (a burst
+		// of notices: stopped is then 0).
+		d.signal(d.launcher, etjobv1.ReasonWaitingForCapacity)
 	}
 	if stopped > 0 {
 		d.record(etjobv1.TimelineStop, fmt.Sprintf("below spec.minReplicas (%d): %d workers told to checkpoint and stop", d.spec.MinReplicas, stopped))

@@ -154,6 +154,9 @@ type decision struct {
 	restarting bool
 	// joining are ready workers held back by batchJoiners this pass.
 	joining map[string]bool
+	// heldForHandover are ready workers that horovodHandover kept from a
+	// horovodrun that cannot take them: they wait for the next one.
+	heldForHandover map[string]bool
 }
 
 // newDecision sorts the snapshot's pods into the current attempt's launcher
@@ -167,6 +170,8 @@ func newDecision(s Snapshot, now time.Time) *decision {
 		st:       *s.Job.Status.DeepCopy(),
 		deleted:  map[string]bool{},
 		signaled: map[string]bool{},
+
+		heldForHandover: map[string]bool{},
 	}
 	d.wasRunning = meta.IsStatusConditionTrue(d.st.Conditions, etjobv1.ConditionRunning)
 	attempt := d.st.Restarts

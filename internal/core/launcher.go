@@ -37,10 +37,13 @@ func (d *decision) handleLauncher() outcome {
 	if l.noticed && !l.terminal && !l.lost {
 		return d.moveLauncher(l)
 	}
+	if d.releaseStoppedLauncher() {
+		return d.releaseLauncher(l)
+	}
 	if !l.terminal && !l.lost && !d.lostOnNotReadyNode(l) {
 		return proceed
 	}
-	if l.terminal && d.spec.Framework == etjobv1.FrameworkHorovod && (l.released || d.horovodStopped()) {
+	if l.terminal && d.spec.Framework == etjobv1.FrameworkHorovod && d.horovodExitReleased(l) {
 		return d.releaseLauncher(l)
 	}
 	preempted := l.preempted || l.lost || !l.terminal
@@ -133,17 +136,23 @@ func (d *decision) launcherMoving() bool {
 	return c != nil && c.Reason == etjobv1.ReasonLauncherMoving
 }
 
-// releaseLauncher deletes a horovod launcher that ended after etjob stopped
-// the job below minReplicas, counting it as neither a failure nor a
-// preemption. horovodrun cannot wait below its minimum (a new one waits for
-// -np slots and, without --network-interface, two hosts), so the job goes on
-// as a restart: a new launcher once enough workers are ready again, resuming
-// from the checkpoint of the agreed stop. It reports ended: nothing else runs
-// this pass.
+// releaseLauncher deletes a horovod launcher that etjob stopped (below
+// minReplicas, or for joiners no rank of it could hand the state to) or
+// whose ranks all left or were lost, counting it as neither a failure nor a
+// preemption (horovodExitReleased, releaseStoppedLauncher). horovodrun
+// cannot wait below its minimum (a new one waits for -np slots and, without
+// --network-interface, two hosts) nor take a host set with none of its own,
+// so the job goes on as a restart: a new launcher once enough workers are
+// ready again, resuming from the checkpoint of the agreed stop. It reports
+// ended: nothing else runs this pass.
 func (d *decision) releaseLauncher(l *podView) outcome {
 	d.delete(l, etjobv1.ReasonWaitingForCapacity)
-	msg := fmt.Sprintf("launcher %s ended after the stop below spec.minReplicas (%s); a new one starts when %d workers are ready",
-		l.pod.Name, "exit code "+strconv.Itoa(int(l.exitCode)), d.spec.MinReplicas)
+	how := "exit code " + strconv.Itoa(int(l.exitCode))
+	if !l.terminal {
+		how = "no rank of it left"
+	}
+	msg := fmt.Sprintf("launcher %s ended after its ranks stopped (%s); a new one starts when %d workers are ready",
+		l.pod.Name, how, d.spec.MinReplicas)
 	d.restart(msg)
 	d.setCondition(etjobv1.ConditionSuspended, true, etjobv1.ReasonWaitingForCapacity, msg)
 	return ended

@@ -220,7 +220,7 @@ func TestDecideLauncher(t *testing.T) {
 			wantRestarts:   1,
 			wantCondReason: map[string]string{etjobv1.ConditionSuspended: etjobv1.ReasonWaitingForCapacity},
 			wantSummary:    "WaitingForCapacity",
-			wantEvents:     []wantEvent{warning(etjobv1.EventRestarting, "launcher j-launcher ended after the stop below spec.minReplicas (exit code 1)")},
+			wantEvents:     []wantEvent{warning(etjobv1.EventRestarting, "launcher j-launcher ended after its ranks stopped (exit code 1)")},
 		},
 		"horovodrun's exit after the stop below min is a release, not a failure": {
 			job: base().Framework(etjobv1.FrameworkHorovod).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3,
@@ -234,7 +234,7 @@ func TestDecideLauncher(t *testing.T) {
 			wantRestarts:   1,
 			wantCondReason: map[string]string{etjobv1.ConditionSuspended: etjobv1.ReasonWaitingForCapacity},
 			wantSummary:    "WaitingForCapacity",
-			wantEvents:     []wantEvent{warning(etjobv1.EventRestarting, "launcher j-launcher ended after the stop below spec.minReplicas (exit code 1)")},
+			wantEvents:     []wantEvent{warning(etjobv1.EventRestarting, "launcher j-launcher ended after its ranks stopped (exit code 1)")},
 		},
 	})
 }

@@ -28,6 +28,7 @@ func (d *decision) publish() {
 		d.members = d.members[:d.spec.MaxReplicas]
 	}
 	d.batchJoiners()
+	d.horovodHandover()
 	hosts := make([]string, 0, len(d.members))
 	for _, w := range d.members {
 		hosts = append(hosts, FormatHost(w.pod.Name, slots))
@@ -54,6 +55,18 @@ func (d *decision) batchJoiners() {
 	}
 	d.joining = nil
 	if len(joining) == 0 || len(staying) < int(d.spec.MinReplicas) {
+		return
+	}
+	if last := d.lastCarrierStop(staying); !last.IsZero() {
+		// Horovod: only members training through their notices carry the
+		// state (horovod.go). Joiners that come at least HorovodHandover
+		// before the last of them stops join at once, beside them, and
+		// take the state from them; later ones wait, and the job stops at
+		// an agreed step when the carriers go (horovodHandover).
+		if last.Sub(d.now) >= HorovodHandover {
+			return
+		}
+		d.hold(staying, joining, last)
 		return
 	}
 	if stop := d.nextNoticeStop(staying); !stop.IsZero() && stop.Sub(d.now) <= NoticeJoinHold {
@@ -89,6 +102,27 @@ func (d *decision) hold(staying, joining []*podView, until time.Time) {
 		d.joining[w.pod.Name] = true
 	}
 	d.requeueAt(until)
+}
+
+// lastCarrierStop is, for a horovod job whose staying members all train
+// through their notices, the latest of their stop times: when the last
+// member that can hand horovodrun's state to joiners stops. It is zero for
+// other jobs, or when a staying member trains on with no notice.
+func (d *decision) lastCarrierStop(staying []*podView) time.Time {
+	if d.spec.Framework != etjobv1.FrameworkHorovod {
+		return time.Time{}
+	}
+	var last time.Time
+	for _, w := range staying {
+		at := stopAt(w)
+		if !d.trainsThroughNotice(w) {
+			return time.Time{}
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	return last
 }
 
 // nextNoticeStop is the earliest stop time of the members that train

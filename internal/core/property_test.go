@@ -262,6 +262,13 @@ func TestDecideProperties(t *testing.T) {
 		}
 		t.Logf("%d members trained through a notice", trainedThroughNotices)
 	}()
+	handedOver = 0
+	defer func() {
+		if !t.Failed() && handedOver == 0 {
+			t.Errorf("no horovod membership changed under a running horovodrun")
+		}
+		t.Logf("%d horovod membership changes under a running horovodrun", handedOver)
+	}()
 	extraSeen := 0
 	defer func() {
 		if !t.Failed() && extraSeen == 0 {
@@ -406,6 +413,7 @@ func checkInvariants(t *testing.T, w *world, prev etjobv1.ElasticJobStatus, plan
 				w.trace(), name, deadline, stopAt, p.Annotations[etjobv1.AnnotationLeaveReason])
 		}
 	}
+	checkHorovodHandover(t, w, prev, plan, deleted, signaled)
 	// The running invariant.
 	if meta.IsStatusConditionTrue(st.Conditions, etjobv1.ConditionRunning) {
 		n := int32(len(st.Membership.Hosts))
@@ -422,4 +430,45 @@ func checkInvariants(t *testing.T, w *world, prev etjobv1.ElasticJobStatus, plan
 	if st.Restarts < prev.Restarts || st.Preemptions < prev.Preemptions || st.Failures < prev.Failures {
 		t.Fatalf("%s: a counter went back", w.trace())
 	}
+}
+
+// handedOver counts the horovod membership changes checkHorovodHandover saw
+// under a running horovodrun.
+var handedOver int
+
+// checkHorovodHandover: a running horovodrun is never given a host set that
+// shares no host with the one it has (it cannot broadcast the state to it),
+// nor a new host once etjob told it that it stops.
+func checkHorovodHandover(t *testing.T, w *world, prev etjobv1.ElasticJobStatus, plan core.Plan, deleted, signaled map[string]bool) {
+	t.Helper()
+	if w.job.Spec.Framework != etjobv1.FrameworkHorovod {
+		return
+	}
+	l := w.pods[core.LauncherName(w.job.Name)]
+	if l == nil || deleted[l.Name] || l.DeletionTimestamp != nil || l.Status.Phase == corev1.PodSucceeded || l.Status.Phase == corev1.PodFailed {
+		return
+	}
+	if node := w.nodes[l.Spec.NodeName]; l.Spec.NodeName != "" && (node == nil || node.Annotations[etjobv1.AnnotationNodeNotice] != "") {
+		return // lost or moving
+	}
+	cur := plan.Status.Membership.Hosts
+	if slices.Equal(prev.Membership.Hosts, cur) {
+		return
+	}
+	stopped := l.Annotations[etjobv1.AnnotationLeave] != ""
+	for _, h := range cur {
+		if stopped && !slices.Contains(prev.Membership.Hosts, h) {
+			t.Fatalf("%s: host %s published to a horovodrun told to stop (hosts %v -> %v)", w.trace(), h, prev.Membership.Hosts, cur)
+		}
+	}
+	if len(prev.Membership.Hosts) == 0 || len(cur) == 0 || stopped || signaled[l.Name] {
+		return
+	}
+	handedOver++
+	for _, h := range cur {
+		if slices.Contains(prev.Membership.Hosts, h) {
+			return
+		}
+	}
+	t.Fatalf("%s: horovod hosts %v -> %v keep no host of the set before", w.trace(), prev.Membership.Hosts, cur)
 }

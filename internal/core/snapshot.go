@@ -392,11 +392,13 @@ func nodeProvider(n *corev1.Node) string {
 // isRelease reports whether a leave reason is the job's own decision (a
 // scale-in, stopping every worker to wait for capacity below min, an extra
 // worker given back, a node priced above spec.spot.maxPricePerHour, the
-// dearest worker over spec.spot.budgetPerHour): a worker
+// dearest worker over spec.spot.budgetPerHour, a horovod job's stop when no
+// host of horovodrun's set would stay): a worker
 // that leaves for it is neither a failure nor a preemption.
 func isRelease(reason string) bool {
 	switch reason {
-	case etjobv1.ReasonScaleIn, etjobv1.ReasonWaitingForCapacity, etjobv1.ReasonGrowth, etjobv1.ReasonPriceAboveMax, etjobv1.ReasonOverBudget:
+	case etjobv1.ReasonScaleIn, etjobv1.ReasonWaitingForCapacity, etjobv1.ReasonGrowth, etjobv1.ReasonPriceAboveMax, etjobv1.ReasonOverBudget,
+		etjobv1.ReasonStateHandover:
 		return true
 	}
 	return false
