@@ -94,6 +94,17 @@ func TestDecideCompletion(t *testing.T) {
 			wantSummary:  "Succeeded",
 			wantRequeue:  6 * time.Second,
 		},
+		"a finished job a fraction of a millisecond before its TTL looks again at the TTL, not never": {
+			// The requeue was rounded to the nearest millisecond: 300 µs
+			// became 0, no requeue and no deletion, and with no event left
+			// the job was never deleted (TestCompletionCleanupAndTTL's flake).
+			job: base().TTL(10).Status(etjobv1.ElasticJobStatus{CompletionTime: &metav1.Time{Time: t0.Add(-10 * time.Second)},
+				Conditions: []metav1.Condition{{Type: etjobv1.ConditionComplete, Status: metav1.ConditionTrue, Reason: "Succeeded"}}}).Obj(),
+			now:          t0.Add(-300 * time.Microsecond),
+			wantCondTrue: []string{etjobv1.ConditionComplete},
+			wantSummary:  "Succeeded",
+			wantRequeue:  time.Millisecond,
+		},
 		"cleanPodPolicy All deletes finished pods too": {
 			job: base().CleanPodPolicy(etjobv1.CleanPodPolicyAll).Status(etjobv1.ElasticJobStatus{
 				Conditions: []metav1.Condition{{Type: etjobv1.ConditionFailed, Status: metav1.ConditionTrue, Reason: "X"}}}).Obj(),

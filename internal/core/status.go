@@ -180,7 +180,13 @@ func (d *decision) summarize() {
 	}
 	st.Summary = d.summary()
 	d.plan.Status = *st
-	d.plan.RequeueAfter = d.plan.RequeueAfter.Round(time.Millisecond)
+	// Whole milliseconds, rounded up: a requeue must never come before its
+	// deadline. Rounded to the nearest, a deadline less than half a
+	// millisecond away gave 0 (no requeue at all), and a finished job whose
+	// last pass fell there was never deleted after its TTL.
+	if r := d.plan.RequeueAfter; r > 0 {
+		d.plan.RequeueAfter = (r + time.Millisecond - 1).Truncate(time.Millisecond)
+	}
 }
 
 // lastCheckpoint publishes the newest checkpoint the workers reported, and

@@ -163,9 +163,13 @@ func TestHorovodSpotStory(t *testing.T) {
 	waitWorld("training on after the hard loss", 2)
 	waitStep("training after the hard loss", parseHorovodLog(logs.text()).lastStep()+30)
 
-	// 3. A burst below min: both remaining workers' nodes noticed at once.
-	// Every rank stops at one agreed step after rank 0's checkpoint, the job
-	// waits for capacity, and resumes from that checkpoint when nodes return.
+	// 3. A burst below min: both remaining workers' nodes noticed at once,
+	// and two new nodes added at the same moment, so that their workers are
+	// ready while the old ranks still stop (the race that failed this story
+	// twice: a new host set with none of horovodrun's own). Every rank stops
+	// at one agreed step after rank 0's checkpoint, the job waits for
+	// capacity, and a new horovodrun resumes from that checkpoint with the
+	// new workers; the old one's exit is a release.
 	var burst []string
 	for _, w := range liveWorkers(t, ctx, e, "fine-tuning-elastic") {
 		n, _ := workerNode(t, ctx, e, w)
@@ -174,6 +178,11 @@ func TestHorovodSpotStory(t *testing.T) {
 	for _, n := range burst {
 		reclaimAsync(t, ctx, e, n, 20*time.Second)
 	}
+	for range 2 {
+		if _, err := e.AddNode(ctx, "", true); err != nil {
+			t.Fatal(err)
+		}
+	}
 	waitCondition(t, ctx, e, "fine-tuning-elastic", etjobv1.ConditionSuspended, etjobv1.ReasonWaitingForCapacity, 2*time.Minute, logs)
 	// The condition is set when the stop is ordered; the ranks print their
 	// stop lines once they reached the agreed step.
@@ -181,11 +190,6 @@ func TestHorovodSpotStory(t *testing.T) {
 		return agreedStopLine.MatchString(logs.text()), tail(logs.text(), 20)
 	})
 	stopStep := agreedStop(t, logs.text())
-	for range 2 {
-		if _, err := e.AddNode(ctx, "", true); err != nil {
-			t.Fatal(err)
-		}
-	}
 	waitFor(t, ctx, "the resume from the stop's checkpoint", 3*time.Minute, func() (bool, string) {
 		return regexp.MustCompile(fmt.Sprintf(`resume step=%d world=\d+`, stopStep)).MatchString(logs.text()), tail(logs.text(), 20)
 	})
@@ -197,6 +201,9 @@ func TestHorovodSpotStory(t *testing.T) {
 	}
 	if job.Status.Failures != 0 {
 		t.Errorf("failures %d: a noticed loss, a hard loss and a stop below min are not failures", job.Status.Failures)
+	}
+	if strings.Contains(logs.text(), "No hosts from previous set remaining") {
+		t.Errorf("horovodrun was given a host set with none of its own hosts:\n%s", tail(logs.text(), 40))
 	}
 	hardSeen := false
 	for _, tr := range run.transitions {

@@ -644,7 +644,10 @@ func TestSuspendResume(t *testing.T) {
 
 func TestCompletionCleanupAndTTL(t *testing.T) {
 	ns := newNamespace(t)
-	create(t, newJob(ns, "c").Replicas(2).Min(2).Max(2).TTL(2).Obj())
+	// A TTL of a few seconds: the job must still be there when the test
+	// reads its Complete condition (completionTime is whole seconds, so
+	// the deletion comes up to a second early), also on a loaded machine.
+	create(t, newJob(ns, "c").Replicas(2).Min(2).Max(2).TTL(5).Obj())
 	startAll(t, waitPods(t, ns, "c", "c-launcher", "c-worker-0", "c-worker-1"))
 	waitHosts(t, ns, "c", "c-worker-0:1", "c-worker-1:1")
 	exitPod(t, ns, "c-worker-0", 0)
