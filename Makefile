@@ -42,6 +42,10 @@ controlplane: ## Build kube-apiserver, scheduler, controller-manager, kubectl an
 test: ## The README's test command (CI): lint, walls, unit, worker library, integration (real kube-apiserver), end-to-end.
 	hack/test.sh
 
+.PHONY: test-fast
+test-fast: ## The inner loop (warm <= 5 min): lint, walls, unit tests, the worker library on Debian's torch 1.13; no local cluster, no e2e.
+	hack/test.sh fast
+
 .PHONY: test-unit
 test-unit: ## Unit tests (the decision core, builders, CLI, the Go supervisor package).
 	$(GO) test ./internal/... ./api/... ./config/... ./pkg/... ./cmd/... ./hack/...
@@ -160,6 +164,10 @@ chaos: ## Seeded chaos run (<= ~12 min) on the local cluster with real torchrun:
 .PHONY: horovod
 horovod: ## Build Horovod 0.28.1 (PyTorch + gloo) from PyPI's sdist into the cache, once; prints its venv.
 	hack/install-horovod.sh
+
+.PHONY: torch2
+torch2: ## Install the torch 2.x venv (PyPI's torch 2.15.0, torchft 0.2.0, numpy, scikit-learn; pinned with hashes) into the cache, once; prints its directory.
+	hack/install-torch2.sh
 
 .PHONY: test-e2e
 test-e2e: ## End-to-end tests on the local cluster with real torchrun and real Horovod training.

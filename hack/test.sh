@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # test.sh is the project's one test command (README "Test it", .ci/run):
-# lint, unit tests (with the decision core's coverage), then integration tests
-# against a real kube-apiserver and etcd built once into the cache.
+# lint, unit tests (with the decision core's coverage), the worker library on
+# Debian's torch 1.13 and on PyPI's torch 2.15, then integration tests against
+# a real kube-apiserver and etcd built once into the cache, and the
+# end-to-end stories. `hack/test.sh fast` (make test-fast) is the inner loop:
+# lint, walls, unit tests and the worker library on torch 1.13, no cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+mode=${1:-all}
 
 step() { printf '\n==> %s\n' "$*"; }
+# worker_tests runs the worker library's tests with one interpreter: the tests
+# start their workers with that same interpreter (sys.executable).
+worker_tests() {
+  PYTHONPATH="$PWD/python:$PWD/python/tests" "$1" -m unittest discover -s python/tests -t python/tests
+}
 
 step "Debian packages (python3-torch, python3-sklearn; installed once)"
 hack/install-deps.sh
@@ -16,6 +25,16 @@ unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then echo "gofmt needed:"; echo "$unformatted"; exit 1; fi
 go vet ./...
 
+if [ "$mode" = fast ]; then
+  step "walls (hack/walls)"
+  go test -count=1 ./hack/...
+  step "unit tests (the process-node and agent tests start the control plane: built once into the cache)"
+  go test -count=1 ./api/... ./config/... ./internal/... ./pkg/... ./cmd/...
+  step "worker library tests on Debian's torch 1.13"
+  worker_tests /usr/bin/python3
+  exit 0
+fi
+
 step "control plane binaries (built once into the cache; cold ~7 min)"
 KUBEBUILDER_ASSETS=$(hack/build-controlplane.sh)
 export KUBEBUILDER_ASSETS
@@ -23,6 +42,10 @@ echo "using $KUBEBUILDER_ASSETS"
 
 step "Horovod 0.28.1 with PyTorch and gloo (built once from PyPI's sdist into the cache; cold ~5 min)"
 echo "using $(hack/install-horovod.sh)"
+
+step "the torch 2.x venv: PyPI's torch 2.15.0, torchft 0.2.0 (installed once into the cache; cold ~3 min)"
+TORCH2=$(hack/install-torch2.sh)
+echo "using $TORCH2"
 
 step "walls (hack/walls: the core is pure, api/ and the agent stand alone, the user's binaries are clients of at most 60 MB)"
 go test -count=1 ./hack/...
@@ -36,8 +59,11 @@ awk -v c="$cover" 'BEGIN { exit !(c >= 85) }' || { echo "decision core coverage 
 step "fuzzing: every fuzz target for ${ETJOB_FUZZTIME:-10s} (their corpora ran with the unit tests)"
 make --no-print-directory fuzz FUZZTIME="${ETJOB_FUZZTIME:-10s}"
 
-step "worker library tests (Python stdlib unittest; real torchrun for the agreed stop)"
-PYTHONPATH="$PWD/python:$PWD/python/tests" /usr/bin/python3 -m unittest discover -s python/tests -t python/tests
+step "worker library tests on Debian's torch 1.13 (Python stdlib unittest; real torchrun for the agreed stop)"
+worker_tests /usr/bin/python3
+
+step "worker library tests on PyPI's torch 2.15 (the same tests, in the torch 2.x venv)"
+worker_tests "$TORCH2/bin/python3"
 
 step "integration tests (real kube-apiserver + etcd)"
 go test -count=1 -p 1 -timeout 20m ./test/integration/...

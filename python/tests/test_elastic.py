@@ -10,6 +10,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -50,7 +51,7 @@ class Job:
         i = len(self.procs)
         name = "w%d" % i
         with open(os.path.join(self.dir, name + ".out"), "w") as out, open(os.path.join(self.dir, name + ".err"), "w") as err:
-            self.procs[name] = subprocess.Popen(["/usr/bin/python3", os.path.join(HERE, "elastic_worker.py")],
+            self.procs[name] = subprocess.Popen([sys.executable, os.path.join(HERE, "elastic_worker.py")],
                                                 env=dict(self.env, ETJOB_POD_NAME=name), stdout=out, stderr=err)
         return name
 
@@ -128,7 +129,7 @@ def resumes(job):
     return out
 
 
-@unittest.skipIf(dist is None, "needs torch (/usr/bin/python3 with python3-torch)")
+@unittest.skipIf(dist is None, "needs torch")
 class InProcessRecoveryTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -280,7 +281,7 @@ class InProcessRecoveryTest(unittest.TestCase):
         self.assert_finished_like_undisturbed(again, list(again.procs))
 
 
-@unittest.skipIf(dist is None, "needs torch (/usr/bin/python3 with python3-torch)")
+@unittest.skipIf(dist is None, "needs torch")
 class FenceTest(unittest.TestCase):
     def test_checkpoint_of_an_ended_generation_is_not_renamed_into_place(self):
         import torch

@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 
-@unittest.skipIf(etorch is None, "needs torch (/usr/bin/python3 with python3-torch)")
+@unittest.skipIf(etorch is None, "needs torch")
 class SamplerTest(unittest.TestCase):
     def test_exactly_once_per_epoch_across_world_sizes_and_restores(self):
         rng = random.Random(7)
