@@ -46,17 +46,11 @@ func startClusterWith(t *testing.T, ctx context.Context, name string, spot, onDe
 		t.Skip("ETJOB_SKIP_E2E is set")
 	}
 	repo := repoRoot(t)
-	bins := t.TempDir()
-	components, err := localcluster.BuildBinaries(ctx, repo, bins)
+	bins, components, err := buildBinaries(repo)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bin, local := filepath.Join(bins, "etjob"), filepath.Join(bins, "etjob-local")
-	build := exec.Command("go", "build", "-o", bins+"/", "./cmd/etjob", "./cmd/etjob-local")
-	build.Dir = repo
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building etjob and etjob-local: %v\n%s", err, out)
-	}
 	assets, err := testutil.ControlPlaneAssets()
 	if err != nil {
 		t.Fatal(err)
@@ -171,8 +165,42 @@ func reclaimedProviders() []string {
 
 // TestMain runs the stories, then checks that, when both noticed stories
 // passed, each cloud's notice drove at least one reclamation.
+// built holds the binaries every story runs: built once per run of the
+// package from this tree (linking the six of them took tens of seconds a
+// story on 2 cores).
+var built struct {
+	once       sync.Once
+	dir        string
+	components localcluster.Binaries
+	err        error
+}
+
+// buildBinaries builds, on its first call, the cluster's components, the
+// user's etjob and etjob-local into one directory, removed by TestMain.
+func buildBinaries(repo string) (string, localcluster.Binaries, error) {
+	built.once.Do(func() {
+		built.dir, built.err = os.MkdirTemp("", "etjob-e2e-bin-")
+		if built.err != nil {
+			return
+		}
+		built.components, built.err = localcluster.BuildBinaries(context.Background(), repo, built.dir)
+		if built.err != nil {
+			return
+		}
+		build := exec.Command("go", "build", "-o", built.dir+"/", "./cmd/etjob", "./cmd/etjob-local")
+		build.Dir = repo
+		if out, err := build.CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("building etjob and etjob-local: %w\n%s", err, out)
+		}
+	})
+	return built.dir, built.components, built.err
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
 	if code == 0 && reclaims.stories >= 2 {
 		for _, p := range localcluster.Providers {
 			if !slices.Contains(reclaims.providers, p) {
