@@ -267,9 +267,13 @@ func (o *ScaleOptions) target(cur int32) (int32, string) {
 	return int32(o.Replicas), "--replicas"
 }
 
-// ScaleRefusal refuses a desired size across the job's min or max, naming the
-// flag and the limit. The API server would refuse it too (CEL), less clearly.
+// ScaleRefusal refuses to scale a finished job, naming its state, and a
+// desired size across the job's min or max, naming the flag and the limit.
+// The API server would refuse the latter too (CEL), less clearly.
 func ScaleRefusal(job *etjobv1.ElasticJob, target int32, flag string) error {
+	if why := core.FinishedRefusal(job); why != "" {
+		return fmt.Errorf("refused: %s", why)
+	}
 	switch {
 	case target < job.Spec.MinReplicas:
 		return fmt.Errorf("refused: %s would take %s to %d workers, below its minimum of %d (spec.minReplicas, --min-workers at submit)",

@@ -12,9 +12,35 @@ import (
 
 // finished reports whether the job is Complete or Failed: nothing but its
 // cleanup and its TTL is decided for it any more.
-func (d *decision) finished() bool {
-	return meta.IsStatusConditionTrue(d.st.Conditions, etjobv1.ConditionComplete) ||
-		meta.IsStatusConditionTrue(d.st.Conditions, etjobv1.ConditionFailed)
+func (d *decision) finished() bool { return FinishedCondition(d.st.Conditions) != nil }
+
+// FinishedCondition returns a finished job's Complete or Failed condition,
+// nil while it is not finished: a finished job neither runs nor scales.
+func FinishedCondition(conds []metav1.Condition) *metav1.Condition {
+	for _, t := range []string{etjobv1.ConditionComplete, etjobv1.ConditionFailed} {
+		if c := meta.FindStatusCondition(conds, t); c != nil && c.Status == metav1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
+// FinishedRefusal says why a finished job cannot be scaled, naming its state
+// and the condition's words; "" while it is not finished.
+func FinishedRefusal(job *etjobv1.ElasticJob) string {
+	c := FinishedCondition(job.Status.Conditions)
+	if c == nil {
+		return ""
+	}
+	state := "completed"
+	if c.Type == etjobv1.ConditionFailed {
+		state = "failed"
+	}
+	msg := fmt.Sprintf("ElasticJob %q has %s (%s", job.Name, state, c.Reason)
+	if c.Message != "" {
+		msg += ": " + c.Message
+	}
+	return msg + "): a finished job does not scale; submit it again to train more"
 }
 
 // deadlineExceeded fails the job once it has been active for

@@ -61,6 +61,9 @@ func DecideScale(req ScaleRequest, job *etjobv1.ElasticJob, hpaTargets bool, now
 		if job == nil {
 			return refuse("ElasticJob %q not found", req.Spec.Job)
 		}
+		if why := FinishedRefusal(job); why != "" {
+			return refuse("%s", why)
+		}
 		if hpaTargets {
 			return refuse("an HorizontalPodAutoscaler targets ElasticJob %q: change its size through the HPA", req.Spec.Job)
 		}

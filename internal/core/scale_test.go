@@ -60,6 +60,17 @@ func TestDecideScale(t *testing.T) {
 			req: core.ScaleRequest{Out: true, Spec: spec(1)}, job: job(3, 3), hpa: true,
 			wantPhase: etjobv1.ScaleRequestRefused, wantMessage: `an HorizontalPodAutoscaler targets ElasticJob "j": change its size through the HPA`,
 		},
+		"a scale out of a failed job is refused with its state": {
+			req: core.ScaleRequest{Out: true, Spec: spec(1)}, job: func() *etjobv1.ElasticJob {
+				j := job(3, 0)
+				j.Status.Conditions = []metav1.Condition{{Type: etjobv1.ConditionFailed, Status: metav1.ConditionTrue,
+					Reason: etjobv1.ReasonBackoffLimit, Message: "4 failures exceed spec.backoffLimit (3)"}}
+				return j
+			}(),
+			wantPhase: etjobv1.ScaleRequestRefused,
+			wantMessage: `ElasticJob "j" has failed (BackoffLimitExceeded: 4 failures exceed spec.backoffLimit (3)): ` +
+				"a finished job does not scale; submit it again to train more",
+		},
 		"a missing job": {
 			req: core.ScaleRequest{Out: true, Spec: spec(1)}, wantPhase: etjobv1.ScaleRequestRefused, wantMessage: `ElasticJob "j" not found`,
 		},

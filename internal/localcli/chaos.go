@@ -59,7 +59,7 @@ run) and checks each plan is identical and the invariants hold; it needs no clus
 	}
 	cmd.Flags().Int64Var(&o.seed, "seed", 0, "seed of the schedule and the victims (default: drawn from the time, and printed)")
 	cmd.Flags().StringVar(&o.dir, "dir", filepath.Join(filepath.Dir(localcluster.DefaultDir()), "chaos"), "directory of the chaos cluster (the run record and decision record stay there)")
-	cmd.Flags().StringVar(&o.repo, "repo", "", "the etjob repository (examples/ and python/); default: the current git work tree")
+	cmd.Flags().StringVar(&o.repo, "repo", "", repoFlagHelp)
 	cmd.Flags().StringVar(&o.record, "record", "", "JSON-lines run record (default <dir>/chaos-run.jsonl)")
 	cmd.Flags().StringVar(&o.replay, "replay", "", "replay this decision record through core.Decide and check it, instead of a run")
 	cmd.Flags().BoolVar(&o.keep, "keep", false, "keep the cluster running afterwards")

@@ -20,19 +20,30 @@ import (
 
 type clusterOptions struct {
 	dir      string
+	repo     string
 	spot     int
 	onDemand int
 	streams  cli.IOStreams
 }
 
+// cluster is the cluster in --dir, for the verbs that start no node.
 func (o *clusterOptions) cluster() (*localcluster.Cluster, error) {
-	cl := &localcluster.Cluster{Dir: o.dir, Out: o.streams.Out}
-	// From the etjob repository, pods run the local image: Debian's torch,
-	// Horovod when hack/install-horovod.sh installed it, etjob's library and
-	// examples (docs/local-cluster.md).
-	if repo, err := exampleRepo(""); err == nil {
-		cl.Images = localcluster.LocalImages(repo, localcluster.HorovodVenv())
+	return &localcluster.Cluster{Dir: o.dir, Out: o.streams.Out}, nil
+}
+
+// nodeCluster is the cluster in --dir for the verbs that start process
+// nodes (up, add-node, replay): their pods run the local image, Debian's
+// torch, Horovod when hack/install-horovod.sh installed it, etjob's library
+// and examples (docs/local-cluster.md), which need the repository. Without
+// it a horovod job would fail with "horovodrun: not found", far from the
+// cause, so it is refused here, naming the flag.
+func (o *clusterOptions) nodeCluster() (*localcluster.Cluster, error) {
+	repo, err := exampleRepo(o.repo)
+	if err != nil {
+		return nil, err
 	}
+	cl, _ := o.cluster()
+	cl.Images = localcluster.LocalImages(repo, localcluster.HorovodVenv())
 	return cl, nil
 }
 
@@ -48,6 +59,7 @@ whose pods run as host processes (no container engine). Nodes are labelled like
 cloud nodes (karpenter.sh/capacity-type, node.kubernetes.io/instance-type) with a price.`,
 	}
 	cmd.PersistentFlags().StringVar(&o.dir, "dir", localcluster.DefaultDir(), "directory of the cluster's state, logs and kubeconfig")
+	cmd.PersistentFlags().StringVar(&o.repo, "repo", "", repoFlagHelp)
 
 	up := &cobra.Command{
 		Use:     "up",
@@ -240,7 +252,7 @@ func (o *clusterOptions) up(ctx context.Context) error {
 	if o.spot < 0 || o.onDemand < 0 {
 		return fmt.Errorf("--spot and --on-demand must be 0 or more")
 	}
-	cl, err := o.cluster()
+	cl, err := o.nodeCluster()
 	if err != nil {
 		return err
 	}
@@ -259,7 +271,7 @@ func (o *clusterOptions) up(ctx context.Context) error {
 }
 
 func (o *clusterOptions) addNode(ctx context.Context, name string, spot bool) error {
-	cl, err := o.cluster()
+	cl, err := o.nodeCluster()
 	if err != nil {
 		return err
 	}
@@ -292,7 +304,7 @@ func (o *clusterOptions) replay(ctx context.Context, path string, r replayOption
 	if err != nil {
 		return fmt.Errorf("TRACE %s: %w", path, err)
 	}
-	cl, err := o.cluster()
+	cl, err := o.nodeCluster()
 	if err != nil {
 		return err
 	}

@@ -44,7 +44,7 @@ kubectl get etjob,pods -w`,
 		RunE: func(c *cobra.Command, _ []string) error { return o.run(c.Context()) },
 	}
 	cmd.Flags().StringVar(&o.dir, "dir", filepath.Join(filepath.Dir(localcluster.DefaultDir()), "demo"), "directory of the demo cluster")
-	cmd.Flags().StringVar(&o.repo, "repo", "", "the etjob repository (examples/ and python/); default: the current git work tree")
+	cmd.Flags().StringVar(&o.repo, "repo", "", repoFlagHelp)
 	cmd.Flags().BoolVar(&o.keep, "keep", false, "keep the cluster running afterwards")
 	cmd.Flags().IntVar(&o.epochs, "epochs", 40, "training epochs (22 steps each)")
 	cmd.Flags().IntVar(&o.width, "width", 160, "CNN width (work per step)")
@@ -118,15 +118,35 @@ func (o *demoOptions) runChurn(ctx context.Context, cl *localcluster.Cluster) er
 // exampleRepo returns the etjob repository whose examples/ and python/ the
 // local-cluster stories run: --repo, else the current git work tree.
 func exampleRepo(repo string) (string, error) {
-	if repo == "" {
-		out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-		if err != nil {
-			return "", fmt.Errorf("--repo: not in a git work tree; pass the etjob repository")
+	if repo != "" {
+		if !isExampleRepo(repo) {
+			return "", fmt.Errorf("--repo %s: not the etjob repository (no examples/digits/train.py)", repo)
 		}
-		repo = strings.TrimSpace(string(out))
+		return repo, nil
 	}
-	if _, err := os.Stat(filepath.Join(repo, "examples/digits/train.py")); err != nil {
-		return "", fmt.Errorf("--repo %s: no examples/digits/train.py", repo)
+	// The current git work tree, then the repository this binary was
+	// built into (make build and make demo put it in <repo>/bin/).
+	if out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output(); err == nil {
+		if top := strings.TrimSpace(string(out)); isExampleRepo(top) {
+			return top, nil
+		}
 	}
-	return repo, nil
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			if top := filepath.Dir(filepath.Dir(exe)); isExampleRepo(top) {
+				return top, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("cannot find the etjob repository (examples/ and python/), neither from the current directory nor from this binary: " +
+		"pass --repo DIR; the cluster's pods run etjob's library and examples from it")
+}
+
+// repoFlagHelp is the help of the --repo flags.
+const repoFlagHelp = "the etjob repository (examples/ and python/, what the pods run); default: the current git work tree, else the one this binary was built in"
+
+// isExampleRepo reports whether dir holds etjob's examples.
+func isExampleRepo(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "examples/digits/train.py"))
+	return err == nil
 }
