@@ -47,8 +47,16 @@ type Options struct {
 	Client kubernetes.Interface
 	// NodeName is this node.
 	NodeName string
-	// Source reads the cloud's notices; nil means Kubernetes-side signals only.
+	// Source reads the cloud's notices; nil means Kubernetes-side signals
+	// only, unless Detect finds one later.
 	Source notice.Source
+	// Detect, when set and Source is nil (--provider auto found no cloud at
+	// start: a metadata service slow at boot), probes for the cloud again
+	// with back-off, from DetectBackoff doubling up to MaxDetectBackoff,
+	// until a source answers; nil when none does. /readyz fails meanwhile.
+	Detect func(context.Context) notice.Source
+	// DetectBackoff is the first wait between probes; zero means 2 s.
+	DetectBackoff time.Duration
 	// PriceSource feeds the node's current price into its
 	// etjob.dev/price-per-hour annotation; nil leaves prices to the label.
 	PriceSource price.Source
@@ -125,7 +133,10 @@ type Agent struct {
 
 	kick chan struct{}
 
-	mu           sync.Mutex
+	mu sync.Mutex
+	// src is the cloud's notice source once known (Options.Source, or what
+	// Options.Detect found), nil before.
+	src          notice.Source
 	cloud        notice.Notice
 	cloudSettled bool
 	k8sSince     time.Time
@@ -251,12 +262,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 
 	if a.o.Source != nil {
-		d := &notice.Debouncer{Confirm: a.o.Confirm, Log: a.log.With("provider", a.o.Source.Provider())}
-		go notice.Watch(ctx, a.o.Source, a.o.PollInterval, d, a.o.Now, a.setCloud)
+		a.watchCloud(ctx, a.o.Source)
 	} else {
+		// Kubernetes-side notices only, for now or for good: nothing to
+		// wait for before the Node is marked.
 		a.mu.Lock()
 		a.cloudSettled = true
 		a.mu.Unlock()
+		if a.o.Detect != nil {
+			go a.redetect(ctx)
+		}
 	}
 
 	a.poke()
@@ -278,6 +293,65 @@ func (a *Agent) Run(ctx context.Context) error {
 			continue
 		}
 		backoff, retry = 0, nil
+	}
+}
+
+// MaxDetectBackoff bounds the wait between two probes for the cloud.
+const MaxDetectBackoff = 5 * time.Minute
+
+// watchCloud starts reading the cloud's notices from src.
+func (a *Agent) watchCloud(ctx context.Context, src notice.Source) {
+	a.mu.Lock()
+	a.src = src
+	a.mu.Unlock()
+	d := &notice.Debouncer{Confirm: a.o.Confirm, Log: a.log.With("provider", src.Provider())}
+	go notice.Watch(ctx, src, a.o.PollInterval, d, a.o.Now, a.setCloud)
+}
+
+// redetect probes for the cloud until one answers: an agent that started
+// while its node's metadata service was slow (at boot) would otherwise
+// never hear that node's reclamation notices, with /healthz green.
+func (a *Agent) redetect(ctx context.Context) {
+	wait := a.o.DetectBackoff
+	if wait <= 0 {
+		wait = 2 * time.Second
+	}
+	for tries := 1; ; tries++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		if src := a.o.Detect(ctx); src != nil {
+			a.log.Info("detected cloud provider", "provider", src.Provider(), "probes", tries+1)
+			a.watchCloud(ctx, src)
+			return
+		}
+		wait = min(2*wait, MaxDetectBackoff)
+		a.log.Info("no cloud metadata service answered yet: Kubernetes-side notices only", "probes", tries+1, "nextProbeIn", wait)
+	}
+}
+
+// source is the cloud's notice source, nil while none is known.
+func (a *Agent) source() notice.Source {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.src
+}
+
+// serveReady answers readiness: ready once the agent knows its cloud, or
+// when none was chosen (--provider none); not ready while --provider auto
+// has found none yet, saying so (Kubernetes-side notices still work).
+func (a *Agent) serveReady(w http.ResponseWriter, _ *http.Request) {
+	switch src := a.source(); {
+	case src != nil:
+		fmt.Fprintf(w, "ok: cloud %s\n", src.Provider())
+	case a.o.Detect == nil:
+		fmt.Fprintln(w, "ok: no cloud provider (Kubernetes-side notices only)")
+	default:
+		http.Error(w, "no cloud metadata service has answered yet (probing again with back-off): this node's reclamation notices "+
+			"would be missed; Kubernetes-side notices still work. On a node with no cloud metadata service, set --provider none",
+			http.StatusServiceUnavailable)
 	}
 }
 
@@ -415,8 +489,9 @@ func (a *Agent) sync(ctx context.Context) error {
 // ackIfDrained tells the provider (Azure) that the node may go once no
 // workload pod is left on it.
 func (a *Agent) ackIfDrained(ctx context.Context, st NodeState, pods []*corev1.Pod) {
-	acker, ok := a.o.Source.(notice.Acker)
-	if !ok || st.Reclaim.EventID == "" || st.Reclaim.Source != a.o.Source.Provider() {
+	src := a.source()
+	acker, ok := src.(notice.Acker)
+	if !ok || st.Reclaim.EventID == "" || st.Reclaim.Source != src.Provider() {
 		return
 	}
 	a.mu.Lock()

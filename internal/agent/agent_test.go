@@ -705,3 +705,52 @@ func TestAgentPrice(t *testing.T) {
 	eventually(t, 10*time.Second, "the new price annotated", func() bool { v, _ := annotation(); return v == "1.5" })
 	eventually(t, 10*time.Second, "a PriceChanged Event", func() bool { return hasEvent(ctx, cs, "PriceChanged", "$1.5 an hour") })
 }
+
+// TestAgentRedetects: an agent whose cloud's metadata service did not answer
+// at start (slow at boot) probes again with back-off: its readiness says so
+// meanwhile, and once the cloud answers the node's notices are heard.
+func TestAgentRedetects(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := startAPIServer(t)
+	emu := metadata.New()
+	mdsrv := httptest.NewServer(emu)
+	defer mdsrv.Close()
+	var answers atomic.Bool
+	var probes atomic.Int32
+	detect := func(context.Context) notice.Source {
+		probes.Add(1)
+		if !answers.Load() {
+			return nil
+		}
+		src, _ := notice.New(notice.ProviderAWS, notice.Options{BaseURL: mdsrv.URL})
+		return src
+	}
+	base := "http://" + runAgent(ctx, t, cs, agent.Options{Detect: detect, DetectBackoff: 20 * time.Millisecond})
+	ready := func() (int, string) {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	eventually(t, 20*time.Second, "two probes that found no cloud, and /readyz saying so", func() bool {
+		code, body := ready()
+		return probes.Load() >= 2 && code == http.StatusServiceUnavailable && strings.Contains(body, "--provider none")
+	})
+	answers.Store(true)
+	eventually(t, 20*time.Second, "/readyz ready with the cloud found", func() bool {
+		code, body := ready()
+		return code == http.StatusOK && strings.Contains(body, "cloud aws")
+	})
+	emu.SetReclaim(metadata.AWS, time.Now().Add(2*time.Minute).UTC().Truncate(time.Second))
+	eventually(t, 20*time.Second, "the Node carries the cloud's notice", func() bool {
+		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		return err == nil && n.Annotations[etjobv1.AnnotationNodeNotice] != ""
+	})
+	if code, body := ready(); code != http.StatusOK {
+		t.Errorf("/readyz = %d %q after the cloud was found", code, body)
+	}
+}

@@ -97,11 +97,14 @@ func run(ctx context.Context, args []string) error {
 
 	no := notice.Options{BaseURL: *metadataURL, AzureVMName: *azureVM, GCPWindow: *gcpWindow}
 	var src notice.Source
+	var detect func(context.Context) notice.Source
 	switch *provider {
 	case "none":
 	case "auto":
 		if src = notice.Detect(ctx, no, 2*time.Second); src == nil {
-			log.Info("no cloud metadata service answered: Kubernetes-side notices only")
+			// A metadata service slow at boot: probe again (Agent.redetect).
+			detect = func(ctx context.Context) notice.Source { return notice.Detect(ctx, no, 2*time.Second) }
+			log.Info("no cloud metadata service answered yet: Kubernetes-side notices only; probing again with back-off")
 		} else {
 			log.Info("detected cloud provider", "provider", src.Provider())
 		}
@@ -125,6 +128,7 @@ func run(ctx context.Context, args []string) error {
 		Client:                 client,
 		NodeName:               *nodeName,
 		Source:                 src,
+		Detect:                 detect,
 		PriceSource:            prices,
 		PollInterval:           *pollInterval,
 		Confirm:                *confirm,

@@ -179,7 +179,8 @@ func (s *progressStore) get(ns, pod string) (PodProgress, bool) {
 //	GET  /v1/signal?namespace=NS&pod=NAME    the pod's Signal
 //	POST /v1/progress?namespace=NS&pod=NAME  store the pod's Progress
 //	GET  /v1/progress                        every pod's latest progress
-//	GET  /healthz
+//	GET  /healthz                            liveness
+//	GET  /readyz                             whether the agent knows its cloud (or none was chosen)
 //
 // Callers prove who they are with a service-account token bound to the pod
 // they name (Authorization: Bearer), never by source IP: on the local
@@ -187,6 +188,7 @@ func (s *progressStore) get(ns, pod string) (PodProgress, bool) {
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", a.serveReady)
 	mux.HandleFunc("GET /v1/signal", a.serveSignal)
 	mux.HandleFunc("POST /v1/progress", a.postProgress)
 	mux.HandleFunc("GET /v1/progress", a.getProgress)
