@@ -1,12 +1,12 @@
 package controller
 
 import (
-	"strconv"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
 
 // expectationsTimeout bounds how long a job waits for the cache to show its
@@ -22,7 +22,7 @@ type Expectations struct {
 	// written is the resourceVersion of the last status this controller wrote
 	// for a job: a cached job older than that would make it act on stale
 	// bookkeeping (a restart count, the next worker index) and create twice.
-	written map[types.NamespacedName]uint64
+	written map[types.NamespacedName]string
 }
 
 type expected struct {
@@ -32,35 +32,32 @@ type expected struct {
 
 // NewExpectations returns an empty store.
 func NewExpectations() *Expectations {
-	return &Expectations{jobs: map[types.NamespacedName]*expected{}, written: map[types.NamespacedName]uint64{}}
+	return &Expectations{jobs: map[types.NamespacedName]*expected{}, written: map[types.NamespacedName]string{}}
 }
 
 // StatusWritten records the resourceVersion returned by a status write.
 func (e *Expectations) StatusWritten(job types.NamespacedName, resourceVersion string) {
-	rv, err := strconv.ParseUint(resourceVersion, 10, 64)
-	if err != nil {
-		return
-	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.written[job] = rv
+	e.written[job] = resourceVersion
 }
 
 // JobSynced reports whether the cached job is at least as new as the last
-// status this controller wrote. resourceVersions are etcd revisions, which
-// grow; one that does not parse is trusted.
+// status this controller wrote, compared as the API server orders
+// resourceVersions (apimachinery's CompareResourceVersion, comparable since
+// Kubernetes 1.35). One that is not well formed is trusted.
 func (e *Expectations) JobSynced(job types.NamespacedName, resourceVersion string) bool {
-	rv, err := strconv.ParseUint(resourceVersion, 10, 64)
-	if err != nil {
-		return true
-	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if rv >= e.written[job] {
-		delete(e.written, job)
+	written, ok := e.written[job]
+	if !ok {
 		return true
 	}
-	return false
+	if c, err := resourceversion.CompareResourceVersion(resourceVersion, written); err == nil && c < 0 {
+		return false
+	}
+	delete(e.written, job)
+	return true
 }
 
 func (e *Expectations) get(job types.NamespacedName) *expected {
