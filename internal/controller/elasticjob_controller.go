@@ -35,8 +35,12 @@ const expectationsRecheck = 2 * time.Second
 // ElasticJobReconciler reconciles ElasticJobs.
 type ElasticJobReconciler struct {
 	client.Client
-	Recorder events.EventRecorder
-	Clock    clock.PassiveClock
+	// APIReader reads from the API server, past the cache: a status write
+	// that conflicts is retried on what the server holds (writeStatus).
+	// Nil: such a write is not retried in the pass.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
 	// Decisions, when set, records every Decide call (--record-decisions).
 	Decisions    *DecisionRecorder
 	expectations *Expectations
@@ -189,11 +193,12 @@ func (r *ElasticJobReconciler) podNotice(ctx context.Context, job *etjobv1.Elast
 func (r *ElasticJobReconciler) apply(ctx context.Context, job *etjobv1.ElasticJob, plan *core.Plan) error {
 	key := client.ObjectKeyFromObject(job)
 	logger := log.FromContext(ctx)
-	for _, d := range plan.Delete {
+	for i, d := range plan.Delete {
 		r.expectations.ExpectDelete(key, d.Name, r.Clock.Now())
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: job.Namespace}}
 		if err := r.Delete(ctx, pod, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 			r.expectations.DeleteObserved(key, d.Name)
+			uncount(plan, plan.Delete[i:])
 			return fmt.Errorf("deleting pod %s: %w", d.Name, err)
 		}
 		logger.V(1).Info("deleted pod", "pod", d.Name, "reason", d.Reason)
@@ -239,6 +244,20 @@ func (r *ElasticJobReconciler) apply(ctx context.Context, job *etjobv1.ElasticJo
 		}
 	}
 	return nil
+}
+
+// uncount takes out of the planned status what it counts for the pods whose
+// deletion was not made: the next pass sees them again and counts them then,
+// so that each failure and preemption is counted once. A plan that finished
+// the job keeps its counts: nothing is counted for a finished job again.
+func uncount(plan *core.Plan, undone []core.Deletion) {
+	if core.FinishedCondition(plan.Status.Conditions) != nil {
+		return
+	}
+	for _, d := range undone {
+		plan.Status.Failures -= d.Failures
+		plan.Status.Preemptions -= d.Preemptions
+	}
 }
 
 // ownPod reports whether the cached pod called name is this job's. A pod the
@@ -392,9 +411,25 @@ func (r *ElasticJobReconciler) writeStatus(ctx context.Context, job *etjobv1.Ela
 	if equality.Semantic.DeepEqual(job.Status, st) {
 		return nil
 	}
+	base := job.Status
 	job = job.DeepCopy()
 	job.Status = st
-	if err := r.Status().Update(ctx, job); err != nil {
+	err := r.Status().Update(ctx, job)
+	if apierrors.IsConflict(err) && r.APIReader != nil {
+		// Someone wrote the job since it was read: an HPA or kubectl scale
+		// writing spec.replicas, most often. The pods this pass deleted
+		// are gone, so a retry from scratch would lose what the pass
+		// counted and recorded for them. Only this controller writes the
+		// status: when the server's is still the one the pass started
+		// from, the pass's status goes on top of the new object.
+		live := &etjobv1.ElasticJob{}
+		if gerr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(job), live); gerr == nil &&
+			live.UID == job.UID && equality.Semantic.DeepEqual(live.Status, base) {
+			live.Status = st
+			job, err = live, r.Status().Update(ctx, live)
+		}
+	}
+	if err != nil {
 		return err
 	}
 	r.expectations.StatusWritten(client.ObjectKeyFromObject(job), job.ResourceVersion)

@@ -90,6 +90,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *De
 		return err
 	}
 	r := NewElasticJobReconciler(mgr.GetClient(), mgr.GetEventRecorder("etjob-controller"), clock.RealClock{})
+	r.APIReader = mgr.GetAPIReader()
 	r.Decisions = decisions
 	if err := r.SetupWithManager(mgr, concurrency); err != nil {
 		return err

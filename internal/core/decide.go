@@ -44,6 +44,7 @@ func Decide(s Snapshot, now time.Time) Plan {
 	d.recordMembership()
 	d.summarize()
 	d.bill()
+	d.attributeCounts()
 	d.plan.Status = d.st
 	return d.plan
 }
@@ -146,6 +147,8 @@ type decision struct {
 	pods     []*podView
 	deleted  map[string]bool
 	signaled map[string]bool
+	// counted: what this pass counted for each pod (attributeCounts).
+	counted  map[string]Deletion
 	created  []int32
 	timeline []etjobv1.TimelineEvent
 	// wasRunning: the Running condition was true before this pass.
@@ -170,6 +173,7 @@ func newDecision(s Snapshot, now time.Time) *decision {
 		st:       *s.Job.Status.DeepCopy(),
 		deleted:  map[string]bool{},
 		signaled: map[string]bool{},
+		counted:  map[string]Deletion{},
 
 		heldForHandover: map[string]bool{},
 	}
@@ -254,6 +258,39 @@ func (d *decision) signal(v *podView, reason string) {
 	if v.leaveAt.IsZero() || v.leaveAt.Equal(d.now) {
 		d.plan.Signal = append(d.plan.Signal, Signal{Pod: v.pod.Name, At: d.now, Reason: reason, StopLead: v.stopLead})
 		d.requeueAt(d.now.Add(d.leaveGrace()))
+	}
+}
+
+// countFailure counts a failure of pod v, once per pass, attributed to its
+// deletion (Deletion.Failures).
+func (d *decision) countFailure(v *podView) {
+	if d.counted[v.pod.Name].Failures > 0 {
+		return
+	}
+	d.st.Failures++
+	c := d.counted[v.pod.Name]
+	c.Failures = 1
+	d.counted[v.pod.Name] = c
+}
+
+// countPreemption counts a preemption of pod v, once per pass, attributed
+// to its deletion (Deletion.Preemptions).
+func (d *decision) countPreemption(v *podView) {
+	if d.counted[v.pod.Name].Preemptions > 0 {
+		return
+	}
+	d.st.Preemptions++
+	c := d.counted[v.pod.Name]
+	c.Preemptions = 1
+	d.counted[v.pod.Name] = c
+}
+
+// attributeCounts writes into the plan's deletions what this pass counted
+// for each deleted pod.
+func (d *decision) attributeCounts() {
+	for i := range d.plan.Delete {
+		c := d.counted[d.plan.Delete[i].Name]
+		d.plan.Delete[i].Failures, d.plan.Delete[i].Preemptions = c.Failures, c.Preemptions
 	}
 }
 

@@ -48,7 +48,7 @@ func (d *decision) handleWorkers() outcome {
 // as a failure.
 func (d *decision) preempted(w *podView, reason string) {
 	d.delete(w, reason)
-	d.st.Preemptions++
+	d.countPreemption(w)
 	d.record(etjobv1.TimelineLeave, fmt.Sprintf("%s preempted (%s)", w.pod.Name, reason))
 	d.event(false, etjobv1.EventPreempted, fmt.Sprintf("worker %s preempted (%s); not counted as a failure", w.pod.Name, reason))
 }
@@ -56,7 +56,7 @@ func (d *decision) preempted(w *podView, reason string) {
 // workerFailed applies workerRestartPolicy to a worker that failed for a reason
 // other than a preemption. It reports whether the job restarted or failed.
 func (d *decision) workerFailed(w *podView) bool {
-	d.st.Failures++
+	d.countFailure(w)
 	msg := fmt.Sprintf("worker %s failed with exit code %d", w.pod.Name, w.exitCode)
 	if d.st.Failures > BackoffLimit(d.spec) {
 		d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.st.Failures, BackoffLimit(d.spec)))

@@ -3,9 +3,11 @@ package core_test
 import (
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/core"
 	. "github.com/etjob/etjob/internal/testutil"
 )
 
@@ -175,4 +177,33 @@ func TestDecideFailures(t *testing.T) {
 			wantSummary:  "Pending",
 		},
 	})
+}
+
+// TestDeletionCounts: every count a plan makes is attributed to the deletion
+// of its pod, so that the controller can take it back when that deletion
+// fails (the next pass sees the pod, and counts it, again).
+func TestDeletionCounts(t *testing.T) {
+	job := base().WorkerRestartPolicy(etjobv1.WorkerRestartAlways).BackoffLimit(5).
+		Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3, Failures: 1, Preemptions: 2})).Obj()
+	pods := []*corev1.Pod{
+		MakeWorker(base().Obj(), 0).Ready("gone").Obj(),
+		MakeWorker(base().Obj(), 1).Node("n1").Exited(1, t0).Obj(),
+		MakeWorker(base().Obj(), 2).Ready("n2").Obj(),
+	}
+	plan := core.Decide(core.Snapshot{Job: job, Pods: pods, Nodes: nodes("n1", "n2")}, t0)
+	got := map[string][2]int32{}
+	var failures, preemptions int32
+	for _, d := range plan.Delete {
+		got[d.Name] = [2]int32{d.Failures, d.Preemptions}
+		failures += d.Failures
+		preemptions += d.Preemptions
+	}
+	want := map[string][2]int32{"j-worker-0": {0, 1}, "j-worker-1": {1, 0}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("deletions' counts (-want +got):\n%s", diff)
+	}
+	if plan.Status.Failures != 1+failures || plan.Status.Preemptions != 2+preemptions {
+		t.Errorf("status counts %d/%d are not the old ones plus the deletions' %d/%d",
+			plan.Status.Failures, plan.Status.Preemptions, failures, preemptions)
+	}
 }

@@ -57,7 +57,7 @@ func (d *decision) handleLauncher() outcome {
 	}
 	d.delete(l, reason)
 	if preempted {
-		d.st.Preemptions++
+		d.countPreemption(l)
 	}
 	if why := logSummary(l.message); why != "" && !preempted {
 		reason += ": " + why
@@ -66,7 +66,7 @@ func (d *decision) handleLauncher() outcome {
 	// against backoffLimit; a launcher whose node was noticed is a preemption
 	// only (its node went before the move finished).
 	if !l.noticed && !d.launcherMoving() {
-		d.st.Failures++
+		d.countFailure(l)
 	}
 	msg := fmt.Sprintf("launcher %s lost (%s)", l.pod.Name, reason)
 	switch {
@@ -124,7 +124,7 @@ func (d *decision) moveLauncher(l *podView) outcome {
 		return hold
 	}
 	d.delete(l, l.noticeReason)
-	d.st.Preemptions++
+	d.countPreemption(l)
 	d.restart(msg + ": restarting from the last checkpoint with a new launcher")
 	return ended
 }

@@ -39,10 +39,15 @@ type Plan struct {
 	DeleteJob bool
 }
 
-// Deletion is one pod to delete and why.
+// Deletion is one pod to delete and why, with what this plan's status counts
+// for that pod: when the deletion fails, the pod is seen again by the next
+// pass and counted again, so the controller takes these counts back out of
+// the status it writes (exactly once per pod, whatever fails).
 type Deletion struct {
 	Name   string
 	Reason string
+	// Failures and Preemptions are what Status counts for this pod (0 or 1).
+	Failures, Preemptions int32
 }
 
 // Signal tells one worker to checkpoint and leave from At on; a worker on a

@@ -1,0 +1,242 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/scheme"
+	. "github.com/etjob/etjob/internal/testutil"
+)
+
+// The Reconcile tests run the reconciler on controller-runtime's fake client
+// (a fake API server: no admission, no kubelet) with API errors injected
+// through interceptor.Funcs, for what no real API server does on demand.
+
+var reconcileT0 = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+
+// lostWorkerJob is a running torchrun job of 2 workers, one of them on a
+// node that is gone: the next pass counts a preemption and deletes it.
+func lostWorkerJob() (*etjobv1.ElasticJob, []client.Object) {
+	job := MakeElasticJob("j", "ns").Replicas(2).Min(1).Max(3).Status(etjobv1.ElasticJobStatus{
+		StartTime: &metav1.Time{Time: reconcileT0.Add(-time.Hour)}, NextWorkerIndex: 2,
+		Membership: etjobv1.MembershipStatus{Generation: 1, Hosts: []string{"j-worker-0:1", "j-worker-1:1"}},
+	}).Obj()
+	owned := func(p *corev1.Pod) *corev1.Pod {
+		t := true
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: etjobv1.GroupVersion.String(), Kind: "ElasticJob", Name: job.Name, UID: job.UID, Controller: &t}}
+		return p
+	}
+	objs := []client.Object{
+		job,
+		owned(MakeLauncher(job).Ready("od").Obj()),
+		owned(MakeWorker(job, 0).Ready("n0").Obj()),
+		owned(MakeWorker(job, 1).Ready("gone").Obj()),
+		MakeNode("od").Obj(), MakeNode("n0").Obj(),
+	}
+	return job, objs
+}
+
+// newReconcileTest builds the reconciler on a fake client holding objs, with
+// the indexes the manager registers.
+func newReconcileTest(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) (*ElasticJobReconciler, client.Client) {
+	t.Helper()
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(objs...).
+		WithStatusSubresource(&etjobv1.ElasticJob{}).
+		WithIndex(&corev1.Pod{}, OwnerUIDIndex, func(o client.Object) []string {
+			if ref := metav1.GetControllerOf(o); ref != nil {
+				return []string{string(ref.UID)}
+			}
+			return nil
+		}).
+		WithIndex(&corev1.Event{}, EventPodIndex, func(o client.Object) []string {
+			return []string{o.(*corev1.Event).InvolvedObject.Name}
+		}).
+		WithInterceptorFuncs(funcs).Build()
+	r := NewElasticJobReconciler(c, events.NewFakeRecorder(100), clocktesting.NewFakePassiveClock(reconcileT0))
+	r.APIReader = c
+	return r, c
+}
+
+func reconcileJob(r *ElasticJobReconciler) error {
+	_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "j"}})
+	return err
+}
+
+func getTestJob(t *testing.T, c client.Client) *etjobv1.ElasticJob {
+	t.Helper()
+	job := &etjobv1.ElasticJob{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "j"}, job); err != nil {
+		t.Fatal(err)
+	}
+	return job
+}
+
+// TestReconcileDeleteErrorsCountOnce: while the API server refuses to delete
+// a preempted worker, every pass sees it again; its preemption is counted
+// once, when the deletion is made (it was counted on every failed pass).
+func TestReconcileDeleteErrorsCountOnce(t *testing.T) {
+	_, objs := lostWorkerJob()
+	var refusals atomic.Int32
+	refusals.Store(3)
+	r, c := newReconcileTest(t, interceptor.Funcs{
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			if obj.GetName() == "j-worker-1" && refusals.Add(-1) >= 0 {
+				return apierrors.NewServiceUnavailable("etcd is slow")
+			}
+			return c.Delete(ctx, obj, opts...)
+		},
+	}, objs...)
+	for range 3 {
+		if err := reconcileJob(r); err == nil {
+			t.Fatal("a pass whose delete failed returned no error")
+		}
+		if got := getTestJob(t, c).Status.Preemptions; got != 0 {
+			t.Fatalf("preemptions %d while the preempted worker is not deleted yet, want 0 (it is counted when it goes)", got)
+		}
+	}
+	if err := reconcileJob(r); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		_ = reconcileJob(r)
+	}
+	job := getTestJob(t, c)
+	if job.Status.Preemptions != 1 || job.Status.Failures != 0 {
+		t.Errorf("preemptions/failures %d/%d after the deletion went through, want 1/0", job.Status.Preemptions, job.Status.Failures)
+	}
+	err := c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "j-worker-1"}, &corev1.Pod{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("the preempted worker is still there: %v", err)
+	}
+}
+
+// TestReconcileStatusConflictLosesNothing: a status write that conflicts
+// with a spec write made meanwhile (an HPA, kubectl scale) after the pass
+// deleted a preempted worker still records its preemption: the worker is
+// gone, and no later pass could count it.
+func TestReconcileStatusConflictLosesNothing(t *testing.T) {
+	_, objs := lostWorkerJob()
+	var conflicts atomic.Int32
+	conflicts.Store(1)
+	r, c := newReconcileTest(t, interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if sub == "status" && conflicts.Add(-1) >= 0 {
+				// kubectl scale writes spec.replicas between the pass's
+				// read and its status write.
+				live := &etjobv1.ElasticJob{}
+				if err := c.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+					return err
+				}
+				live.Spec.Replicas = 3
+				if err := c.Update(ctx, live); err != nil {
+					return err
+				}
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	}, objs...)
+	if err := reconcileJob(r); err != nil {
+		t.Fatalf("the pass failed on the conflict: %v", err)
+	}
+	job := getTestJob(t, c)
+	if job.Status.Preemptions != 1 {
+		t.Errorf("preemptions %d after a conflicting status write, want 1", job.Status.Preemptions)
+	}
+	if job.Spec.Replicas != 3 {
+		t.Errorf("the other writer's spec.replicas was lost: %d", job.Spec.Replicas)
+	}
+	if len(job.Status.Timeline) == 0 {
+		t.Error("the pass's timeline entries were lost")
+	}
+}
+
+// TestReconcileCreateRefused: a refused create leaves the job's
+// CreateRefused condition with the API server's words, and the refused
+// worker's index free for the next try.
+func TestReconcileCreateRefused(t *testing.T) {
+	_, objs := lostWorkerJob()
+	r, c := newReconcileTest(t, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.Pod); ok {
+				return apierrors.NewForbidden(corev1.Resource("pods"), obj.GetName(), errors.New("exceeded quota: gpu"))
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	}, objs...)
+	if err := reconcileJob(r); err == nil {
+		t.Fatal("a pass whose create was refused returned no error")
+	}
+	job := getTestJob(t, c)
+	var refused *metav1.Condition
+	for i := range job.Status.Conditions {
+		if job.Status.Conditions[i].Type == etjobv1.ConditionCreateRefused {
+			refused = &job.Status.Conditions[i]
+		}
+	}
+	if refused == nil || refused.Status != metav1.ConditionTrue || !contains(refused.Message, "exceeded quota: gpu") {
+		t.Errorf("CreateRefused = %+v, want true with the API server's words", refused)
+	}
+	if job.Status.NextWorkerIndex != 2 {
+		t.Errorf("nextWorkerIndex %d, want 2: the refused worker's index is free again", job.Status.NextWorkerIndex)
+	}
+	if job.Status.Preemptions != 1 {
+		t.Errorf("preemptions %d, want 1: the deletion before the refused create was made", job.Status.Preemptions)
+	}
+}
+
+// TestReconcileLaggingCache: a cache that has not yet seen the pass's own
+// status write makes the next pass wait (no double create) instead of
+// deciding on the old status.
+func TestReconcileLaggingCache(t *testing.T) {
+	_, objs := lostWorkerJob()
+	r, c := newReconcileTest(t, interceptor.Funcs{}, objs...)
+	if err := reconcileJob(r); err != nil {
+		t.Fatal(err)
+	}
+	written := getTestJob(t, c).ResourceVersion
+	// The cache serves a job older than the write.
+	stale := getTestJob(t, c)
+	stale.ResourceVersion = "1"
+	snapCreates := 0
+	lag := interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if j, ok := obj.(*etjobv1.ElasticJob); ok {
+				stale.DeepCopyInto(j)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			snapCreates++
+			return c.Create(ctx, obj, opts...)
+		},
+	}
+	r.Client = interceptor.NewClient(c.(client.WithWatch), lag)
+	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "j"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter != expectationsRecheck || snapCreates != 0 {
+		t.Errorf("on a cache older than the write %s: requeue %v and %d creates, want %v and none", written, res.RequeueAfter, snapCreates, expectationsRecheck)
+	}
+}
+
+func contains(s, sub string) bool {
+	return strings.Contains(s, sub)
+}
