@@ -276,7 +276,12 @@ func TestDecideProperties(t *testing.T) {
 		}
 		t.Logf("%d extra workers created", extraSeen)
 	}()
-	for seed := range uint64(300) {
+	// 300 random worlds; 100 under -short (make test-fast, the inner loop).
+	seeds := uint64(300)
+	if testing.Short() {
+		seeds = 100
+	}
+	for seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 42))
 			lo := 1 + r.Int32N(3)
