@@ -32,21 +32,8 @@ if [ -x "$VENV/bin/horovodrun" ] && "$VENV/bin/python3" -c 'import horovod.torch
 fi
 
 hack/install-deps.sh
-need=()
-for p in libtorch-dev pybind11-dev python3-dev python3-cffi python3-cloudpickle python3-psutil python3-packaging \
-         python3-yaml python3-venv python3-pip cmake g++ make; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" != 0 ]; then
-    log "missing Debian packages: ${need[*]}; run as root: apt-get install -y --no-install-recommends ${need[*]}"
-    exit 1
-  fi
-  log "apt-get install ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+hack/apt-install.sh install-horovod libtorch-dev pybind11-dev python3-dev python3-cffi python3-cloudpickle python3-psutil \
+  python3-packaging python3-yaml python3-venv python3-pip cmake g++ make
 
 mkdir -p "$WHEELS"
 # Debian's pip, not the one first on PATH (another interpreter without torch).

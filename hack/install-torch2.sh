@@ -3,9 +3,9 @@
 # also tested on: PyPI's torch 2.15.0, torchft 0.2.0 (with its lighthouse,
 # bin/torchft_lighthouse), numpy and scikit-learn, every package pinned with
 # its hash (hack/torch2-requirements.txt, pip --require-hashes). It prints the
-# venv's directory; its bin/python3 imports torch 2.15. Everything is cached
-# under $ETJOB_CACHE/torch2 (default ~/.cache/etjob/torch2): the wheels in
-# pip's cache there, the venv beside it; a warm run costs 0 s.
+# venv's directory; its bin/python3 imports torch 2.15. The venv is cached
+# under $ETJOB_CACHE/torch2 (default ~/.cache/etjob/torch2) and rebuilt only
+# when the requirements file changes; a warm run costs 0 s.
 #
 # Why each piece:
 #   - Debian's python3 (3.11) and python3-venv make the venv, without the
@@ -29,29 +29,15 @@ if [ -x "$VENV/bin/python3" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; th
   echo "$VENV"; exit 0
 fi
 
-need=()
-for p in python3-venv python3-pip; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  if [ "$(id -u)" != 0 ]; then
-    log "missing Debian packages: ${need[*]}; run as root: apt-get install -y --no-install-recommends ${need[*]}"
-    exit 1
-  fi
-  log "apt-get install ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+hack/apt-install.sh install-torch2 python3-venv python3-pip
 
 log "installing torch $VERSION, torchft, numpy and scikit-learn into $VENV (cold: ~3 min and ~5.4 GB; once)"
 began=$(date +%s)
 rm -rf "$VENV.tmp"
 mkdir -p "$CACHE"
 /usr/bin/python3 -m venv "$VENV.tmp"
-# --no-input: CI has no terminal; the pip cache under $CACHE keeps the wheels
-# for a rebuilt venv.
-"$VENV.tmp/bin/python3" -m pip --disable-pip-version-check -q --no-input --cache-dir "$CACHE/pip" \
+# --no-input: CI has no terminal.
+"$VENV.tmp/bin/python3" -m pip --disable-pip-version-check -q --no-input \
   install --require-hashes --only-binary=:all: -r "$REQS" >&2
 "$VENV.tmp/bin/python3" -c 'import torch, torchft, sklearn, numpy; assert torch.__version__.startswith("2.15."), torch.__version__' >&2
 # Built aside and moved into place, so that a failed install leaves no

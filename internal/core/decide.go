@@ -263,25 +263,22 @@ func (d *decision) signal(v *podView, reason string) {
 
 // countFailure counts a failure of pod v, once per pass, attributed to its
 // deletion (Deletion.Failures).
-func (d *decision) countFailure(v *podView) {
-	if d.counted[v.pod.Name].Failures > 0 {
-		return
-	}
-	d.st.Failures++
-	c := d.counted[v.pod.Name]
-	c.Failures = 1
-	d.counted[v.pod.Name] = c
-}
+func (d *decision) countFailure(v *podView) { d.count(v, true) }
 
 // countPreemption counts a preemption of pod v, once per pass, attributed
 // to its deletion (Deletion.Preemptions).
-func (d *decision) countPreemption(v *podView) {
-	if d.counted[v.pod.Name].Preemptions > 0 {
+func (d *decision) countPreemption(v *podView) { d.count(v, false) }
+
+func (d *decision) count(v *podView, failure bool) {
+	c := d.counted[v.pod.Name]
+	n, total := &c.Preemptions, &d.st.Preemptions
+	if failure {
+		n, total = &c.Failures, &d.st.Failures
+	}
+	if *n > 0 {
 		return
 	}
-	d.st.Preemptions++
-	c := d.counted[v.pod.Name]
-	c.Preemptions = 1
+	*n, *total = 1, *total+1
 	d.counted[v.pod.Name] = c
 }
 
