@@ -106,6 +106,7 @@ type ElasticJobSpec struct {
 	// workerTemplate is the pod template of every worker. Its first container
 	// runs the training command. Annotations under etjob.dev/ are etjob's.
 	// +kubebuilder:validation:XValidation:rule="!has(self.metadata) || !has(self.metadata.annotations) || self.metadata.annotations.all(k, !k.startsWith('etjob.dev/'))",message="spec.workerTemplate.metadata.annotations: etjob.dev/ keys are reserved for etjob (etjob.dev/leave would stop the workers for ever)",fieldPath=".metadata.annotations"
+	// +kubebuilder:validation:XValidation:rule="!has(self.metadata) || !has(self.metadata.labels) || self.metadata.labels.all(k, !k.startsWith('etjob.dev/'))",message="spec.workerTemplate.metadata.labels: etjob.dev/ keys are reserved for etjob (etjob.dev/extra would have the workers deleted and created again for ever)",fieldPath=".metadata.labels"
 	WorkerTemplate corev1.PodTemplateSpec `json:"workerTemplate"`
 
 	// launcherTemplate is the pod template of the launcher. Required for
@@ -114,6 +115,7 @@ type ElasticJobSpec struct {
 	// image running `python3 -m etjob.rdzv`, without GPUs. Annotations under
 	// etjob.dev/ are etjob's.
 	// +kubebuilder:validation:XValidation:rule="!has(self.metadata) || !has(self.metadata.annotations) || self.metadata.annotations.all(k, !k.startsWith('etjob.dev/'))",message="spec.launcherTemplate.metadata.annotations: etjob.dev/ keys are reserved for etjob (etjob.dev/leave would stop the workers for ever)",fieldPath=".metadata.annotations"
+	// +kubebuilder:validation:XValidation:rule="!has(self.metadata) || !has(self.metadata.labels) || self.metadata.labels.all(k, !k.startsWith('etjob.dev/'))",message="spec.launcherTemplate.metadata.labels: etjob.dev/ keys are reserved for etjob (etjob.dev/role would make it a worker)",fieldPath=".metadata.labels"
 	// +optional
 	LauncherTemplate *corev1.PodTemplateSpec `json:"launcherTemplate,omitempty"`
 

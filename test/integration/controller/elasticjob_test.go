@@ -303,6 +303,19 @@ func TestValidation(t *testing.T) {
 			},
 			want: []string{"spec.launcherTemplate.metadata.annotations", "etjob.dev/ keys are reserved"},
 		},
+		"a reserved label on the workers (an endless create and delete)": {
+			mutate: func(j *etjobv1.ElasticJob) {
+				j.Spec.WorkerTemplate.Labels = map[string]string{etjobv1.LabelExtra: "true"}
+			},
+			want: []string{"spec.workerTemplate.metadata.labels", "etjob.dev/ keys are reserved"},
+		},
+		"a reserved label on the launcher": {
+			mutate: func(j *etjobv1.ElasticJob) {
+				j.Spec.LauncherTemplate = j.Spec.WorkerTemplate.DeepCopy()
+				j.Spec.LauncherTemplate.Labels = map[string]string{etjobv1.LabelRole: etjobv1.RoleWorker}
+			},
+			want: []string{"spec.launcherTemplate.metadata.labels", "etjob.dev/ keys are reserved"},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
