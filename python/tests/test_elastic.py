@@ -229,7 +229,11 @@ class InProcessRecoveryTest(unittest.TestCase):
         print("\nfrozen rank: the others trained again after %.2f s (collective timeout 3 s)" % went_on)
 
     def test_joiner_takes_the_state_by_broadcast(self):
-        job = self.job(3, "2:4")
+        # Slower steps (the same model): the joiner must arrive while the
+        # others still train. At 20 ms a step the others finished their
+        # remaining 120 steps (5.6 s) before a joiner still importing torch
+        # 2.15 on a loaded machine asked to join (a CI run).
+        job = self.job(3, "2:4", env={"STEP_SLEEP": "0.1"})
         job.wait_step(30)
         pids = {n: p.pid for n, p in job.procs.items()}
         at = time.time()
