@@ -133,8 +133,8 @@ bench-faults: ## Hard kills (or losses with FAULTS_NOTICE's notice) and joins ev
 	hack/install-deps.sh
 	ETJOB_FAULTS_BENCH=$(FAULTS_MINUTES) ETJOB_FAULTS_EVERY=$(FAULTS_EVERY) ETJOB_FAULTS_MODES=$(FAULTS_MODES) ETJOB_FAULTS_NOTICE=$(FAULTS_NOTICE) KUBEBUILDER_ASSETS=$$(hack/build-controlplane.sh) $(GO) test -count=1 -p 1 -timeout 120m -v -run '^TestFaultsBench$$' ./test/e2e/
 
-# The spot availability traces (../shared/traces, beside the repository).
-TRACES ?= ../shared/traces
+# The spot availability traces (traces/: EC2 p3 and g4dn, attributed in traces/README.md).
+TRACES ?= traces
 
 .PHONY: sim
 sim: ## Replay the p3 and g4dn spot traces through the decision core: etjob vs checkpoint-restart vs on-demand (docs/benchmarks.md).

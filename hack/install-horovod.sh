@@ -8,7 +8,7 @@
 # docs/benchmarks.md), a new venv installs from it in seconds, and a warm run
 # costs 0 s.
 #
-# Why each piece (../shared/FACTS.md, "Horovod"):
+# Why each piece (each found building it on Debian 12):
 #   - libtorch-dev: Debian's torch/include/{ATen,c10,torch} are symlinks into
 #     /usr/include that dangle without it;
 #   - pybind11-dev: torch/csrc/Exceptions.h includes pybind11/pybind11.h

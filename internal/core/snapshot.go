@@ -51,12 +51,12 @@ type Snapshot struct {
 
 // noticeEventReasons are the Event reasons that announce the reclamation of
 // one pod: Alibaba ECI emits SpotToBeReleased on a spot pod ~3 minutes before
-// it is released (FACTS.md).
+// it is released.
 var noticeEventReasons = map[string]bool{"SpotToBeReleased": true}
 
 // evictionEventReasons announce an eviction; on an ACS BestEffort pod
 // (label alibabacloud.com/compute-qos: best-effort) they are its revocation
-// notice, ~5 minutes ahead (FACTS.md).
+// notice, ~5 minutes ahead.
 var evictionEventReasons = map[string]bool{"Evicting": true, "Evicted": true, "Preempting": true, "Preempted": true}
 
 // BestEffortQoSLabel marks an ACS pod of the BestEffort compute QoS, which the
@@ -362,7 +362,7 @@ type NoticeWindow struct {
 // node's pods.
 func (w NoticeWindow) Reserve() time.Duration { return w.Window - w.Usable }
 
-// NoticeWindows are the clouds' notices (FACTS.md): Alibaba ~5 min, AWS 2
+// NoticeWindows are the clouds' documented notices: Alibaba ~5 min, AWS 2
 // min, Azure at least 30 s, GCP 30 s of which GKE pods get ~15 s.
 var NoticeWindows = map[string]NoticeWindow{
 	"alibaba": {Window: 300 * time.Second, Usable: 300 * time.Second},

@@ -230,11 +230,11 @@ worker on a node priced above it go at an agreed step, and keeps new workers off
 	replayCmd := &cobra.Command{
 		Use:   "replay TRACE",
 		Short: "Replay a spot availability trace (ms,add|remove,node) on the cluster, scaled in time",
-		Long: `Replay a spot availability trace such as ../shared/traces/ec2-p3-trace.csv: every add starts a
+		Long: `Replay a spot availability trace such as traces/ec2-p3-trace.csv: every add starts a
 spot node, every remove reclaims the matching one with --notice, at the trace's times divided by
 --speedup. --max-nodes caps the trace's nodes alive at once (the traces have up to 32; this
 machine holds a few process nodes); the adds beyond it, and their removes, are skipped.`,
-		Example: "  etjob-local cluster replay ../shared/traces/ec2-p3-trace.csv --speedup 120 --notice 30s --max-nodes 4",
+		Example: "  etjob-local cluster replay traces/ec2-p3-trace.csv --speedup 120 --notice 30s --max-nodes 4",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			return o.replay(c.Context(), args[0], replay)

@@ -48,9 +48,9 @@ A removal at T is the node gone at T; its notice arrives --notice earlier. Besid
 checkpoint-restart baseline (Young/Daly interval, whole-job restart on every loss) and N on-demand
 nodes, at --spot-price and at --cheap-fraction of the on-demand price with --cheap-provider's notice,
 and etjob at every --sensitivity resume pause. Runs in well under a second per trace.`,
-		Example: `  etjob-local sim --trace ../shared/traces/ec2-p3-trace.csv --trace ../shared/traces/ec2-g4dn-trace.csv
-  etjob-local sim --trace ../shared/traces/ec2-p3-trace.csv --provider gcp --checkpoint-time 20s --format json
-  etjob-local sim --trace ../shared/traces/ec2-p3-trace.csv --time-scale 0.5   # the same trace at twice the churn`,
+		Example: `  etjob-local sim --trace traces/ec2-p3-trace.csv --trace traces/ec2-g4dn-trace.csv
+  etjob-local sim --trace traces/ec2-p3-trace.csv --provider gcp --checkpoint-time 20s --format json
+  etjob-local sim --trace traces/ec2-p3-trace.csv --time-scale 0.5   # the same trace at twice the churn`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.noticeSet = cmd.Flags().Changed("notice")
@@ -115,7 +115,7 @@ func (o *SimOptions) Validate() error {
 	p := &o.Options.Params
 	switch {
 	case len(o.Traces) == 0:
-		return fmt.Errorf("--trace is required: a file of ms,add|remove,node lines, such as ../shared/traces/ec2-p3-trace.csv")
+		return fmt.Errorf("--trace is required: a file of ms,add|remove,node lines, such as traces/ec2-p3-trace.csv")
 	case o.Format != "table" && o.Format != "json":
 		return fmt.Errorf("--format %q: must be table or json", o.Format)
 	case p.Replicas < 1:

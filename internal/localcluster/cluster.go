@@ -128,7 +128,7 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 	if err := c.start("kube-apiserver", filepath.Join(c.BinDir, "kube-apiserver"),
 		"--etcd-servers="+etcdURL,
 		fmt.Sprintf("--secure-port=%d", APIServerPort), "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		// v1.37 refuses a loopback advertise address with the default reconciler (FACTS.md).
+		// v1.37 refuses a loopback advertise address with the default reconciler (it exits at start).
 		"--endpoint-reconciler-type=none",
 		"--cert-dir="+c.path("pki"),
 		"--token-auth-file="+c.path("pki", "tokens.csv"),

@@ -332,7 +332,7 @@ func torchrunEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
 		{Name: "PET_RDZV_ENDPOINT", Value: RendezvousEndpoint(job)},
 		{Name: "PET_RDZV_ID", Value: RendezvousID(job)},
 		// is_host=false: the store lives in the launcher, never on a worker
-		// whose loss would take the job down (FACTS.md).
+		// whose loss would take the job down (measured with torch 1.13's agents).
 		{Name: "PET_RDZV_CONF", Value: "is_host=false,join_timeout=600,last_call_timeout=3"},
 		{Name: "PET_MAX_RESTARTS", Value: "1000"},
 		{Name: "PET_MONITOR_INTERVAL", Value: "0.25"},

@@ -1,5 +1,5 @@
 // Package sim is etjob's trace simulator: a discrete-event replay of a spot
-// availability trace (../shared/traces) that drives the same
+// availability trace (the repository's traces/) that drives the same
 // core.Decide(Snapshot, now) Plan as the controller.
 //
 // The cluster model holds the job, its pods and the nodes. The trace adds

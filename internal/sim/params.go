@@ -38,7 +38,7 @@ const (
 	RecoveryInProcess Recovery = "in-process"
 )
 
-// Providers are the clouds of FACTS.md with their documented notice windows,
+// Providers are the clouds with their documented notice windows,
 // the decision core's (core.NoticeWindows). "none" replays every removal as a
 // hard loss.
 var Providers = map[string]Provider{

@@ -513,15 +513,9 @@ func sharedTraces(t testing.TB) []*Trace {
 	t.Helper()
 	var out []*Trace
 	for _, name := range []string{"ec2-p3-trace.csv", "ec2-g4dn-trace.csv"} {
-		var raw []byte
-		for _, dir := range []string{"../../../shared/traces", "../../shared/traces"} {
-			if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
-				raw = b
-				break
-			}
-		}
-		if raw == nil {
-			t.Skipf("../shared/traces/%s not here", name)
+		raw, err := os.ReadFile(filepath.Join("../../traces", name))
+		if err != nil {
+			t.Fatalf("the repository's traces/%s: %v", name, err)
 		}
 		tr, err := ParseTrace(name, strings.NewReader(string(raw)))
 		if err != nil {

@@ -5,12 +5,9 @@ import (
 	"path/filepath"
 )
 
-// readShared reads a file of ../shared/traces, next to the repository.
+// readShared reads a file of the repository's traces/ (the EC2 p3 and g4dn
+// spot traces).
 func readShared(name string) (string, error) {
-	for _, dir := range []string{"../../../shared/traces", "../../shared/traces"} {
-		if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
-			return string(b), nil
-		}
-	}
-	return "", os.ErrNotExist
+	b, err := os.ReadFile(filepath.Join("../../traces", name))
+	return string(b), err
 }

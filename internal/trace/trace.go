@@ -1,5 +1,5 @@
 // Package trace reads spot availability traces
-// (`milliseconds_since_start,add|remove,node_name`, ../shared/traces/): the
+// (`milliseconds_since_start,add|remove,node_name`, the repository's traces/): the
 // one parser behind `etjob-local cluster replay` and the trace simulator.
 package trace
 

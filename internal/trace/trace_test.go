@@ -25,7 +25,7 @@ func TestParseSharedTraces(t *testing.T) {
 	for _, f := range []string{"ec2-p3-trace.csv", "ec2-g4dn-trace.csv"} {
 		raw, err := readShared(f)
 		if err != nil {
-			t.Skipf("../shared/traces not here: %v", err)
+			t.Fatalf("traces/%s: %v", f, err)
 		}
 		evs, err := Parse(strings.NewReader(raw))
 		if err != nil || len(evs) < 50 {

@@ -2,7 +2,7 @@
 
 torch's c10d rendezvous keeps its state in a TCPStore. By default the first
 elastic agent to bind the endpoint hosts it, and when that worker's node is
-reclaimed the whole job dies (FACTS.md). etjob runs the store here instead, on
+reclaimed the whole job dies (measured). etjob runs the store here instead, on
 reliable capacity, and every worker agent joins with is_host=false.
 
 Usage: python3 -m etjob.rdzv [--host 0.0.0.0] [--port 29400]

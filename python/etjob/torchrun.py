@@ -3,7 +3,7 @@
 It runs torch.distributed.run unchanged (every torchrun flag and PET_* variable
 works as documented) with these additions (docs/worker-library.md):
 
-* Debian's torch 1.13 on Python 3.11 crashes at launch (FACTS.md: IntFlag
+* Debian's torch 1.13 on Python 3.11 crashes at launch (IntFlag
   iteration changed, so `Std.from_str("0")` returns None); Std.from_str is fixed.
 * torch closes the rendezvous for every node whenever one agent exits other
   than by success (its launcher calls rdzv_handler.shutdown() in a finally:
@@ -13,7 +13,7 @@ works as documented) with these additions (docs/worker-library.md):
 * A worker told to leave (a reclamation notice, a scale-in: the node agent says
   so) stops at the step all ranks agreed on, after the checkpoint, with exit
   code 75. When that happens on a leaving pod, this agent leaves the rendezvous
-  itself (survivors need not wait out the 15 s heartbeat expiry, FACTS.md) and
+  itself (survivors need not wait out the 15 s heartbeat expiry, measured) and
   exits 75, which the controller counts as a preemption. On a surviving pod the
   agent restarts its workers, which resume from the agreed step's checkpoint.
 * Fast resizes: workers fork from a forkserver that imported torch once
