@@ -22,6 +22,12 @@ works as documented) with these additions (docs/worker-library.md):
   store is polled every $ETJOB_RDZV_POLL_SECONDS (0.2); a round closes the
   moment the expected nodes joined (_patch_rendezvous).
 * A pod told to leave never closes a round, and leaves one it waits in.
+* The rendezvous state has a store client of its own (_patch_store_clients):
+  torch's keep-alive heartbeats never wait behind the agent's blocking reads,
+  so a member that waits for a peer is never taken for dead.
+* A round that loses a node before its workers start is given up at once and
+  the survivors meet again (_patch_round_barriers): torch's agents otherwise
+  wait 300 s for the lost node's data.
 """
 
 import os
@@ -79,13 +85,14 @@ def _patch_shutdown():
 
 
 _handlers = []  # the rendezvous handlers of this agent (one in practice)
-# _store_lock serialises this wrapper's own uses of the rendezvous store with
-# torch's rendezvous rounds: a store client is one socket, and two threads
-# talking over it at once can each read the other's answer and wait forever.
-# torch's keep-alive and num_nodes_waiting() hold the handler's
-# _heartbeat_lock, which the wrapper takes too, after _store_lock, wherever
-# the heartbeat thread may still run (_exit_round stops it first).
-_store_lock = threading.Lock()
+# The wrapper reads and writes the rendezvous state through the handler's
+# state holder under its _heartbeat_lock, as torch's keep-alive and
+# num_nodes_waiting() do: the holder caches the state and is not thread-safe.
+# Store calls themselves need no lock of ours: a c10d store client serialises
+# its own operations (one at a time per client; measured on torch 1.13 and
+# 2.15: an add waits for a blocking get on the same client to time out),
+# which is also why the rendezvous state has a client of its own
+# (_patch_store_clients).
 
 
 def _exit_round(handler):
@@ -100,7 +107,7 @@ def _exit_round(handler):
 
     handler._stop_heartbeats()
     try:
-        with _store_lock, handler._heartbeat_lock:
+        with handler._heartbeat_lock:
             handler._op_executor.run(dr._RendezvousExitOp(), time.monotonic() + 10)
             handler._op_executor.run(leave_wait_list, time.monotonic() + 10)
     except Exception as e:  # the store may be gone; heartbeats expire anyway
@@ -121,7 +128,6 @@ def _patch_rendezvous(poll):
     lost without a notice) torch's own rule applies: last_call_timeout after
     min_nodes joined.
     """
-    import dataclasses
     import random
 
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
@@ -143,31 +149,228 @@ def _patch_rendezvous(poll):
             _handlers.append(self)
         holder = self._state_holder
         holder._cache_duration = min(getattr(holder, "_cache_duration", 1), poll / 2)
-        settings = self._settings
         if not _told_to_leave():
             _unmark_left(self)  # a withdrawn notice: this node stays after all
+        # The expected size only decides when the round may complete
+        # (_complete_when_expected); the handler's own max_nodes stays the
+        # job's: torch also uses it to admit a node that missed a round to the
+        # wait list, and a narrowed one left such a node outside both lists,
+        # polling unheard until its join timeout.
         expected = _expected_nodes(self)
         if expected:
-            narrowed = dataclasses.replace(settings, max_nodes=expected)
-            self._settings = self._op_executor._settings = narrowed
+            _expecting[self._this_node] = expected
             print("etjob.torchrun: expecting %d nodes in the next round" % expected, file=sys.stderr, flush=True)
         global _joining
         try:
-            with _store_lock:
-                _joining = True
-                try:
-                    got = original(self)
-                finally:
-                    _joining = False
-            _rounds[id(self)] = set(self._state_holder.state.participants)
+            _joining = True
+            try:
+                got = original(self)
+            finally:
+                _joining = False
+            state = _note_round(self)
+            print("etjob.torchrun: joined round %d with %d nodes" % (state.round, len(state.participants)),
+                  file=sys.stderr, flush=True)
             return got
         except _LeaveRendezvous:
             _leave_rendezvous(self, "told to leave while waiting in the rendezvous")
         finally:
-            self._settings = self._op_executor._settings = settings
+            _expecting.pop(self._this_node, None)
 
     dr.DynamicRendezvousHandler.next_rendezvous = next_rendezvous
     dr._RendezvousJoinOp.__call__ = _complete_when_expected(dr._RendezvousJoinOp.__call__)
+
+
+def _patch_store_clients():
+    """Give the rendezvous state a store client of its own.
+
+    torch's c10d backend hands one store client to the handler's state
+    (rounds, keep-alive heartbeats) and to the agent, whose post-round reads
+    block until every node of the round wrote (store_util.synchronize sets the
+    client's timeout to 300 s). A client runs one operation at a time, so
+    while the agent waited for a node, its keep-alive heartbeats waited too,
+    the others took it for dead after 15 s, and nodes that joined meanwhile
+    completed a round of their own: the job trained in two halves. Here the
+    state has a second connection to the same store; the agent keeps torch's."""
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
+
+    original = c10d.create_backend
+
+    def create_backend(params):
+        backend, store = original(params)
+        if isinstance(store, TCPStore):
+            own = TCPStore(store.host, store.port, is_master=False, timeout=store.timeout)
+            backend = c10d.C10dRendezvousBackend(own, params.run_id)
+        return backend, store
+
+    c10d.create_backend = create_backend
+
+
+class _RoundLost(Exception):
+    """Raised while the agent waits for the nodes of its round when one of
+    them is no longer in the rendezvous (it was lost, or left)."""
+
+
+#: How long one wait for a peer's key lasts before the round is checked again.
+_ROUND_CHECK_SECONDS = 1.0
+
+
+def _round_lost():
+    """What is missing from the round this agent's workers are about to run in,
+    or "" while the round is whole: torch drops a node from the participants
+    when its heartbeats stop (15 s) or when it exits the round."""
+    for h in list(_handlers):
+        last, number = _rounds.get(id(h)), _round_of.get(id(h))
+        if not last:
+            continue
+        with h._heartbeat_lock:
+            h._state_holder.sync()
+            state = h._state_holder.state
+        if state.closed:
+            return ""  # torch's own path: the agent ends
+        if state.round != number:
+            return "round %d is over (the rendezvous is at round %d)" % (number, state.round)
+        gone = [str(n) for n in last if n not in state.participants]
+        if gone:
+            return "%s left round %d" % (", ".join(sorted(gone)), number)
+    return ""
+
+
+def _wait_keys(store, keys, poll=0.2):
+    """_wait_keys waits until every key is in the store, and gives the round up
+    (_RoundLost) as soon as a node of it is gone: the key it was to write would
+    never come. torch 2.x checks without blocking (Store.check); torch 1.13
+    has no check, and waits in slices of _ROUND_CHECK_SECONDS."""
+    from datetime import timedelta
+
+    checked = time.monotonic()
+    while True:
+        if hasattr(store, "check"):
+            if store.check(keys):
+                return
+            time.sleep(poll)
+        else:
+            try:
+                store.wait(keys, timedelta(seconds=_ROUND_CHECK_SECONDS))
+                return
+            except RuntimeError as e:  # "Socket Timeout"
+                if "timeout" not in str(e).lower():
+                    raise
+        if time.monotonic() - checked >= _ROUND_CHECK_SECONDS:
+            checked = time.monotonic()
+            lost = _round_lost()
+            if lost:
+                raise _RoundLost(lost)
+
+
+def _post_round_layout():
+    """Which keys torch's agents wait for after a round, by torch's layout:
+    "sync" (torch 1.x: store_util.synchronize of "torchelastic/role_info<i>",
+    then rank 0's MASTER_ADDR and MASTER_PORT), "assigned" (torch 2.x: every
+    agent writes "torchelastic/role_info/<rank>", rank 0 reads them all and
+    writes "torchelastic/assigned_ranks/<i>"), or None (unknown)."""
+    import inspect
+
+    from torch.distributed.elastic.agent.server import api
+
+    try:
+        source = inspect.getsource(api.SimpleElasticAgent._assign_worker_ranks)
+    except (OSError, TypeError):
+        return None
+    if "torchelastic/assigned_ranks/" in source and "torchelastic/role_info/" in source:
+        return "assigned"
+    if "_share_and_gather" in source and hasattr(api.SimpleElasticAgent, "_get_master_addr_port"):
+        return "sync"
+    return None
+
+
+def _patch_bootstrap_wait():
+    """torch 2.x: inside next_rendezvous, the nodes other than rank 0 read rank
+    0's master address from the round's store keys (RendezvousStoreInfo.build,
+    a blocking read). A rank 0 lost right after the round kept them there
+    until the store's timeout; here that wait is checked against the round
+    too (_wait_keys), the round noted first since next_rendezvous has not
+    returned yet."""
+    from torch.distributed.elastic.rendezvous import api as rdzv_api
+
+    info = getattr(rdzv_api, "RendezvousStoreInfo", None)
+    if info is None:
+        return
+    build = info.build
+
+    def guarded_build(rank, store, *args, **kwargs):
+        if rank != 0:
+            for h in list(_handlers):
+                _note_round(h)
+            _wait_keys(store, [info.MASTER_ADDR_KEY, info.MASTER_PORT_KEY])
+        return build(rank, store, *args, **kwargs)
+
+    info.build = staticmethod(guarded_build)
+
+
+def _patch_round_barriers():
+    """After a round, torch's agents share their ranks through the store and
+    wait for every node of the round (300 s on torch 1.13; the store's read
+    timeout on 2.x). A node lost in between (the second node of a burst, lost
+    just after the round completed) kept the survivors there while the job
+    looked healthy. Here those waits are checked against the rendezvous each
+    second (_wait_keys), and a round that lost a node is given up: the agent
+    joins the next round at once (_RoundLost)."""
+    from torch.distributed.elastic.agent.server import api
+    from torch.distributed.elastic.utils import store as store_util
+
+    layout = _post_round_layout()
+    if layout is None:
+        import torch
+
+        print("etjob.torchrun: torch %s shares ranks after a round in a way this wrapper does not know: a node lost "
+              "right after a round keeps the others waiting until the store's timeout" % torch.__version__,
+              file=sys.stderr, flush=True)
+        return
+    if layout == "sync":
+        synchronize = store_util.synchronize
+
+        def guarded_synchronize(store, data, rank, world_size, key_prefix, *args, **kwargs):
+            if key_prefix == "torchelastic/role_info":  # the post-round one; the exit barrier is torch's
+                store.set("%s%d" % (key_prefix, rank), data)
+                _wait_keys(store, ["%s%d" % (key_prefix, i) for i in range(world_size)])
+            return synchronize(store, data, rank, world_size, key_prefix, *args, **kwargs)
+
+        store_util.synchronize = guarded_synchronize
+        master = api.SimpleElasticAgent._get_master_addr_port
+
+        def get_master_addr_port(store):
+            _wait_keys(store, ["MASTER_ADDR", "MASTER_PORT"])
+            return master(store)
+
+        api.SimpleElasticAgent._get_master_addr_port = staticmethod(get_master_addr_port)
+    else:
+        assign = api.SimpleElasticAgent._assign_worker_ranks
+
+        def assign_worker_ranks(self, store, group_rank, group_world_size, spec):
+            if os.environ.get("TORCH_ELASTIC_WORKER_IDENTICAL", "0") != "1":
+                info = api._RoleInstanceInfo(spec.role, group_rank, spec.local_world_size)
+                store.set("torchelastic/role_info/%d" % group_rank, info.serialize())  # as torch does, first
+                if group_rank == 0:
+                    _wait_keys(store, ["torchelastic/role_info/%d" % i for i in range(group_world_size)])
+                else:
+                    _wait_keys(store, ["torchelastic/assigned_ranks/%d" % group_rank])
+            return assign(self, store, group_rank, group_world_size, spec)
+
+        api.SimpleElasticAgent._assign_worker_ranks = assign_worker_ranks
+        _patch_bootstrap_wait()
+
+    rendezvous = api.SimpleElasticAgent._rendezvous
+
+    def _rendezvous(self, worker_group):
+        while True:
+            try:
+                return rendezvous(self, worker_group)
+            except _RoundLost as e:
+                print("etjob.torchrun: the round lost a node before its workers started (%s): joining the next round"
+                      % e, file=sys.stderr, flush=True)
+
+    api.SimpleElasticAgent._rendezvous = _rendezvous
 
 
 _sup = None  # this pod's Supervisor, when a node agent serves it (main)
@@ -227,18 +430,18 @@ def _reason():
 
 def _complete_when_expected(join):
     """torch completes a round below max_nodes only in add_to_participants,
-    with the settings of the node that adds itself last: when that is a
-    joiner, whose max_nodes is the job's, not the expected count, the round
-    waited out last_call_timeout (3 s; the ~5 s join pauses measured in
-    session 2). Here any participant whose (narrowed) max_nodes the round has
-    reached completes it on its next poll."""
+    with the settings of the node that adds itself last, and only at
+    max_nodes: below it the round waited out last_call_timeout (3 s; the
+    ~5 s join pauses measured before this rule). Here any participant that
+    expects a size the round has reached completes it on its next poll."""
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
 
     def call(self, ctx, deadline):
         state = ctx.state
         # A pod that goes never closes a round.
+        want = _expecting.get(ctx.node, ctx.settings.max_nodes)
         if (not _told_to_leave() and not state.closed and not state.complete and ctx.node in state.participants
-                and len(state.participants) >= ctx.settings.max_nodes and time.monotonic() <= deadline):
+                and len(state.participants) >= want and time.monotonic() <= deadline):
             return dr._Action.MARK_RENDEZVOUS_COMPLETE
         return join(self, ctx, deadline)
 
@@ -246,19 +449,32 @@ def _complete_when_expected(join):
 
 
 _rounds = {}  # id(handler) -> the nodes of the last round it joined
+_round_of = {}  # id(handler) -> the number of that round
+_expecting = {}  # node -> the size of the round it waits in, when known (next_rendezvous)
+
+
+def _note_round(handler):
+    """_note_round records the round the handler has just joined (its state
+    holder's view) as the one its workers are about to run in, and returns
+    that state."""
+    state = handler._state_holder.state
+    _rounds[id(handler)] = set(state.participants)
+    _round_of[id(handler)] = state.round
+    return state
 
 
 def _left_key(handler, node):
     # A counter per node: torch 1.13's Store has no non-blocking existence
     # check, but add(key, 0) reads a counter without waiting.
-    return "%s.etjob.left.%s_%s_%s" % (handler._state_holder._backend._key, node.fqdn, node.pid, node.local_id)
+    host = getattr(node, "fqdn", None) or getattr(node, "addr", "")  # torch 1.13 names it fqdn, 2.x addr
+    return "%s.etjob.left.%s_%s_%s" % (handler._state_holder._backend._key, host, node.pid, node.local_id)
 
 
 def _unmark_left(handler):
     """_unmark_left clears this node's leaving mark (_leave_early), if any:
     the survivors would otherwise count it out of every later round."""
     try:
-        with _store_lock, handler._heartbeat_lock:
+        with handler._heartbeat_lock:
             store = handler._state_holder._backend._store
             key = _left_key(handler, handler._this_node)
             marked = store.add(key, 0)
@@ -275,7 +491,7 @@ def _expected_nodes(handler):
     if not last:
         return None
     try:
-        with _store_lock, handler._heartbeat_lock:
+        with handler._heartbeat_lock:
             handler._state_holder.sync()
             state = handler._state_holder.state
             store = handler._state_holder._backend._store
@@ -287,7 +503,7 @@ def _expected_nodes(handler):
         return None
     joining = (set(state.participants) | set(state.wait_list)) - last
     n = len(last - left) + len(joining)
-    if n < handler._settings.min_nodes or n >= handler._settings.max_nodes:
+    if n < handler._settings.min_nodes or n > handler._settings.max_nodes:
         return None
     return n
 
@@ -308,8 +524,7 @@ def _leave_early(sup):
     def mark():
         for h in list(_handlers):
             try:
-                with _store_lock, h._heartbeat_lock:
-                    h._state_holder._backend._store.add(_left_key(h, h._this_node), 1)
+                h._state_holder._backend._store.add(_left_key(h, h._this_node), 1)
                 print("etjob.torchrun: told to leave (%s): marked in the rendezvous" % _reason(), file=sys.stderr, flush=True)
             except Exception as e:  # the store may be gone: survivors fall back to torch's last call
                 print("etjob.torchrun: marking the leave failed: %s" % e, file=sys.stderr, flush=True)
@@ -439,9 +654,17 @@ def _patch_leaving(sup):
 
 
 def main(argv=None):
+    # torch 2.x shares the rank-0 agent's store with the workers and keeps
+    # the master address of the first round it joined: a node that joins a
+    # later round then waits for an address rank 0 never writes (60 s, then
+    # it fails), and after rank 0 is lost the others' workers would dial a
+    # dead master. torch's own opt-out publishes the address every round.
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     _patch_std()
     _patch_shutdown()
     _patch_rendezvous(float(os.environ.get("ETJOB_RDZV_POLL_SECONDS", "0.2")))
+    _patch_store_clients()
+    _patch_round_barriers()
     if os.environ.get("ETJOB_WORKER_START", "forkserver") == "forkserver":
         extra = [m.strip() for m in os.environ.get("ETJOB_PRELOAD", "").split(",") if m.strip()]
         _patch_worker_start(PRELOAD + extra)

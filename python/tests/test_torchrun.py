@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 from datetime import datetime, timedelta, timezone
@@ -41,7 +42,7 @@ class CompleteWhenExpectedTest(unittest.TestCase):
         # raises "can't compare offset-naive and offset-aware datetimes").
         return datetime.now(timezone.utc) if "timezone.utc" in inspect.getsource(dr) else datetime.utcnow()
 
-    def act(self, node, participants, max_nodes, complete=False):
+    def act(self, node, participants, expected=None, complete=False):
         state = dr._RendezvousState()
         state.round = 2
         state.complete = complete
@@ -49,26 +50,40 @@ class CompleteWhenExpectedTest(unittest.TestCase):
             state.participants[n] = 0
             state.last_heartbeats[n] = self.now()
         state.deadline = self.now() + timedelta(seconds=3)  # the last call, as torch set it
-        settings = dataclasses.replace(self.settings, max_nodes=max_nodes)
-        return self.join(dr._RendezvousJoinOp(), dr._RendezvousContext(node, state, settings), time.monotonic() + 60)
+        if expected:
+            torchrun._expecting[node] = expected
+        try:
+            return self.join(dr._RendezvousJoinOp(), dr._RendezvousContext(node, state, self.settings),
+                             time.monotonic() + 60)
+        finally:
+            torchrun._expecting.pop(node, None)
 
     def test_member_completes_once_the_expected_nodes_joined(self):
         # members n0..n2 expect 4 nodes; the joiner n3 added itself last.
-        self.assertEqual(self.act(self.nodes[0], self.nodes, max_nodes=4), dr._Action.MARK_RENDEZVOUS_COMPLETE)
+        self.assertEqual(self.act(self.nodes[0], self.nodes, expected=4), dr._Action.MARK_RENDEZVOUS_COMPLETE)
 
     def test_member_waits_while_some_are_missing(self):
-        self.assertNotEqual(self.act(self.nodes[0], self.nodes[:3], max_nodes=4), dr._Action.MARK_RENDEZVOUS_COMPLETE)
+        self.assertNotEqual(self.act(self.nodes[0], self.nodes[:3], expected=4), dr._Action.MARK_RENDEZVOUS_COMPLETE)
 
     def test_torch_rules_otherwise(self):
-        # the joiner's own settings (max 6) do not complete a round of 4;
-        self.assertNotEqual(self.act(self.nodes[3], self.nodes, max_nodes=6), dr._Action.MARK_RENDEZVOUS_COMPLETE)
+        # a joiner expects nothing: its max (6) does not complete a round of 4;
+        self.assertNotEqual(self.act(self.nodes[3], self.nodes), dr._Action.MARK_RENDEZVOUS_COMPLETE)
         # a complete round is left alone.
-        self.assertEqual(self.act(self.nodes[0], self.nodes, max_nodes=4, complete=True), dr._Action.FINISH)
+        self.assertEqual(self.act(self.nodes[0], self.nodes, expected=4, complete=True), dr._Action.FINISH)
+
+    def test_a_node_that_missed_the_round_waits_for_the_next(self):
+        # RC-B: n3 expected a round of 3, and the round completed without it
+        # (n0..n2). Its max_nodes stays the job's (6), so torch puts it on the
+        # wait list and the members restart for it; the narrowed max of 3
+        # (the expected size) left it outside both lists until its join
+        # timeout (600 s).
+        self.assertEqual(self.act(self.nodes[3], self.nodes[:3], expected=3, complete=True),
+                         dr._Action.ADD_TO_WAIT_LIST)
 
     def test_a_pod_told_to_leave_never_completes_a_round(self):
         torchrun._sup = _Told()
         try:
-            self.assertNotEqual(self.act(self.nodes[0], self.nodes, max_nodes=4), dr._Action.MARK_RENDEZVOUS_COMPLETE)
+            self.assertNotEqual(self.act(self.nodes[0], self.nodes, expected=4), dr._Action.MARK_RENDEZVOUS_COMPLETE)
         finally:
             torchrun._sup = None
 
@@ -111,6 +126,81 @@ class LeaveWhileWaitingTest(unittest.TestCase):
         torchrun._joining = False
         dr._delay(seconds=1)
         self.assertEqual(self.slept, [0.01], "one poll, capped at the poll interval")
+
+
+class _FakeStore:
+    """A fake store client: counters only (the leaving marks)."""
+
+    def __init__(self):
+        self.counters = {}
+
+    def add(self, key, n):
+        self.counters[key] = self.counters.get(key, 0) + n
+        return self.counters[key]
+
+
+class _FakeHolder:
+    """A fake rendezvous state holder over a fixed state."""
+
+    def __init__(self, state):
+        self.state = state
+        self._cache_duration = 1
+        self._backend = type("Backend", (), {"_store": _FakeStore(), "_key": "torch.rendezvous.r"})()
+
+    def sync(self):
+        return None
+
+
+@unittest.skipIf(dr is None, "needs torch")
+class NoNarrowingTest(unittest.TestCase):
+    """RC-B: the wrapper's expected size of the next round must not narrow the
+    handler's max_nodes while torch runs the round: torch also uses max_nodes
+    to admit a node that missed a round to the wait list, and a narrowed one
+    left such a node outside both lists, unheard until its 600 s join timeout.
+    The handler here is a fake (a state holder over a fixed state, torch's
+    own settings); the round itself is a fake that records what it saw."""
+
+    def setUp(self):
+        self.saved = (dr._delay, dr.DynamicRendezvousHandler.next_rendezvous, dr._RendezvousJoinOp.__call__)
+        self.seen = []
+
+        def fake_round(handler):
+            self.seen.append((handler._settings.max_nodes, handler._op_executor._settings.max_nodes,
+                              getattr(torchrun, "_expecting", {}).get(handler._this_node, 3)))
+            return "store", 0, 3
+
+        dr.DynamicRendezvousHandler.next_rendezvous = fake_round
+        torchrun._patch_rendezvous(0.01)
+
+    def tearDown(self):
+        dr._delay, dr.DynamicRendezvousHandler.next_rendezvous, dr._RendezvousJoinOp.__call__ = self.saved
+
+    def test_the_expected_size_leaves_max_nodes_alone(self):
+        nodes = [dr._NodeDesc("n%d" % i, 1, 0) for i in range(3)]
+        settings = dr.RendezvousSettings(
+            run_id="r", min_nodes=1, max_nodes=6, timeout=dr.RendezvousTimeout(last_call=timedelta(seconds=3)),
+            keep_alive_interval=timedelta(seconds=5), keep_alive_max_attempt=3)
+        state = dr._RendezvousState()
+        state.round = 4
+        state.complete = True
+        for n in nodes:
+            state.participants[n] = 0
+        handler = dr.DynamicRendezvousHandler.__new__(dr.DynamicRendezvousHandler)
+        handler._this_node, handler._settings = nodes[0], settings
+        handler._state_holder = _FakeHolder(state)
+        handler._heartbeat_lock = threading.Lock()
+        handler._op_executor = type("Executor", (), {"_settings": settings})()
+        torchrun._rounds[id(handler)] = set(nodes)
+        try:
+            dr.DynamicRendezvousHandler.next_rendezvous(handler)
+        finally:
+            torchrun._rounds.pop(id(handler), None)
+            getattr(torchrun, "_round_of", {}).pop(id(handler), None)
+            if handler in torchrun._handlers:
+                torchrun._handlers.remove(handler)
+        # the round of 3 it ran in is what it expects: max_nodes stays 6.
+        self.assertEqual(self.seen, [(6, 6, 3)])
+        self.assertEqual(getattr(torchrun, "_expecting", {}), {}, "the expectation ends with the round")
 
 
 @unittest.skipIf(dr is None, "needs torch")
@@ -175,6 +265,84 @@ class LeaveWhileWaitingAgentTest(unittest.TestCase):
         self.assertIn("told to leave while waiting in the rendezvous", out)
         st = self.state()
         self.assertEqual((len(st.participants), len(st.wait_list)), (0, 0), "the agent left the round")
+
+
+@unittest.skipIf(dr is None, "needs torch")
+class RoundLostTest(unittest.TestCase):
+    """Real torchrun agents on one real store (min 2, max 4): a node of a round
+    is lost the moment the round completes, before its agent shared its ranks
+    (forced_torchrun.py), and two new nodes arrive. Before etjob's fixes the
+    survivors waited for the lost node's ranks (300 s on torch 1.13) with
+    their heartbeats stuck behind that wait on the same store client, so the
+    rendezvous took them for dead and the two new nodes completed a round of
+    their own: the job trained in two halves, and nothing said so. Here the
+    survivors give the round up once the lost node's heartbeats expire, and
+    the four nodes finish in one round of 4."""
+
+    def setUp(self):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "python"), HERE]))
+        self.env.pop("ETJOB_AGENT_ADDR", None)
+        self.store = subprocess.Popen([sys.executable, "-m", "etjob.rdzv", "--host", "127.0.0.1", "--port", str(self.port)],
+                                      env=self.env, stdout=subprocess.PIPE, text=True)
+        self.assertIn("listening", self.store.stdout.readline())
+        self.dir = tempfile.mkdtemp(prefix="rl-", dir="/tmp")
+        self.script = os.path.join(self.dir, "train.py")
+        with open(self.script, "w") as f:
+            # Trains for 12 s in whatever world it is given: a restart for a
+            # new round kills it, the last round's workers finish.
+            f.write("import os, sys, time\n"
+                    "print('world=%s node=%s' % (os.environ['WORLD_SIZE'], os.environ['GROUP_RANK']), flush=True)\n"
+                    "time.sleep(12)\n")
+        self.procs = []
+
+    def tearDown(self):
+        for p, out in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            out.close()
+        self.store.terminate()
+        self.store.wait(timeout=30)
+        self.store.stdout.close()
+
+    def agent(self, name, forced=False):
+        out = open(os.path.join(self.dir, name + ".log"), "w+")
+        cmd = [sys.executable] + ([os.path.join(HERE, "forced_torchrun.py")] if forced else ["-m", "etjob.torchrun"])
+        cmd += ["--nnodes=2:4", "--nproc_per_node=1", "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:%d" % self.port,
+                "--rdzv_id=round-lost", "--max_restarts=100", "--monitor_interval=1",
+                "--rdzv_conf=is_host=false,join_timeout=600,last_call_timeout=3", self.script]
+        p = subprocess.Popen(cmd, env=dict(self.env, ETJOB_WORKER_START="exec"), stdout=out, stderr=subprocess.STDOUT,
+                             text=True)
+        self.procs.append((p, out))
+        return p, out
+
+    def test_a_node_lost_after_its_round_completed(self):
+        began = time.time()
+        survivors = [self.agent("survivor-%d" % i) for i in range(2)]
+        victim, victim_log = self.agent("victim", forced=True)
+        self.assertEqual(victim.wait(timeout=120), 9, "the forced node was not lost after a round")
+        victim_log.seek(0)
+        self.assertIn("forced: lost after round", victim_log.read())
+        newcomers = [self.agent("newcomer-%d" % i) for i in range(2)]
+        codes, logs = {}, {}
+        names = ["survivor-0", "survivor-1", "newcomer-0", "newcomer-1"]
+        for name, (p, out) in zip(names, survivors + newcomers):
+            try:
+                codes[name] = p.wait(timeout=max(1, began + 150 - time.time()))
+            except subprocess.TimeoutExpired:
+                codes[name] = None
+            out.seek(0)
+            logs[name] = out.read()
+        worlds = {n: [line.split()[0] for line in text.splitlines() if line.startswith("world=")] for n, text in logs.items()}
+        summary = "exit codes %s; the worlds each trained in %s" % (codes, worlds)
+        for name in names:
+            self.assertEqual(codes[name], 0, "%s did not finish in 150 s: %s\n%s" % (name, summary, logs[name][-2000:]))
+            self.assertTrue(worlds[name] and worlds[name][-1] == "world=4",
+                            "%s did not finish in one round with the other three: %s" % (name, summary))
+        self.assertIn("the round lost a node before its workers started", logs["survivor-0"] + logs["survivor-1"])
 
 
 if __name__ == "__main__":
