@@ -211,7 +211,7 @@ class _RoundLost(Exception):
     them is no longer in the rendezvous (it was lost, or left)."""
 
 
-#: How long one wait for a peer's key lasts before the round is checked again.
+#: How often a wait for the keys of a round checks that the round is whole.
 _ROUND_CHECK_SECONDS = 1.0
 
 
@@ -227,7 +227,7 @@ def _round_lost():
             h._state_holder.sync()
             state = h._state_holder.state
         if state.closed:
-            return ""  # torch's own path: the agent ends
+            return "the rendezvous is closed"  # the next round says so, as torch would
         if state.round != number:
             return "round %d is over (the rendezvous is at round %d)" % (number, state.round)
         gone = [str(n) for n in last if n not in state.participants]
@@ -236,31 +236,48 @@ def _round_lost():
     return ""
 
 
-def _wait_keys(store, keys, poll=0.2):
-    """_wait_keys waits until every key is in the store, and gives the round up
-    (_RoundLost) as soon as a node of it is gone: the key it was to write would
-    never come. torch 2.x checks without blocking (Store.check); torch 1.13
-    has no check, and waits in slices of _ROUND_CHECK_SECONDS."""
-    from datetime import timedelta
+#: A value no key of torch's ever holds: compare_set(key, _ABSENT, _ABSENT)
+#: reads a key without waiting and without creating it (torch 1.13 has no
+#: Store.check; a timed-out Store.wait leaves a waiter on the server whose
+#: late answer the client's next call reads instead of its own).
+_ABSENT = "etjob.absent.8c1f"
 
-    checked = time.monotonic()
-    while True:
-        if hasattr(store, "check"):
-            if store.check(keys):
-                return
-            time.sleep(poll)
-        else:
-            try:
-                store.wait(keys, timedelta(seconds=_ROUND_CHECK_SECONDS))
-                return
-            except RuntimeError as e:  # "Socket Timeout"
-                if "timeout" not in str(e).lower():
-                    raise
-        if time.monotonic() - checked >= _ROUND_CHECK_SECONDS:
-            checked = time.monotonic()
+
+def _have_keys(store, keys):
+    if hasattr(store, "check"):  # torch 2.x
+        return store.check(keys)
+    return all(store.compare_set(k, _ABSENT, _ABSENT) != _ABSENT.encode() for k in keys)
+
+
+def _wait_keys(store, keys, poll=0.2, timeout=300.0):
+    """_wait_keys waits until every key is in the store, without ever blocking
+    in the store, and gives the round up (_RoundLost) as soon as a node of it
+    is gone: the key it was to write would never come. After `timeout`
+    seconds (torch's own post-round timeout) it fails as torch's wait would."""
+    began = checked = time.monotonic()
+    while not _have_keys(store, keys):
+        now = time.monotonic()
+        if now - began > timeout:
+            raise RuntimeError("etjob.torchrun: timed out after %.0f s waiting for %s" % (timeout, ", ".join(keys)))
+        if now - checked >= _ROUND_CHECK_SECONDS:
+            checked = now
             lost = _round_lost()
-            if lost:
+            if lost and not _have_keys(store, keys):
                 raise _RoundLost(lost)
+        time.sleep(poll)
+
+
+def _synchronize(store, data, rank, world_size, key_prefix):
+    """torch 1.13's store_util.synchronize (every agent's data to every agent,
+    then rank 0 waits until all have read), each wait through _wait_keys."""
+    store.set("%s%d" % (key_prefix, rank), data)
+    keys = ["%s%d" % (key_prefix, i) for i in range(world_size)]
+    _wait_keys(store, keys)
+    got = [store.get(k) for k in keys]
+    store.set("%s%d.FIN" % (key_prefix, rank), b"FIN")
+    if rank == 0:
+        _wait_keys(store, [k + ".FIN" for k in keys])
+    return got
 
 
 def _post_round_layout():
@@ -332,8 +349,7 @@ def _patch_round_barriers():
 
         def guarded_synchronize(store, data, rank, world_size, key_prefix, *args, **kwargs):
             if key_prefix == "torchelastic/role_info":  # the post-round one; the exit barrier is torch's
-                store.set("%s%d" % (key_prefix, rank), data)
-                _wait_keys(store, ["%s%d" % (key_prefix, i) for i in range(world_size)])
+                return _synchronize(store, data, rank, world_size, key_prefix)
             return synchronize(store, data, rank, world_size, key_prefix, *args, **kwargs)
 
         store_util.synchronize = guarded_synchronize
