@@ -10,7 +10,10 @@ cd "$(dirname "$0")/.."
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 mode=${1:-all}
 
-step() { printf '\n==> %s\n' "$*"; }
+# step prints a stage's heading with the minutes and seconds since the start:
+# the budget's breakdown, in every run's log.
+began=$SECONDS
+step() { printf '\n==> [%dm%02ds] %s\n' $(((SECONDS - began) / 60)) $(((SECONDS - began) % 60)) "$*"; }
 # worker_tests runs the worker library's tests with one interpreter: the tests
 # start their workers with that same interpreter (sys.executable).
 worker_tests() {
@@ -32,6 +35,7 @@ if [ "$mode" = fast ]; then
   go test -short -count=1 ./api/... ./config/... ./internal/... ./pkg/... ./cmd/...
   step "worker library tests on Debian's torch 1.13"
   worker_tests /usr/bin/python3
+  step "done"
   exit 0
 fi
 
@@ -69,4 +73,17 @@ step "integration tests (real kube-apiserver + etcd)"
 go test -count=1 -p 1 -timeout 20m ./test/integration/...
 
 step "end-to-end: the spot stories on a local cluster with real torchrun and real Horovod training"
-go test -count=1 -p 1 -timeout 40m ./test/e2e/...
+# -v into a file: each story's time is printed (the budget's breakdown); the
+# whole log only when something failed, as go test without -v would.
+e2e_log=$(mktemp)
+if go test -count=1 -p 1 -timeout 40m -v ./test/e2e/... > "$e2e_log" 2>&1; then
+  grep -E '^(--- |ok |PASS)' "$e2e_log"
+  rm -f "$e2e_log"
+else
+  cat "$e2e_log"
+  echo "== the stories:"
+  grep -E '^\s*--- ' "$e2e_log" || true
+  rm -f "$e2e_log"
+  exit 1
+fi
+step "done"

@@ -50,16 +50,27 @@ def main(argv=None):
     # The throughput since the last checkpoint at one world size.
     pace = {"since": time.time(), "steps": 0, "world": 0}
 
-    def checkpoint():
-        began = time.time()
-        path = state.checkpoint(args.checkpoint_dir)
-        if path is None:
-            return
-        log("checkpoint step=%d" % state.step)
+    def checkpoint(final=False):
+        # Rank 0 saves the last commit in the background (training goes on;
+        # a save is skipped while the previous one is still being written)
+        # and reports it once it landed; the last one is written before the
+        # run ends.
+        step, world = state.step, pace["world"]
         took = time.time() - pace["since"]
         sps = pace["steps"] * args.global_batch / took if took > 0 else 0.0
-        elastic.supervisor().report_progress(state.step, state.step, os.path.relpath(path, args.checkpoint_dir),
-                                             time.time() - began, sps, pace["world"])
+
+        def landed(path, seconds):
+            log("checkpoint step=%d" % step)
+            elastic.supervisor().report_progress(step, step, os.path.relpath(path, args.checkpoint_dir), seconds, sps, world)
+
+        if final:
+            state.flush()
+            began = time.time()
+            path = state.checkpoint(args.checkpoint_dir)
+            if path is not None:
+                landed(path, time.time() - began)
+        elif not state.checkpoint_async(args.checkpoint_dir, done=landed):
+            return
         pace.update(since=time.time(), steps=0)
 
     @elastic.run
@@ -86,7 +97,7 @@ def main(argv=None):
                 state.step, state.sampler.epoch, rank, world, loss_sum.item() / max(len(y), 1), os.getpid(), state.generation))
             state.commit()
             if rank == 0 and (state.step % args.checkpoint_every == 0 or state.step == total or state.checkpoint_wanted):
-                checkpoint()
+                checkpoint(final=state.step == total)
 
     train(state)
     if state.rank == 0:

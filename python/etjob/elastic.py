@@ -30,8 +30,9 @@ Debian's torch 1.13 with gloo. What happens (docs/worker-library.md):
   under the job's rendezvous id: every rank of generation G+1 builds a new
   gloo group over a store prefix of its own.
 * A collective that fails (a dead peer's closed connections), one that takes
-  longer than $ETJOB_COLLECTIVE_TIMEOUT (5 s: a frozen peer keeps its
-  connections open), or a generation another rank ended raises
+  longer than its deadline ($ETJOB_COLLECTIVE_TIMEOUT, 5 s, plus its bytes at
+  $ETJOB_MIN_BANDWIDTH_MBPS, 50 MB/s: a frozen peer keeps its connections
+  open), or a generation another rank ended raises
   CollectiveError inside the collective. `run` then rolls back to the last
   commit, meets the others in generation G+1 and calls the function again:
   the failed step is done again, at most one step is lost. The old group is
@@ -44,8 +45,9 @@ Debian's torch 1.13 with gloo. What happens (docs/worker-library.md):
   would be left (below minReplicas), every rank stops at that step, rank 0
   checkpoints it to disk first.
 * A joiner gets the state by broadcast from a member that holds the newest
-  commit, not from disk. Disk checkpoints (`state.checkpoint(dir)`, rank 0)
-  are for a stop below min and the loss of the whole job.
+  commit, not from disk. Disk checkpoints (`state.checkpoint_async(dir)` in
+  the background, or `state.checkpoint(dir)`, rank 0) are for a stop below
+  min and the loss of the whole job.
 * Fencing: a rank whose generation is over (it was frozen and woke up) cannot
   go on in it: its collectives fail and it joins again as a newcomer, taking
   the state by broadcast; `state.checkpoint` refuses to rename a checkpoint
@@ -129,6 +131,12 @@ class Context:
     def __init__(self, store=None, prefix=None, ident=None, min_size=None, max_size=None, sup=None):
         endpoint = os.environ.get("ETJOB_RDZV_ENDPOINT") or os.environ.get("PET_RDZV_ENDPOINT", "")
         self.collective_timeout = _env_float("ETJOB_COLLECTIVE_TIMEOUT", "5")
+        # A collective's deadline grows with the bytes it moves, at this
+        # slowest rate a healthy group is expected to keep (bytes/s): a 4 GB
+        # state broadcast or gradient all-reduce is not taken for a frozen
+        # peer. The default, 50 MB/s, is a slow network; gloo on loopback
+        # moved ~1 GB/s on this project's 2-core machines.
+        self.min_bandwidth = _env_float("ETJOB_MIN_BANDWIDTH_MBPS", "50") * 1e6
         self.settle = _env_float("ETJOB_SETTLE_SECONDS", "0.5")
         self.join_timeout = _env_float("ETJOB_JOIN_TIMEOUT", "600")
         # a newcomer ends a generation with no commit for this long: its
@@ -312,11 +320,17 @@ class Context:
 
     # -- collectives ------------------------------------------------------
 
-    def wait(self, work, what):
+    def timeout_for(self, nbytes):
+        """timeout_for is the deadline of a collective that moves nbytes: the
+        collective timeout plus the time those bytes take at min_bandwidth."""
+        return self.collective_timeout + nbytes / self.min_bandwidth
+
+    def wait(self, work, what, nbytes=0):
         """wait returns once work is done; it raises CollectiveError when the
         work failed, when the generation was ended by someone else, or after
-        the collective timeout (the work is then abandoned, never waited for)."""
+        timeout_for(nbytes) (the work is then abandoned, never waited for)."""
         g = self.group
+        limit = self.timeout_for(nbytes)
         done = threading.Event()
         work.get_future().then(lambda _f: done.set())
         start = time.monotonic()
@@ -324,9 +338,9 @@ class Context:
         while not done.wait(check):
             if self.ended(g.gen):
                 raise CollectiveError("%s in generation %d: another rank ended it" % (what, g.gen))
-            if time.monotonic() - start > self.collective_timeout:
-                self.end(g.gen, "%s took more than %.1f s" % (what, self.collective_timeout))
-                raise CollectiveError("%s in generation %d: no answer in %.1f s" % (what, g.gen, self.collective_timeout))
+            if time.monotonic() - start > limit:
+                self.end(g.gen, "%s took more than %.1f s" % (what, limit))
+                raise CollectiveError("%s in generation %d: no answer in %.1f s" % (what, g.gen, limit))
             check = min(check * 2, 0.1)
         try:
             work.wait()  # done: returns at once, or raises the work's error
@@ -339,14 +353,14 @@ class Context:
         g = self._live()
         opts = dist.AllreduceOptions()
         opts.reduceOp = op
-        self.wait(g.pg.allreduce([tensor], opts), what)
+        self.wait(g.pg.allreduce([tensor], opts), what, _nbytes(tensor))
         return tensor
 
     def broadcast(self, tensor, src, what="broadcast"):
         g = self._live()
         opts = dist.BroadcastOptions()
         opts.rootRank, opts.rootTensor = src, 0
-        self.wait(g.pg.broadcast([tensor], opts), what)
+        self.wait(g.pg.broadcast([tensor], opts), what, _nbytes(tensor))
         return tensor
 
     def _live(self):
@@ -355,8 +369,13 @@ class Context:
         return self.group
 
 
+def _nbytes(tensor):
+    return tensor.numel() * tensor.element_size()
+
+
 _ctx = None
 _exit = {"code": 0}
+_writers = set()  # background checkpoint threads (State.checkpoint_async)
 
 
 def _end_without_teardown():
@@ -368,6 +387,8 @@ def _end_without_teardown():
     import logging
 
     logging.shutdown()
+    for t in list(_writers):  # background checkpoints land before the exit
+        t.join(_env_float("ETJOB_CHECKPOINT_FLUSH_SECONDS", "600"))
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -424,6 +445,7 @@ class State:
         object.__setattr__(self, "checkpoint_wanted", False)
         object.__setattr__(self, "commits", 0)
         object.__setattr__(self, "_dir", None)
+        object.__setattr__(self, "_saving", None)
         self._keep()
 
     def __getattr__(self, name):
@@ -501,12 +523,14 @@ class State:
             return
         staying = [r for r in range(g.size) if not flags[r]]
         if leaving and len(staying) < ctx.min:
-            # Too few would be left: everyone stops at this step; rank 0
-            # writes it to disk first (the job resumes from it).
+            # Too few would be left: everyone stops at this step, agreed by
+            # the all-reduce above; rank 0 writes it to disk (the job resumes
+            # from it), however long that takes, then ends the generation.
+            # The others go at once: a barrier behind the save timed out
+            # when the save took longer than a collective may, the
+            # generation ended, and the fence then refused the checkpoint.
             if g.rank == 0:
                 self._stop_checkpoint()
-            ctx.allreduce(torch.zeros(1), what="stop barrier")
-            if g.rank == 0:
                 # over: the job's next pods open a new generation at once
                 ctx.end(g.gen, "stopped below min")
                 _log("stop step=%d: %d of %d leave, below min %d" % (self.step_of(), leaving, g.size, ctx.min))
@@ -528,10 +552,70 @@ class State:
     def _stop_checkpoint(self):
         d = self._dir or os.environ.get("ETJOB_CHECKPOINT_DIR")
         if d:
+            self.flush()  # a background save of an older commit lands first
             try:
                 self.checkpoint(d)
             except Exception as e:  # noqa: BLE001 - the stop still exits 75
                 _log("checkpoint before the stop failed, the job resumes from the previous one: %s" % e)
+
+    def checkpoint_async(self, directory, done=None):
+        """checkpoint_async hands the last commit to a background writer (rank
+        0; the others return False) and returns True at once: training never
+        waits for the disk. The commit is not copied: a commit replaces the
+        kept snapshot instead of changing it, so the writer holds the one it
+        was given (one extra copy of the state in memory at most, once a newer
+        commit exists). One save at a time: while one is being written a new
+        request returns False and nothing is queued. A save that fails, or
+        that would move `latest` back, or whose generation ended while this
+        rank did not go on (a rank that woke from a freeze), is logged and
+        dropped, never raised. done(path, seconds), when given, is called
+        from the writer once the checkpoint landed. Saves in flight are
+        finished before the process exits (flush)."""
+        ctx = self._ctx
+        if ctx is not None and ctx.group is not None and ctx.group.rank != 0:
+            return False
+        saving = self._saving
+        if saving is not None and saving.is_alive():
+            return False
+        object.__setattr__(self, "_dir", directory)
+        kept, gen = self._kept, self.generation
+        step = int(kept["values"].get("step", 0))
+
+        def fence():
+            if ctx is not None and ctx.group is not None and ctx.group.gen == gen and ctx.ended(gen):
+                raise etorch.CheckpointError(0, "generation %d ended while this rank did not go on: fenced" % gen)
+            latest = etorch.latest_step(directory)
+            if latest is not None and latest > step:
+                raise etorch.CheckpointError(0, "latest is at step %d already: never moved back" % latest)
+
+        def write():
+            began = time.monotonic()
+            try:
+                state = dict(kept, step=step, generation=gen)
+                path = etorch.save_checkpoint(directory, state, before_commit=fence)
+            except Exception as e:  # noqa: BLE001 - a background save is never fatal
+                _log("checkpoint of step %d not written: %s" % (step, e))
+                return
+            if done is not None:
+                try:
+                    done(path, time.monotonic() - began)
+                except Exception as e:  # noqa: BLE001
+                    _log("checkpoint of step %d written; its callback failed: %s" % (step, e))
+
+        t = threading.Thread(target=write, name="etjob-checkpoint-%d" % step, daemon=True)
+        object.__setattr__(self, "_saving", t)
+        _writers.add(t)
+        t.start()
+        return True
+
+    def flush(self, timeout=None):
+        """flush waits for the background save in flight, if any (True when
+        none is left)."""
+        t = self._saving
+        if t is not None:
+            t.join(timeout)
+            return not t.is_alive()
+        return True
 
     def checkpoint(self, directory):
         """checkpoint writes the last commit to disk (rank 0; others return

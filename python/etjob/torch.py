@@ -124,6 +124,16 @@ def _warn(msg):
     sys.stderr.flush()
 
 
+def latest_step(directory):
+    """latest_step is the step `latest` points at, or None when there is no
+    readable `latest`."""
+    try:
+        with open(os.path.join(directory, "latest")) as f:
+            return int(json.load(f)["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def load_checkpoint(directory):
     """load_checkpoint returns the latest checkpoint's state, or None when the
     directory holds none. When `latest` is torn, or names a file that is gone

@@ -2,7 +2,10 @@
 fixed synthetic set with ElasticSampler, one line per committed step:
 `step=S rank=R world=W gen=G pid=P t=T`, and at the end `ledger ok` (or its
 problems) and `done step=S weight=...`. STEP_SLEEP adds seconds of "work"
-per step so that the tests can hit a step at will."""
+per step so that the tests can hit a step at will; SAVE_SECONDS paces every
+checkpoint write (storage slower than a collective may take),
+CHECKPOINT_EVERY (25; 0: none) spaces rank 0's periodic checkpoints, and
+CHECKPOINT_ASYNC=1 saves them in the background."""
 
 import faulthandler
 import os
@@ -30,6 +33,17 @@ def main():
     sampler = etorch.ElasticSampler(n, batch, seed=3)
     state = elastic.State(model=model, optimizer=opt, sampler=sampler, step=0)
     ckdir = os.environ.get("ETJOB_CHECKPOINT_DIR")
+    slow = float(os.environ.get("SAVE_SECONDS", "0"))
+    if slow:
+        save = etorch.save_checkpoint
+
+        def paced(*args, **kwargs):
+            time.sleep(slow)
+            return save(*args, **kwargs)
+
+        etorch.save_checkpoint = paced
+    background = os.environ.get("CHECKPOINT_ASYNC") == "1"
+    every = int(os.environ.get("CHECKPOINT_EVERY", "25"))  # 0: only the library's own (a stop below min)
     if ckdir:
         state.load_checkpoint(ckdir)
 
@@ -51,8 +65,12 @@ def main():
                 state.step, state.rank, state.world, state.generation, os.getpid(), time.time()))
             sys.stdout.flush()
             state.commit()
-            if ckdir and state.rank == 0 and state.step % 25 == 0:
-                state.checkpoint(ckdir)
+            if ckdir and every and state.rank == 0 and state.step % every == 0:
+                if background:
+                    state.checkpoint_async(ckdir, done=lambda path, took: print(
+                        "checkpoint %s in %.1f s" % (os.path.basename(path), took), flush=True))
+                else:
+                    state.checkpoint(ckdir)
 
     train(state)
     problems = etorch.check_ledger(state.sampler.ledger, n, batch)

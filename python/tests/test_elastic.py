@@ -267,8 +267,37 @@ class InProcessRecoveryTest(unittest.TestCase):
         self.assert_finished_like_undisturbed(job, ["w0", "w2", "w3"])
 
     def test_below_min_everyone_stops_at_one_step_and_resumes_from_disk(self):
+        self.stop_below_min_and_resume({})
+
+    def test_below_min_with_a_save_slower_than_a_collective(self):
+        # Rank 0's stop checkpoint takes 3 s, a collective may take 1: the
+        # others used to wait for it in a barrier that timed out, ended the
+        # generation, and the fence then refused the checkpoint.
+        self.stop_below_min_and_resume({"SAVE_SECONDS": "3", "ETJOB_COLLECTIVE_TIMEOUT": "1", "CHECKPOINT_EVERY": "0"})
+
+    def test_a_save_slower_than_a_collective_never_stops_training(self):
+        # Every 25 steps rank 0 saves in the background, 3 s a save, while a
+        # collective may take 1 s: training goes on in one generation, the
+        # checkpoints land, every rank exits 0. (A synchronous save there
+        # made the others time out in the next all-reduce; the fence refused
+        # the rename and rank 0 exited 1.)
         ckpt = tempfile.mkdtemp(prefix="etjob-elastic-ckpt-")
-        job = self.job(3, "3:4", env={"ETJOB_CHECKPOINT_DIR": ckpt})
+        job = self.job(3, "2:4", env={"ETJOB_CHECKPOINT_DIR": ckpt, "SAVE_SECONDS": "3", "ETJOB_COLLECTIVE_TIMEOUT": "1",
+                                      "CHECKPOINT_ASYNC": "1", "STEP_SLEEP": "0.05"})
+        codes = job.wait_exit(list(job.procs), timeout=120)
+        self.assertEqual(set(codes.values()), {0}, job.dump())
+        for n in job.procs:
+            rolled = [l for l in job.lines(n, "err") if "rolling back" in l or "took more than" in l]
+            self.assertFalse(rolled, "%s: a collective gave up behind the save: %s\n%s" % (n, rolled, job.dump()))
+        landed = [l for n in job.procs for l in job.lines(n) if l.startswith("checkpoint ")]
+        self.assertTrue(landed, "no background checkpoint landed:\n%s" % job.dump())
+        import etjob.torch as etorch
+        self.assertGreaterEqual(etorch.latest_step(ckpt), 25)
+        self.assert_finished_like_undisturbed(job, list(job.procs))
+
+    def stop_below_min_and_resume(self, env):
+        ckpt = tempfile.mkdtemp(prefix="etjob-elastic-ckpt-")
+        job = self.job(3, "3:4", env=dict(env, ETJOB_CHECKPOINT_DIR=ckpt))
         job.wait_step(30)
         job.procs["w2"].send_signal(signal.SIGTERM)
         codes = job.wait_exit(list(job.procs))

@@ -27,6 +27,9 @@ import (
 //   - the job grows back once the capacity is free;
 //   - a node's price rises above spec.spot.maxPricePerHour: its worker leaves
 //     at an agreed step and nothing lands on that node again;
+//   - a base worker's node gets dearer: its replacement preempts the last
+//     extra worker, two membership changes at once;
+//   - minReplicas is 1 (a newcomer must not complete a round alone);
 //   - no resume loses a committed step, and nothing counts as a failure.
 func TestGrowthStory(t *testing.T) {
 	ctx := withTimeout(t, 12*time.Minute)
@@ -102,7 +105,7 @@ func TestGrowthStory(t *testing.T) {
 		return p.UID
 	}
 
-	run(e.bin, "submit", "etjob", "--name=grow", "--workers=2", "--min-workers=2", "--max-workers=4", "--gpus=1",
+	run(e.bin, "submit", "etjob", "--name=grow", "--workers=2", "--min-workers=1", "--max-workers=4", "--gpus=1",
 		"--spot-instance", "--growth=Opportunistic", "--growth-probe-timeout=15s", "--growth-backoff=5s", "--max-price=1.0",
 		"--image=etjob/digits:local", "--data-dir", repo+":/opt/etjob", "--data-dir", ckpt+":/ckpt",
 		"--checkpoint-dir=/ckpt", "-e", "PATH=/usr/bin:/bin", "-e", "PYTHONPATH=/opt/etjob/python", "-e", "EPOCHS=400", "-e", "WIDTH=64",
@@ -192,10 +195,7 @@ func TestGrowthStory(t *testing.T) {
 	waitTraining(4, endedAt)
 
 	// An extra worker's node gets dearer than --max-price: the worker leaves
-	// at an agreed step, and no new worker lands on that node. (A base
-	// worker's leave would make its replacement preempt an extra worker,
-	// two membership changes at once, in which the torchrun rounds once
-	// deadlocked: docs/status.md.)
+	// at an agreed step, and no new worker lands on that node.
 	var pricey, leaver string
 	for pod, node := range members(j) {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{})
@@ -237,13 +237,54 @@ func TestGrowthStory(t *testing.T) {
 	if len(priceLeaves) != 1 || !strings.HasPrefix(priceLeaves[0], leaver+" ") {
 		t.Errorf("price leaves %q: want %s's alone (no new worker may land on %s)", priceLeaves, leaver, pricey)
 	}
+
+	// A base worker's node gets dearer too: the worker leaves at an agreed
+	// step, and its replacement, with no free node left, makes the scheduler
+	// preempt the extra worker: two membership changes at once, in which the
+	// torchrun rounds once deadlocked (issue #25). The job trains on with
+	// the remaining base worker and the replacement.
+	var pricier, baseLeaver, extraLeft string
+	for pod, node := range members(j) {
+		if _, ok := base[pod]; ok && (baseLeaver == "" || pod < baseLeaver) {
+			baseLeaver, pricier = pod, node
+		} else if !ok {
+			extraLeft = pod
+		}
+	}
+	if baseLeaver == "" || extraLeft == "" {
+		t.Fatalf("want a base and an extra worker among the members %v", members(j))
+	}
+	repricedAt := time.Now()
+	run(e.local, "cluster", "price", pricier, "1.5")
+	j = waitJob("the base worker on the dearer node replaced, the extra worker preempted for it", 4*time.Minute, func(j *etjobv1.ElasticJob) bool {
+		m := members(j)
+		_, stillBase := m[baseLeaver]
+		_, stillExtra := m[extraLeft]
+		if stillBase || stillExtra || len(m) != 2 {
+			return false
+		}
+		for _, node := range m {
+			if node == pricier || node == pricey {
+				return false
+			}
+		}
+		return true
+	})
+	waitTraining(2, repricedAt)
+	if !slices.ContainsFunc(j.Status.Timeline, func(ev etjobv1.TimelineEvent) bool {
+		return strings.Contains(ev.Message, baseLeaver+" leaves: node "+pricier+" costs 1.5 an hour")
+	}) {
+		t.Errorf("the timeline does not say why %s left: %+v", baseLeaver, j.Status.Timeline)
+	}
+
 	pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: etjobv1.LabelJobName + "=grow"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range pods.Items {
-		if p.Spec.NodeName == pricey && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded {
-			t.Errorf("pod %s runs on %s, priced above --max-price", p.Name, pricey)
+		if (p.Spec.NodeName == pricey || p.Spec.NodeName == pricier) && p.DeletionTimestamp == nil &&
+			p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded {
+			t.Errorf("pod %s runs on %s, priced above --max-price", p.Name, p.Spec.NodeName)
 		}
 	}
 	if j.Status.Failures != 0 {
@@ -255,8 +296,8 @@ func TestGrowthStory(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumes := driver.Resumes(lines)
-	if len(resumes) < 4 {
-		t.Errorf("%d resumes; want one for each of the 4 membership changes at least", len(resumes))
+	if len(resumes) < 5 {
+		t.Errorf("%d resumes; want one for each of the 5 membership changes at least", len(resumes))
 	}
 	for i, r := range resumes {
 		// The scheduler's preemption of the extra workers deletes them at
