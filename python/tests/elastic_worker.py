@@ -5,7 +5,8 @@ problems) and `done step=S weight=...`. STEP_SLEEP adds seconds of "work"
 per step so that the tests can hit a step at will; SAVE_SECONDS paces every
 checkpoint write (storage slower than a collective may take),
 CHECKPOINT_EVERY (25; 0: none) spaces rank 0's periodic checkpoints, and
-CHECKPOINT_ASYNC=1 saves them in the background."""
+CHECKPOINT_ASYNC=1 saves them in the background; STATE_MB adds that many MB
+of state (a buffer of the model) to every commit, sync and checkpoint."""
 
 import faulthandler
 import os
@@ -29,6 +30,9 @@ def main():
     x = torch.randn(n, 4, generator=torch.Generator().manual_seed(1))
     y = x @ torch.tensor([1.0, -2.0, 0.5, 3.0]) + 0.1
     model = torch.nn.Linear(4, 1)
+    mb = int(os.environ.get("STATE_MB", "0"))
+    if mb:  # state at a size users train (a buffer of the model: committed, synced, checkpointed)
+        model.register_buffer("blob", torch.zeros(mb * 2**20 // 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     sampler = etorch.ElasticSampler(n, batch, seed=3)
     state = elastic.State(model=model, optimizer=opt, sampler=sampler, step=0)
