@@ -71,15 +71,6 @@ class CompleteWhenExpectedTest(unittest.TestCase):
         # a complete round is left alone.
         self.assertEqual(self.act(self.nodes[0], self.nodes, expected=4, complete=True), dr._Action.FINISH)
 
-    def test_a_node_that_missed_the_round_waits_for_the_next(self):
-        # RC-B: n3 expected a round of 3, and the round completed without it
-        # (n0..n2). Its max_nodes stays the job's (6), so torch puts it on the
-        # wait list and the members restart for it; the narrowed max of 3
-        # (the expected size) left it outside both lists until its join
-        # timeout (600 s).
-        self.assertEqual(self.act(self.nodes[3], self.nodes[:3], expected=3, complete=True),
-                         dr._Action.ADD_TO_WAIT_LIST)
-
     def test_a_pod_told_to_leave_never_completes_a_round(self):
         torchrun._sup = _Told()
         try:
