@@ -236,17 +236,29 @@ def _round_lost():
     return ""
 
 
-#: A value no key of torch's ever holds: compare_set(key, _ABSENT, _ABSENT)
-#: reads a key without waiting and without creating it (torch 1.13 has no
-#: Store.check; a timed-out Store.wait leaves a waiter on the server whose
-#: late answer the client's next call reads instead of its own).
-_ABSENT = "etjob.absent.8c1f"
+#: The suffix of the counter that marks a key as written on torch 1.13
+#: (_set_marked): a counter is read with add(key, 0), which never waits.
+#: torch 1.13's Store has no check; a timed-out wait leaves a waiter on the
+#: server whose late answer the client's next call reads instead of its own;
+#: and its compare_set builds its answer without holding the GIL, which
+#: corrupted the agent's memory while other threads ran (a segfault in
+#: _have_keys and a TypeError in the supervisor's HTTP poll, seen in the e2e
+#: stories; pytorch/pytorch#123983, fixed in torch 2.4).
+_MARK = ".etjob.written"
 
 
 def _have_keys(store, keys):
     if hasattr(store, "check"):  # torch 2.x
         return store.check(keys)
-    return all(store.compare_set(k, _ABSENT, _ABSENT) != _ABSENT.encode() for k in keys)
+    return all(store.add(k + _MARK, 0) > 0 for k in keys)
+
+
+def _set_marked(store, key, value):
+    """_set_marked sets key and, on torch 1.13, marks it written (_have_keys):
+    every node runs this wrapper, so every key a node waits for is marked."""
+    store.set(key, value)
+    if not hasattr(store, "check"):
+        store.add(key + _MARK, 1)
 
 
 def _wait_keys(store, keys, poll=0.2, timeout=300.0):
@@ -270,11 +282,11 @@ def _wait_keys(store, keys, poll=0.2, timeout=300.0):
 def _synchronize(store, data, rank, world_size, key_prefix):
     """torch 1.13's store_util.synchronize (every agent's data to every agent,
     then rank 0 waits until all have read), each wait through _wait_keys."""
-    store.set("%s%d" % (key_prefix, rank), data)
+    _set_marked(store, "%s%d" % (key_prefix, rank), data)
     keys = ["%s%d" % (key_prefix, i) for i in range(world_size)]
     _wait_keys(store, keys)
     got = [store.get(k) for k in keys]
-    store.set("%s%d.FIN" % (key_prefix, rank), b"FIN")
+    _set_marked(store, "%s%d.FIN" % (key_prefix, rank), b"FIN")
     if rank == 0:
         _wait_keys(store, [k + ".FIN" for k in keys])
     return got
@@ -354,6 +366,15 @@ def _patch_round_barriers():
 
         store_util.synchronize = guarded_synchronize
         master = api.SimpleElasticAgent._get_master_addr_port
+        set_master = api.SimpleElasticAgent._set_master_addr_port
+
+        def set_master_addr_port(store, *args, **kwargs):
+            set_master(store, *args, **kwargs)
+            for key in ("MASTER_ADDR", "MASTER_PORT"):
+                if not hasattr(store, "check"):
+                    store.add(key + _MARK, 1)
+
+        api.SimpleElasticAgent._set_master_addr_port = staticmethod(set_master_addr_port)
 
         def get_master_addr_port(store):
             _wait_keys(store, ["MASTER_ADDR", "MASTER_PORT"])

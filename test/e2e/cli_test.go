@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -211,7 +210,7 @@ func TestCLIStory(t *testing.T) {
 	switch {
 	case lastStep == nil || stop == nil:
 		t.Errorf("no step of %s (%v) or no agreed stop (%v) between the notice and its deadline; the workers' logs end:\n%s",
-			victimPod, lastStep, stop, workerLogTails(dir, "default", "digits-cli", 12))
+			victimPod, lastStep, stop, podLogTails(dir, "default", "digits-cli-worker-", 12))
 	case lead > 0:
 		// The agent's deadline is whole seconds (RFC 3339): the stop time
 		// is deadline - lead, up to a second earlier.
@@ -360,21 +359,4 @@ func ledgerCost(t *testing.T, dir, namespace, prefix string) (cost, hours float6
 		}
 	}
 	return cost, hours
-}
-
-// workerLogTails returns the last n lines of every worker log of the job, so
-// that a failure shows where each member was (training, in which world, or
-// waiting in a rendezvous round), not only what was missing.
-func workerLogTails(clusterDir, namespace, job string, n int) string {
-	files, _ := filepath.Glob(filepath.Join(clusterDir, "nodes", "*", "pods", namespace+"_"+job+"-worker-*", "*.log"))
-	var b strings.Builder
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			fmt.Fprintf(&b, "== %s: %v\n", f, err)
-			continue
-		}
-		fmt.Fprintf(&b, "== %s\n%s\n", strings.TrimPrefix(f, clusterDir+"/"), tail(string(data), n))
-	}
-	return b.String()
 }

@@ -68,11 +68,56 @@ func startClusterWith(t *testing.T, ctx context.Context, name string, spot, onDe
 		if !t.Failed() && os.Getenv("ETJOB_KEEP_CLUSTER") == "" {
 			_ = cl.Delete()
 		} else {
+			if t.Failed() {
+				t.Log(failureDump(bin, cl.Kubeconfig(), dir))
+			}
 			_ = cl.Stop()
 			t.Logf("cluster logs kept in %s", dir)
 		}
 	})
 	return &e2eCluster{Cluster: cl, repo: repo, bin: bin, local: local, assets: assets}
+}
+
+// failureDump is what a failed story prints before its cluster stops, so
+// that a failure in CI can be read from CI's log alone: every job's
+// timeline and events (etjob get --timeline) and the last lines of every
+// pod log of the default namespace (workers and launchers, replaced ones
+// included).
+func failureDump(bin, kubeconfig, clusterDir string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var b strings.Builder
+	b.WriteString("failure dump: the jobs, their timelines and events, then the pod logs' tails\n")
+	out, err := exec.CommandContext(ctx, bin, "--kubeconfig", kubeconfig, "list", "-o", "json").Output()
+	var jobs etjobv1.ElasticJobList
+	if err == nil {
+		err = json.Unmarshal(out, &jobs)
+	}
+	if err != nil {
+		fmt.Fprintf(&b, "etjob list -o json: %v\n", err)
+	}
+	for _, j := range jobs.Items {
+		out, err := exec.CommandContext(ctx, bin, "--kubeconfig", kubeconfig, "get", j.Name, "--timeline").CombinedOutput()
+		fmt.Fprintf(&b, "$ etjob get %s --timeline (%v)\n%s\n", j.Name, err, tail(string(out), 60))
+	}
+	b.WriteString(podLogTails(clusterDir, "default", "", 15))
+	return b.String()
+}
+
+// podLogTails returns the last n lines of every log of the namespace's pods
+// whose names start with prefix, so that a failure shows what each said.
+func podLogTails(clusterDir, namespace, prefix string, n int) string {
+	files, _ := filepath.Glob(filepath.Join(clusterDir, "nodes", "*", "pods", namespace+"_"+prefix+"*", "*.log"))
+	var b strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintf(&b, "== %s: %v\n", f, err)
+			continue
+		}
+		fmt.Fprintf(&b, "== %s\n%s\n", strings.TrimPrefix(f, clusterDir+"/"), tail(string(data), n))
+	}
+	return b.String()
 }
 
 func withTimeout(t *testing.T, d time.Duration) context.Context {

@@ -1,0 +1,166 @@
+"""etjob's state format: a state as a JSON header plus its tensors' bytes.
+
+A state is what etjob.elastic.State commits and moves: nested dicts, lists
+and tuples whose leaves are tensors and JSON scalars (a model's and an
+optimizer's state_dict, an ElasticSampler's, the step). flatten() splits it
+into a header, which says the tree, every tensor's dtype and shape and every
+scalar's value, and the list of its tensors; unflatten() builds it back. No
+pickle is involved: reading a peer's state runs no code of that peer's
+(torch.load of a peer's bytes would, and weights_only is neither the default
+nor safe on torch 1.13).
+
+The value types a state may hold (anything else is refused by flatten with
+the path of the value):
+  - torch.Tensor (dense, strided; moved to the CPU, made contiguous);
+  - dict, whose keys are str, int, float, bool or None (an optimizer's
+    state_dict has int keys);
+  - list and tuple;
+  - int, float (inf and nan too), str, bool, None.
+
+The tensors' bytes move as one byte stream, cut into chunks of a bounded size
+(segments/pack/unpack), so a multi-GB state needs no second copy of itself.
+"""
+
+import json
+
+import torch
+
+#: The format's name and version, in every header: a reader refuses others.
+FORMAT, VERSION = "etjob-state", 1
+
+SUPPORTED = "tensors, dicts (str, int, float, bool or None keys), lists, tuples, int, float, str, bool and None"
+
+_KEYS = (str, int, float, bool, type(None))
+
+
+class FormatError(ValueError):
+    """A state that cannot be written in the format, or a header that is not one."""
+
+
+def flatten(obj):
+    """flatten returns (header, tensors) for obj: the header is JSON-able."""
+    tensors, metas = [], []
+
+    def walk(v, path):
+        if isinstance(v, torch.Tensor):
+            if v.layout != torch.strided or v.is_quantized:
+                raise FormatError("%s: a %s tensor; only dense tensors are supported" % (path, v.layout))
+            t = v.detach()
+            if t.device.type != "cpu":
+                t = t.cpu()
+            tensors.append(t.contiguous())
+            metas.append({"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)})
+            return {"T": len(tensors) - 1}
+        if isinstance(v, dict):
+            items = []
+            for k, x in v.items():
+                if not isinstance(k, _KEYS):
+                    raise FormatError("%s: a dict key of type %s; keys may be str, int, float, bool or None"
+                                      % (path, type(k).__name__))
+                items.append([k, walk(x, "%s[%r]" % (path, k))])
+            return {"D": items}
+        if isinstance(v, list):
+            return {"L": [walk(x, "%s[%d]" % (path, i)) for i, x in enumerate(v)]}
+        if isinstance(v, tuple):
+            return {"U": [walk(x, "%s[%d]" % (path, i)) for i, x in enumerate(v)]}
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return {"V": v}
+        raise FormatError("%s: a value of type %s; a state holds %s" % (path, type(v).__module__ + "." + type(v).__qualname__,
+                                                                      SUPPORTED))
+
+    tree = walk(obj, "state")
+    header = {"format": FORMAT, "version": VERSION, "tree": tree, "tensors": metas}
+    header["nbytes"] = sum(_nbytes(m) for m in metas)
+    return header, tensors
+
+
+def unflatten(header, tensors):
+    """unflatten builds the state back from flatten's header and the tensors."""
+
+    def build(node):
+        if "T" in node:
+            return tensors[node["T"]]
+        if "D" in node:
+            return {k: build(x) for k, x in node["D"]}
+        if "L" in node:
+            return [build(x) for x in node["L"]]
+        if "U" in node:
+            return tuple(build(x) for x in node["U"])
+        if "V" in node:
+            return node["V"]
+        raise FormatError("a node of the header's tree is none of T, D, L, U, V: %r" % (sorted(node),))
+
+    return build(header["tree"])
+
+
+def dumps(header):
+    """dumps is the header's bytes (UTF-8 JSON)."""
+    return json.dumps(header, separators=(",", ":")).encode()
+
+
+def loads(data):
+    """loads reads a header written by dumps and checks its format."""
+    try:
+        header = json.loads(bytes(data).decode())
+    except ValueError as e:
+        raise FormatError("the header is not JSON: %s" % e) from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise FormatError("not an %s header" % FORMAT)
+    if header.get("version") != VERSION:
+        raise FormatError("%s version %r; this etjob reads version %d" % (FORMAT, header.get("version"), VERSION))
+    for m in header.get("tensors", []):
+        _dtype(m["dtype"])
+    return header
+
+
+def _dtype(name):
+    dt = getattr(torch, str(name), None)
+    if not isinstance(dt, torch.dtype):
+        raise FormatError("unknown dtype %r" % (name,))
+    return dt
+
+
+def _nbytes(meta):
+    n = 1
+    for d in meta["shape"]:
+        n *= int(d)
+    return n * torch.empty((), dtype=_dtype(meta["dtype"])).element_size()
+
+
+def allocate(header):
+    """allocate returns empty tensors of the header's dtypes and shapes."""
+    return [torch.empty(m["shape"], dtype=_dtype(m["dtype"])) for m in header["tensors"]]
+
+
+def byte_views(tensors):
+    """byte_views are the tensors as flat uint8 views (no copies): the
+    state's byte stream, in order."""
+    return [t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8) for t in tensors]
+
+
+def segments(views, start, end):
+    """segments yields (view, begin, stop, at): the bytes [start, end) of
+    the stream are view[begin:stop] for each piece, at offset `at` of the
+    range."""
+    pos = 0
+    for v in views:
+        n = v.numel()
+        lo, hi = max(start, pos), min(end, pos + n)
+        if lo < hi:
+            yield v, lo - pos, hi - pos, lo - start
+        pos += n
+        if pos >= end:
+            return
+
+
+def pack(views, start, end, out):
+    """pack copies the stream's bytes [start, end) into out[:end-start]."""
+    for v, b, s, at in segments(views, start, end):
+        out[at:at + s - b].copy_(v[b:s])
+    return out[:end - start]
+
+
+def unpack(views, start, end, chunk):
+    """unpack copies chunk, the stream's bytes [start, end), into the views."""
+    for v, b, s, at in segments(views, start, end):
+        v[b:s].copy_(chunk[at:at + s - b])
