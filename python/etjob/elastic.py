@@ -29,11 +29,13 @@ Debian's torch 1.13 with gloo. What happens (docs/worker-library.md):
   etjob's rendezvous store (the launcher's `etjob.rdzv`, $ETJOB_RDZV_ENDPOINT),
   under the job's rendezvous id: every rank of generation G+1 builds a new
   gloo group over a store prefix of its own.
-* A collective that fails (a dead peer's closed connections), one that takes
-  longer than its deadline ($ETJOB_COLLECTIVE_TIMEOUT, 5 s, plus its bytes at
-  $ETJOB_MIN_BANDWIDTH_MBPS, 50 MB/s: a frozen peer keeps its connections
-  open), or a generation another rank ended raises
-  CollectiveError inside the collective. `run` then rolls back to the last
+* A collective that fails (a dead peer's closed connections), one whose
+  generation another rank ended (a peer's heartbeats stopped for
+  $ETJOB_HEARTBEAT_TIMEOUT, 5 s: a frozen peer keeps its connections open),
+  or one that waited for live peers longer than its deadline
+  ($ETJOB_COLLECTIVE_TIMEOUT, 300 s, plus its bytes at
+  $ETJOB_MIN_BANDWIDTH_MBPS, 50 MB/s) raises CollectiveError inside the
+  collective. `run` then rolls back to the last
   commit, meets the others in generation G+1 and calls the function again:
   the failed step is done again, at most one step is lost. The old group is
   abandoned, never waited for (gloo on torch 1.13 has no abort, and its
@@ -45,7 +47,7 @@ Debian's torch 1.13 with gloo. What happens (docs/worker-library.md):
   would be left (below minReplicas), every rank stops at that step, rank 0
   checkpoints it to disk first.
 * A joiner gets the state by broadcast from a member that holds the newest
-  commit, not from disk. Disk checkpoints (`state.checkpoint_async(dir)` in
+  commit, not from disk, as tensors (etjob.stateio), never as a pickle. Disk checkpoints (`state.checkpoint_async(dir)` in
   the background, or `state.checkpoint(dir)`, rank 0) are for a stop below
   min and the loss of the whole job.
 * Fencing: a rank whose generation is over (it was frozen and woke up) cannot
@@ -61,7 +63,6 @@ the end-to-end tests' step logs read the same.
 import atexit
 import copy
 import ctypes
-import io
 import os
 import sys
 import threading
@@ -72,6 +73,7 @@ import torch
 import torch.distributed as dist
 
 from etjob import EXIT_CODE_PREEMPTED
+from etjob import stateio
 from etjob import supervisor as sup_module
 from etjob import torch as etorch
 
@@ -125,12 +127,23 @@ class Context:
       g<G>/end       >0 once G is over (a failure, a leave, a join, a timeout)
       g<G>/leave     how many members of G leave at its last commit
       g<G>/joins     how many newcomers wait for G+1
-      g<G>/beat      the commits of G (rank 0 adds one each): G is alive
+      g<G>/hb<r>     rank r's heartbeats in G (its watcher adds one a beat)
+
+    Liveness is the heartbeats, not the collectives' pace: each rank's
+    watcher thread (a store client of its own, off the training's path)
+    beats every heartbeat_timeout/5 seconds, watches the next rank's beats
+    and ends the generation when they stop for heartbeat_timeout
+    ($ETJOB_HEARTBEAT_TIMEOUT, 5 s): a dead or frozen rank is found in about
+    that long, whatever its collectives move. A collective waits for live
+    peers up to collective_timeout ($ETJOB_COLLECTIVE_TIMEOUT, 300 s) plus
+    its bytes at $ETJOB_MIN_BANDWIDTH_MBPS: a peer that is slow (loading a
+    multi-GB state, a long step) is a straggler, not a failure.
     """
 
     def __init__(self, store=None, prefix=None, ident=None, min_size=None, max_size=None, sup=None):
         endpoint = os.environ.get("ETJOB_RDZV_ENDPOINT") or os.environ.get("PET_RDZV_ENDPOINT", "")
-        self.collective_timeout = _env_float("ETJOB_COLLECTIVE_TIMEOUT", "5")
+        self.collective_timeout = _env_float("ETJOB_COLLECTIVE_TIMEOUT", "300")
+        self.heartbeat_timeout = _env_float("ETJOB_HEARTBEAT_TIMEOUT", "5")
         # A collective's deadline grows with the bytes it moves, at this
         # slowest rate a healthy group is expected to keep (bytes/s): a 4 GB
         # state broadcast or gradient all-reduce is not taken for a frozen
@@ -139,15 +152,15 @@ class Context:
         self.min_bandwidth = _env_float("ETJOB_MIN_BANDWIDTH_MBPS", "50") * 1e6
         self.settle = _env_float("ETJOB_SETTLE_SECONDS", "0.5")
         self.join_timeout = _env_float("ETJOB_JOIN_TIMEOUT", "600")
-        # a newcomer ends a generation with no commit for this long: its
-        # members are gone (the whole job lost without a word)
-        self.stale = max(_env_float("ETJOB_STALE_SECONDS", "60"), 3 * self.collective_timeout)
+        # a newcomer ends a generation whose rank 0 sent no heartbeat for
+        # this long: its members are gone (the whole job lost at once)
+        self.stale = _env_float("ETJOB_STALE_SECONDS", str(3 * self.heartbeat_timeout))
         self.poll = 0.01
         if store is None:
             if not endpoint:
                 sys.exit("etjob.elastic: ETJOB_RDZV_ENDPOINT is not set (host:port of the job's rendezvous store)")
             host, _, port = endpoint.rpartition(":")
-            store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=max(self.collective_timeout, 30)))
+            store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=30))
         self.store = store
         self.host, self.port = store.host, store.port
         rid = os.environ.get("PET_RDZV_ID") or os.environ.get("ETJOB_RDZV_ID") or "default"
@@ -158,6 +171,9 @@ class Context:
         self.max = max_size if max_size is not None else int(hi or lo or 1000000)
         self.sup = sup
         self.group = None
+        self._over = -1         # the newest generation the watcher saw ended
+        self._joins = (0, 0)    # (generation, newcomers waiting for it), rank 0's watcher
+        self._watcher = None
 
     # -- store helpers ----------------------------------------------------
 
@@ -198,7 +214,7 @@ class Context:
             if want is not None and gen < want:
                 # the generation we were in may not be marked over yet (our
                 # own failure): end it, which opens the next.
-                if changed and time.monotonic() < began + self.collective_timeout:
+                if changed and time.monotonic() < began + self.heartbeat_timeout:
                     time.sleep(self.poll)
                     continue
                 self.end(want - 1, "a collective failed" if not changed else "its membership changed")
@@ -233,7 +249,7 @@ class Context:
         if n is None or i > n:
             return self._wait_next(gen, deadline)
         members = []
-        until = time.monotonic() + self.collective_timeout
+        until = time.monotonic() + self.heartbeat_timeout
         for j in range(1, n + 1):
             code = self._count(k + "m%d" % j)
             while code == 0 and time.monotonic() < until:
@@ -248,15 +264,21 @@ class Context:
         try:
             # a client of its own: gloo's setup waits on keys of peers that
             # may be dead, and a timeout there must not hurt ours.
-            client = dist.TCPStore(self.host, self.port, is_master=False, timeout=timedelta(seconds=self.collective_timeout))
+            # Its setup waits only for members that arrived; the group's own
+            # timeout (gloo's, per operation) is beyond any of ours, which
+            # decide first.
+            client = dist.TCPStore(self.host, self.port, is_master=False,
+                                   timeout=timedelta(seconds=max(2 * self.heartbeat_timeout, 10)))
             pg = dist.ProcessGroupGloo(dist.PrefixStore(self._k(k + "pg/"), client), rank, n,
-                                       timedelta(seconds=self.collective_timeout + 1))
+                                       timedelta(seconds=self.collective_timeout + 3600))
         except RuntimeError as e:
             self.end(gen, "group setup failed: %s" % e)
             return self._wait_next(gen, deadline)
         _keep_forever(client)
         _keep_forever(pg)
-        return Group(gen, rank, n, pg, [m[1] for m in members])
+        group = Group(gen, rank, n, pg, [m[1] for m in members])
+        self._watch(group)
+        return group
 
     def _closed(self, gen):
         """The size of generation gen once its closer closed it, else None."""
@@ -301,22 +323,76 @@ class Context:
     def _wait_next(self, gen, deadline):
         """A newcomer to a closed generation asks to join and waits until it
         ends: the members let it in at their next commit. A generation whose
-        commits stop (its members are gone) is ended after `stale` seconds
-        ($ETJOB_STALE_SECONDS, 60)."""
+        rank 0 stops beating (its members are gone) is ended after `stale`
+        seconds ($ETJOB_STALE_SECONDS, 3 heartbeat timeouts)."""
         k = "g%d/" % gen
         self._count(k + "joins", 1)
-        beat, since = self._count(k + "beat"), time.monotonic()
+        beat, since = self._count(k + "hb0"), time.monotonic()
         while time.monotonic() < deadline:
             if self.current() > gen:
                 return None
-            b = self._count(k + "beat")
+            b = self._count(k + "hb0")
             if b != beat:
                 beat, since = b, time.monotonic()
             elif time.monotonic() - since > self.stale:
-                self.end(gen, "no commit for %.0f s" % (time.monotonic() - since))
+                self.end(gen, "no heartbeat of its rank 0 for %.0f s" % (time.monotonic() - since))
                 return None
             time.sleep(self.poll * 5)
         return None
+
+    # -- heartbeats -------------------------------------------------------
+
+    def _watch(self, group):
+        """_watch makes group the one the watcher beats for and watches,
+        starting the watcher thread on first use."""
+        self._watched = group
+        if self._watcher is None:
+            client = dist.TCPStore(self.host, self.port, is_master=False, timeout=timedelta(seconds=30))
+            _keep_forever(client)
+            self._watcher = threading.Thread(target=self._watch_loop, args=(client,), name="etjob-heartbeat", daemon=True)
+            self._watcher.start()
+
+    def _watch_loop(self, client):
+        """The watcher: every beat it adds one to this rank's heartbeat, reads
+        whether the generation ended and how many newcomers wait, and ends the
+        generation when the next rank's heartbeats stopped for
+        heartbeat_timeout (each dead rank has a live predecessor that sees
+        it, as long as one rank lives). Its store client is its own: a
+        training thread's store call never waits behind it."""
+        interval = max(self.heartbeat_timeout / 5.0, 0.05)
+        tick = min(interval, 0.1)  # how soon a rank waiting in a collective hears that another ended it
+        seen_for, last, since, beat = None, None, 0.0, 0.0
+        while True:
+            time.sleep(tick)
+            g = self._watched
+            try:
+                k = self.prefix + "g%d/" % g.gen
+                if int(client.add(k + "end", 0)) > 0:
+                    self._over = max(self._over, g.gen)
+                if time.monotonic() - beat < interval:
+                    continue
+                beat = time.monotonic()
+                client.add(k + "hb%d" % g.rank, 1)
+                if g.rank == 0:
+                    self._joins = (g.gen, int(client.add(k + "joins", 0)))
+                if g.size > 1 and self._over < g.gen:
+                    nxt = (g.rank + 1) % g.size
+                    beats = int(client.add(k + "hb%d" % nxt, 0))
+                    now = time.monotonic()
+                    if seen_for is not g or beats != last:
+                        seen_for, last, since = g, beats, now
+                    elif now - since > self.heartbeat_timeout:
+                        if int(client.add(k + "end", 1)) == 1:
+                            client.add(self.prefix + "gen", 1)
+                            _log("generation %d ended (rank %d sent no heartbeat for %.1f s)" % (g.gen, nxt, now - since))
+                        self._over = max(self._over, g.gen)
+            except RuntimeError as e:  # the store is unreachable: the training's own calls say so
+                _log("heartbeat: %s" % (str(e).splitlines() or ["?"])[0])
+
+    def over(self, gen):
+        """over: whether generation gen ended, as the watcher last saw it
+        (no store call)."""
+        return self._over >= gen
 
     # -- collectives ------------------------------------------------------
 
@@ -336,7 +412,7 @@ class Context:
         start = time.monotonic()
         check = 0.02
         while not done.wait(check):
-            if self.ended(g.gen):
+            if self.over(g.gen):
                 raise CollectiveError("%s in generation %d: another rank ended it" % (what, g.gen))
             if time.monotonic() - start > limit:
                 self.end(g.gen, "%s took more than %.1f s" % (what, limit))
@@ -371,6 +447,42 @@ class Context:
 
 def _nbytes(tensor):
     return tensor.numel() * tensor.element_size()
+
+
+def _clone(obj):
+    """_clone is copy.deepcopy for a state: its tensors are copied by torch
+    (clone, which lets go of the GIL while it copies, so the heartbeat thread
+    beats through a multi-GB commit; a deepcopy holds it), containers are
+    rebuilt, other values deep-copied."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        out = type(obj)((k, _clone(v)) for k, v in obj.items())
+        if hasattr(obj, "_metadata"):  # a state_dict's module versions (load_state_dict reads them)
+            out._metadata = copy.deepcopy(obj._metadata)
+        return out
+    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
+        return type(obj)(_clone(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
+#: The largest state header a rank accepts from a peer (its JSON: the tree,
+#: every tensor's dtype and shape): a forged size allocates nothing.
+_MAX_HEADER = 64 << 20
+
+
+def _check_fits(nbytes, src):
+    """_check_fits refuses a peer's state larger than this machine's
+    available memory (MemAvailable): a forged size must not make every rank
+    allocate it."""
+    try:
+        with open("/proc/meminfo") as f:
+            avail = next(int(l.split()[1]) * 1024 for l in f if l.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return
+    if nbytes > avail:
+        raise CollectiveError("sync: rank %d's state is %d MB, more than the %d MB of memory available"
+                              % (src, nbytes >> 20, avail >> 20))
 
 
 _ctx = None
@@ -478,14 +590,14 @@ class State:
         return self._ctx.group.gen if self._ctx and self._ctx.group else 0
 
     def _snapshot(self):
-        return {"objects": {k: copy.deepcopy(o.state_dict()) for k, o in self._objects.items()},
-                "values": copy.deepcopy(self._values)}
+        return {"objects": {k: _clone(o.state_dict()) for k, o in self._objects.items()},
+                "values": _clone(self._values)}
 
     def _load(self, snap):
         for k, o in self._objects.items():
-            o.load_state_dict(copy.deepcopy(snap["objects"][k]))
+            o.load_state_dict(_clone(snap["objects"][k]))
         self._values.clear()
-        self._values.update(copy.deepcopy(snap["values"]))
+        self._values.update(_clone(snap["values"]))
 
     def _keep(self):
         object.__setattr__(self, "_kept", self._snapshot())
@@ -507,10 +619,8 @@ class State:
         if ctx is None or ctx.group is None:
             return
         g = ctx.group
-        joins = 0
-        if g.rank == 0:
-            ctx._count("g%d/beat" % g.gen, 1)
-            joins = ctx._count("g%d/joins" % g.gen)
+        # read by rank 0's watcher: no store call per step
+        joins = ctx._joins[1] if g.rank == 0 and ctx._joins[0] == g.gen else 0
         flags = torch.zeros(g.size + 2, dtype=torch.int64)
         sup = ctx.sup
         flags[g.rank] = 0 if sup.check_alive() else 1
@@ -651,7 +761,15 @@ class State:
 
     def _sync(self):
         """After a rendezvous: every rank takes the newest commit any member
-        holds, by broadcast from the lowest rank holding it."""
+        holds, from the lowest rank holding it, as tensors (etjob.stateio: a
+        JSON header, then the tensors' bytes in chunks of at most
+        $ETJOB_SYNC_CHUNK_MB, 64), never as a pickle: reading a peer's state
+        runs none of its code. Each chunk is its own bounded collective, so
+        a multi-GB state is never taken for a frozen peer and the sender
+        starts at once (it serialises nothing). Ranks that already hold the
+        newest commit receive it into their own kept tensors (the same
+        bytes: no memory), the others into new tensors that then become
+        their commit."""
         ctx, g = self._ctx, self._ctx.group
         steps = torch.full((g.size,), -1, dtype=torch.int64)
         steps[g.rank] = self.step_of()
@@ -660,23 +778,54 @@ class State:
         if int(steps.min()) == newest:
             return None
         src = int((steps == newest).nonzero()[0])
+        current = int(steps[g.rank]) == newest
+        mine = None
+        if g.rank == src or current:
+            header, tensors = stateio.flatten(self._kept)
+            mine = stateio.dumps(header)
         size = torch.zeros(1, dtype=torch.int64)
-        payload = None
         if g.rank == src:
-            buf = io.BytesIO()
-            torch.save(self._kept, buf)
-            payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
-            size[0] = payload.numel()
-        ctx.broadcast(size, src, "sync size")
-        if payload is None:
-            payload = torch.empty(int(size[0]), dtype=torch.uint8)
-        ctx.broadcast(payload, src, "sync state")
+            size[0] = len(mine)
+        ctx.broadcast(size, src, "sync header size")
+        n = int(size[0])
+        if not 0 < n <= _MAX_HEADER:
+            ctx.end(g.gen, "rank %d sent a state header of %d bytes" % (src, n))
+            raise CollectiveError("sync: a state header of %d bytes (at most %d)" % (n, _MAX_HEADER))
+        raw = torch.frombuffer(bytearray(mine), dtype=torch.uint8) if g.rank == src else torch.empty(n, dtype=torch.uint8)
+        ctx.broadcast(raw, src, "sync header")
         if g.rank != src:
-            snap = torch.load(io.BytesIO(payload.numpy().tobytes()))
+            got = stateio.loads(raw.numpy().tobytes())
+            if current and stateio.dumps(got) != mine:
+                current = False  # the same step, another layout: take it as new
+            if not current:
+                _check_fits(got["nbytes"], src)
+                tensors = stateio.allocate(got)
+            header = got
+        views = stateio.byte_views(tensors)
+        total = header["nbytes"]
+        chunk = max(int(_env_float("ETJOB_SYNC_CHUNK_MB", "64") * 2**20), 1)
+        buf = None
+        for start in range(0, total, chunk):
+            end = min(start + chunk, total)
+            what = "sync state %d-%d of %d MB" % (start >> 20, end >> 20, total >> 20)
+            pieces = list(stateio.segments(views, start, end))
+            if len(pieces) == 1:  # inside one tensor: its bytes move in place
+                v, b, s, _ = pieces[0]
+                ctx.broadcast(v[b:s], src, what)
+                continue
+            if buf is None:
+                buf = torch.empty(min(chunk, total), dtype=torch.uint8)
+            part = stateio.pack(views, start, end, buf) if g.rank == src else buf[:end - start]
+            ctx.broadcast(part, src, what)
+            if g.rank != src:
+                stateio.unpack(views, start, end, part)
+        if g.rank != src and not current:
+            snap = stateio.unflatten(header, tensors)
+            # the received tensors are the commit (this rank's older one is
+            # let go first); the objects load copies of them
+            object.__setattr__(self, "_kept", snap)
             self._load(snap)
-            self._keep()
         return src
-
 
 def run(fn):
     """run wraps a training function fn(state, ...): it meets the others in a

@@ -226,7 +226,7 @@ class InProcessRecoveryTest(unittest.TestCase):
         for gen, step, again in self.resumes(job):
             self.assertLessEqual(again, 1, "generation %d resumed at %d, %d steps done again" % (gen, step, again))
         self.assert_finished_like_undisturbed(job, list(job.procs))
-        print("\nfrozen rank: the others trained again after %.2f s (collective timeout 3 s)" % went_on)
+        print("\nfrozen rank: the others trained again after %.2f s (collective timeout 3 s, heartbeat timeout 5 s)" % went_on)
 
     def test_joiner_takes_the_state_by_broadcast(self):
         # Slower steps (the same model): the joiner must arrive while the
