@@ -69,6 +69,9 @@ worker_tests /usr/bin/python3
 step "worker library tests on PyPI's torch 2.15 (the same tests, in the torch 2.x venv)"
 worker_tests "$TORCH2/bin/python3"
 
+step "the heavy test on PyPI's torch 2.15 (etjob.elastic at 1 GB of state a rank: a join, a hard kill, a freeze, a stop below min; alone, ~14 GB)"
+ETJOB_HEAVY=1 PYTHONPATH="$PWD/python:$PWD/python/tests" "$TORCH2/bin/python3" -m unittest -v test_heavy
+
 step "integration tests (real kube-apiserver + etcd)"
 go test -count=1 -p 1 -timeout 20m ./test/integration/...
 

@@ -174,6 +174,7 @@ class Context:
         self._over = -1         # the newest generation the watcher saw ended
         self._joins = (0, 0)    # (generation, newcomers waiting for it), rank 0's watcher
         self._watcher = None
+        self.watching = True    # False while rank 0 saves a stop: the others are gone on purpose
 
     # -- store helpers ----------------------------------------------------
 
@@ -375,7 +376,7 @@ class Context:
                 client.add(k + "hb%d" % g.rank, 1)
                 if g.rank == 0:
                     self._joins = (g.gen, int(client.add(k + "joins", 0)))
-                if g.size > 1 and self._over < g.gen:
+                if g.size > 1 and self._over < g.gen and self.watching:
                     nxt = (g.rank + 1) % g.size
                     beats = int(client.add(k + "hb%d" % nxt, 0))
                     now = time.monotonic()
@@ -600,6 +601,9 @@ class State:
         self._values.update(_clone(snap["values"]))
 
     def _keep(self):
+        # the old commit goes before the new one is copied: two copies of
+        # the state at once (the live one, the commit), not three
+        object.__setattr__(self, "_kept", None)
         object.__setattr__(self, "_kept", self._snapshot())
 
     def restore(self):
@@ -640,6 +644,9 @@ class State:
             # when the save took longer than a collective may, the
             # generation ended, and the fence then refused the checkpoint.
             if g.rank == 0:
+                # the others exit now: their heartbeats stop on purpose, and
+                # must not end the generation (the fence would refuse the save)
+                ctx.watching = False
                 self._stop_checkpoint()
                 # over: the job's next pods open a new generation at once
                 ctx.end(g.gen, "stopped below min")

@@ -3,7 +3,9 @@ fixed synthetic set with ElasticSampler, one line per committed step:
 `step=S rank=R world=W gen=G pid=P t=T`, and at the end `ledger ok` (or its
 problems) and `done step=S weight=...`. STEP_SLEEP adds seconds of "work"
 per step so that the tests can hit a step at will; SAVE_SECONDS paces every
-checkpoint write (storage slower than a collective may take),
+checkpoint write (storage slower than a collective may take), SAVE_MBPS
+paces it to that many MB/s of the state's bytes (network storage; the bytes
+are written for real as well),
 CHECKPOINT_EVERY (25; 0: none) spaces rank 0's periodic checkpoints, and
 CHECKPOINT_ASYNC=1 saves them in the background; STATE_MB adds that many MB
 of state (a buffer of the model) to every commit, sync and checkpoint."""
@@ -18,6 +20,7 @@ import torch
 
 import etjob.elastic as elastic
 import etjob.torch as etorch
+from etjob import stateio
 
 
 def main():
@@ -38,12 +41,14 @@ def main():
     state = elastic.State(model=model, optimizer=opt, sampler=sampler, step=0)
     ckdir = os.environ.get("ETJOB_CHECKPOINT_DIR")
     slow = float(os.environ.get("SAVE_SECONDS", "0"))
-    if slow:
+    rate = float(os.environ.get("SAVE_MBPS", "0")) * 1e6
+    if slow or rate:
         save = etorch.save_checkpoint
 
-        def paced(*args, **kwargs):
-            time.sleep(slow)
-            return save(*args, **kwargs)
+        def paced(directory, state, *args, **kwargs):
+            nbytes = stateio.flatten(state)[0]["nbytes"] if rate else 0
+            time.sleep(slow + (nbytes / rate if rate else 0))
+            return save(directory, state, *args, **kwargs)
 
         etorch.save_checkpoint = paced
     background = os.environ.get("CHECKPOINT_ASYNC") == "1"
