@@ -47,9 +47,10 @@ Debian's torch 1.13 with gloo. What happens (docs/worker-library.md):
   would be left (below minReplicas), every rank stops at that step, rank 0
   checkpoints it to disk first.
 * A joiner gets the state by broadcast from a member that holds the newest
-  commit, not from disk, as tensors (etjob.stateio), never as a pickle. Disk checkpoints (`state.checkpoint_async(dir)` in
-  the background, or `state.checkpoint(dir)`, rank 0) are for a stop below
-  min and the loss of the whole job.
+  commit, not from disk, as tensors (etjob.stateio), never as a pickle. Disk
+  checkpoints (`state.checkpoint_async(dir)` in the background, or
+  `state.checkpoint(dir)`, rank 0) are for a stop below min and the loss of
+  the whole job.
 * Fencing: a rank whose generation is over (it was frozen and woke up) cannot
   go on in it: its collectives fail and it joins again as a newcomer, taking
   the state by broadcast; `state.checkpoint` refuses to rename a checkpoint
@@ -271,7 +272,7 @@ class Context:
             client = dist.TCPStore(self.host, self.port, is_master=False,
                                    timeout=timedelta(seconds=max(2 * self.heartbeat_timeout, 10)))
             pg = dist.ProcessGroupGloo(dist.PrefixStore(self._k(k + "pg/"), client), rank, n,
-                                       timedelta(seconds=self.collective_timeout + 3600))
+                                       timedelta(seconds=self.collective_timeout + 600))
         except RuntimeError as e:
             self.end(gen, "group setup failed: %s" % e)
             return self._wait_next(gen, deadline)

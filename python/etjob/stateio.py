@@ -164,3 +164,50 @@ def unpack(views, start, end, chunk):
     """unpack copies chunk, the stream's bytes [start, end), into the views."""
     for v, b, s, at in segments(views, start, end):
         v[b:s].copy_(chunk[at:at + s - b])
+
+
+#: A state file (an etjob checkpoint) starts with these bytes, then the
+#: header's length (8 bytes, little-endian), the header, the tensors' bytes.
+MAGIC = b"ETJOBST1"
+
+#: The largest header a reader accepts (its JSON: the tree, every tensor's
+#: dtype and shape).
+MAX_HEADER = 64 << 20
+
+
+def write(f, obj):
+    """write writes obj to the binary file f in the format: no pickle, and
+    no copy of the tensors (their bytes are written from where they are)."""
+    header, tensors = flatten(obj)
+    raw = dumps(header)
+    f.write(MAGIC)
+    f.write(len(raw).to_bytes(8, "little"))
+    f.write(raw)
+    for v in byte_views(tensors):
+        if v.numel():
+            f.write(memoryview(v.numpy()))
+
+
+def read(f, size):
+    """read reads a state written by write from the binary file f of size
+    bytes. The header must say exactly the bytes that follow it, so a forged
+    header cannot make the reader allocate more than the file holds."""
+    if f.read(len(MAGIC)) != MAGIC:
+        raise FormatError("not an %s file (no %r at its start)" % (FORMAT, MAGIC))
+    n = int.from_bytes(f.read(8), "little")
+    if not 0 < n <= min(MAX_HEADER, size - len(MAGIC) - 8):
+        raise FormatError("a header of %d bytes in a file of %d" % (n, size))
+    header = loads(f.read(n))
+    body = size - len(MAGIC) - 8 - n
+    if header.get("nbytes") != body or sum(_nbytes(m) for m in header["tensors"]) != body:
+        raise FormatError("the header says %r bytes of tensors, the file holds %d (torn or not ours)" % (header.get("nbytes"), body))
+    tensors = allocate(header)
+    for v in byte_views(tensors):
+        buf = memoryview(v.numpy())
+        got = 0
+        while got < len(buf):
+            k = f.readinto(buf[got:])
+            if not k:
+                raise FormatError("the file ends %d bytes early" % (len(buf) - got))
+            got += k
+    return unflatten(header, tensors)

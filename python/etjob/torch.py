@@ -3,9 +3,12 @@
 * agree(flag): one tiny all-reduce per step so that every rank takes the same
   decision at the same step (Determined's should_preempt pattern);
 * save_checkpoint / load_checkpoint: atomic (a temp file of its own, fsync,
-  rename, fsync of the directory, then a `latest` pointer the same way), old
-  checkpoints pruned, a torn or dangling `latest` falls back to the newest
-  checkpoint that loads; checkpoint_before_exit for the stop path never raises;
+  rename, fsync of the directory, then a `latest` pointer the same way), in
+  etjob.stateio's format (tensors and a JSON header: loading runs no code,
+  unlike torch.load of a pickle), old checkpoints pruned, a torn or dangling
+  `latest` falls back to the newest checkpoint that loads, and checkpoints of
+  which none loads are an error, never a silent start at step 0;
+  checkpoint_before_exit for the stop path never raises;
 * ElasticSampler: the global sample order of an epoch is a pure function of
   (seed, epoch), each step consumes one global batch split over the ranks of the
   moment, and its committed ledger (saved in every checkpoint) proves that each
@@ -18,6 +21,8 @@ import sys
 
 import torch
 import torch.distributed as dist
+
+from etjob import stateio
 
 
 def agree(*flags):
@@ -37,6 +42,11 @@ class CheckpointError(OSError):
     or vanished directory, ...). The message names the file and the cause; no
     temp file is left behind and `latest` still names the previous one."""
 
+    def __str__(self):
+        # errno 0: not the system's error but etjob's (a fence, a file that
+        # is not a checkpoint): the message alone
+        return self.strerror if not self.errno and self.strerror else super().__str__()
+
 
 def _fsync_dir(directory):
     fd = os.open(directory, os.O_RDONLY)
@@ -50,19 +60,21 @@ def save_checkpoint(directory, state, name=None, keep=3, before_commit=None):
     """save_checkpoint writes state atomically and points `latest` at it:
     a temp file of its own (ranks that stop together may write the same
     checkpoint at once), fsync, rename, fsync of the directory, then the same
-    for `latest`. It keeps the `keep` newest ckpt-*.pt files (0: all) and
+    for `latest`. The file is etjob.stateio's format (a JSON header and the
+tensors' bytes, no pickle: ckpt-<step>.etjob). It keeps the `keep` newest
+checkpoint files (0: all) and
     raises CheckpointError when the checkpoint cannot be written.
     before_commit, when given, is called before each rename (the
     checkpoint's, then `latest`'s); raising CheckpointError there
     (a fence: etjob.elastic's rank whose generation is over) leaves
     `latest` as it was."""
-    name = name or "ckpt-%08d.pt" % state.get("step", 0)
+    name = name or "ckpt-%08d.etjob" % state.get("step", 0)
     unique = "%d.%s" % (os.getpid(), os.urandom(4).hex())
     tmps = [os.path.join(directory, ".%s.%s.tmp" % (name, unique)), os.path.join(directory, ".latest.%s.tmp" % unique)]
     try:
         os.makedirs(directory, exist_ok=True)
         with open(tmps[0], "wb") as f:
-            torch.save(state, f)
+            stateio.write(f, state)
             f.flush()
             os.fsync(f.fileno())
         if before_commit is not None:
@@ -89,13 +101,42 @@ def save_checkpoint(directory, state, name=None, keep=3, before_commit=None):
     return os.path.join(directory, name)
 
 
+def _step_of(name):
+    try:
+        return int(name[len("ckpt-"):].split(".")[0])
+    except ValueError:
+        return -1
+
+
 def _checkpoints(directory):
-    """The ckpt-*.pt files of directory, newest (highest step) first."""
+    """The checkpoint files of directory (ckpt-<step>.etjob, and the
+    ckpt-<step>.pt pickles of etjob before 2026-12, which are refused when
+    read), newest (highest step, as a number) first."""
     try:
         names = os.listdir(directory)
     except OSError:
         return []
-    return sorted((n for n in names if n.startswith("ckpt-") and n.endswith(".pt")), reverse=True)
+    return sorted((n for n in names if n.startswith("ckpt-") and n.endswith((".etjob", ".pt"))),
+                  key=lambda n: (_step_of(n), n.endswith(".etjob")), reverse=True)
+
+
+def read_checkpoint(path):
+    """read_checkpoint reads one checkpoint file (etjob.stateio's format):
+    nothing in it runs code. A torch.save pickle is refused with a
+    CheckpointError that says so: a shared volume is written by every worker
+    of the job, and unpickling runs whatever a rooted one put there."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(len(stateio.MAGIC))
+        f.seek(0)
+        if head != stateio.MAGIC:
+            raise CheckpointError(0, "%s is not an etjob state file%s: etjob does not unpickle checkpoints "
+                                     "(their code would run); resume from an etjob checkpoint or convert it" % (
+                                         path, " (a torch.save pickle)" if head[:1] in (b"\x80", b"PK") else ""))
+        try:
+            return stateio.read(f, size)
+        except stateio.FormatError as e:
+            raise CheckpointError(0, "%s: %s" % (path, e)) from None
 
 
 def _prune(directory, keep, current):
@@ -134,13 +175,17 @@ def latest_step(directory):
         return None
 
 
-def load_checkpoint(directory):
+def load_checkpoint(directory, map_location=None):
     """load_checkpoint returns the latest checkpoint's state, or None when the
     directory holds none. When `latest` is torn, or names a file that is gone
-    or does not load, it warns and takes the newest ckpt-*.pt that loads,
-    never silently starting over at step 0."""
+    or does not load, it warns and takes the newest checkpoint that loads,
+    never silently starting over at step 0: when checkpoints exist and none
+    loads it raises CheckpointError naming each file and why.
+    map_location (a device, or a function of a tensor) moves the tensors,
+    which are read onto the CPU."""
     path = os.path.join(directory, "latest")
     named = None
+    tried = []
     try:
         with open(path) as f:
             named = json.load(f)["file"]
@@ -148,23 +193,44 @@ def load_checkpoint(directory):
         pass
     except (ValueError, KeyError, TypeError, OSError) as e:
         _warn("%s is unreadable (%s): taking the newest checkpoint file" % (path, e))
+    state = None
     if named is not None:
         try:
-            return torch.load(os.path.join(directory, named))
-        except Exception as e:  # noqa: BLE001 - any failure to load falls back
+            state = read_checkpoint(os.path.join(directory, named))
+        except (OSError, CheckpointError) as e:
+            tried.append("%s: %s" % (named, e))
             _warn("%s names %s, which does not load (%s): taking the newest checkpoint file" % (path, named, e))
-    for n in _checkpoints(directory):
-        if n == named:
-            continue
-        try:
-            state = torch.load(os.path.join(directory, n))
-        except Exception as e:  # noqa: BLE001
-            _warn("%s does not load (%s)" % (n, e))
-            continue
-        if named is not None or os.path.exists(path):
-            _warn("resuming from %s" % n)
-        return state
-    return None
+    if state is None:
+        for n in _checkpoints(directory):
+            if n == named:
+                continue
+            try:
+                state = read_checkpoint(os.path.join(directory, n))
+            except (OSError, CheckpointError) as e:
+                tried.append("%s: %s" % (n, e))
+                _warn("%s does not load (%s)" % (n, e))
+                continue
+            if named is not None or os.path.exists(path):
+                _warn("resuming from %s" % n)
+            break
+    if state is None:
+        if tried:
+            raise CheckpointError(0, "no checkpoint in %s loads (not starting over at step 0): %s"
+                                  % (directory, "; ".join(tried)))
+        return None
+    if map_location is not None:
+        state = _move(state, map_location)
+    return state
+
+
+def _move(obj, where):
+    if isinstance(obj, torch.Tensor):
+        return where(obj) if callable(where) else obj.to(where)
+    if isinstance(obj, dict):
+        return type(obj)((k, _move(v, where)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_move(v, where) for v in obj)
+    return obj
 
 
 def shard(t, rank, world):

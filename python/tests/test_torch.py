@@ -70,9 +70,48 @@ class SamplerTest(unittest.TestCase):
         with open(os.path.join(d, "latest"), "w") as f:
             json.dump({"file": "ckpt-00000009.pt", "step": 9}, f)  # gone
         self.assertEqual(etorch.load_checkpoint(d)["step"], 5)
-        with open(os.path.join(d, "ckpt-00000005.pt"), "wb") as f:
-            f.write(b"torn")  # not loadable: the next newest
+        with open(os.path.join(d, "ckpt-00000005.etjob"), "r+b") as f:
+            f.truncate(os.path.getsize(f.name) - 1)  # torn: the next newest
         self.assertEqual(etorch.load_checkpoint(d)["step"], 3)
+        with open(os.path.join(d, "ckpt-00000003.etjob"), "wb") as f:
+            f.write(b"junk")
+        # checkpoints exist and none loads: an error naming each, not step 0
+        with self.assertRaisesRegex(etorch.CheckpointError, r"no checkpoint in .* loads .*ckpt-00000005.etjob: .*a header of \d+ bytes in a file of .*ckpt-00000003.etjob is not an etjob state file"):
+            etorch.load_checkpoint(d)
+
+    def test_pickles_are_refused_and_tensors_come_back(self):
+        import pickle
+        d = tempfile.mkdtemp()
+        model = torch.nn.Linear(3, 2)
+        etorch.save_checkpoint(d, {"step": 100000000, "model": model.state_dict(), "lr": 0.1})
+        etorch.save_checkpoint(d, {"step": 99999999})  # 9 digits: the numbers, not the names, decide
+        got = etorch.load_checkpoint(d, map_location="cpu")
+        self.assertEqual(etorch.latest_step(d), 99999999)
+        with open(os.path.join(d, "latest"), "w") as f:
+            f.write("{")
+        got = etorch.load_checkpoint(d)
+        self.assertEqual(got["step"], 100000000)
+        self.assertTrue(torch.equal(got["model"]["weight"], model.weight.detach()))
+        model.load_state_dict(got["model"])
+        # a torch.save pickle (what etjob wrote before, or what a rooted
+        # worker puts on the shared volume) never loads
+        evil = tempfile.mkdtemp()
+        with open(os.path.join(evil, "ckpt-00000007.pt"), "wb") as f:
+            pickle.dump({"step": 7}, f)
+        with self.assertRaisesRegex(etorch.CheckpointError, "a torch.save pickle.*does not unpickle"):
+            etorch.load_checkpoint(evil)
+        # a header that claims more bytes than the file holds allocates nothing
+        forged = tempfile.mkdtemp()
+        etorch.save_checkpoint(forged, {"step": 1, "t": torch.zeros(4)})
+        from etjob import stateio
+        header, _ = stateio.flatten({"step": 1, "t": torch.zeros(4)})
+        header["tensors"][0]["shape"] = [4 << 40]
+        header["nbytes"] = 16 << 40
+        raw = stateio.dumps(header)
+        with open(os.path.join(forged, "ckpt-00000001.etjob"), "wb") as f:
+            f.write(stateio.MAGIC + len(raw).to_bytes(8, "little") + raw + bytes(16))
+        with self.assertRaisesRegex(etorch.CheckpointError, "the header says"):
+            etorch.load_checkpoint(forged)
 
     def test_failed_save_cleans_up_and_says_why(self):
         # Finding H4: ENOSPC on the stop path exited 1 (a failure) and left
@@ -100,7 +139,7 @@ class SamplerTest(unittest.TestCase):
         d = tempfile.mkdtemp()
         for step in range(1, 7):
             etorch.save_checkpoint(d, {"step": step}, keep=2)
-        self.assertEqual(sorted(f for f in os.listdir(d) if f.startswith("ckpt-")), ["ckpt-00000005.pt", "ckpt-00000006.pt"])
+        self.assertEqual(sorted(f for f in os.listdir(d) if f.startswith("ckpt-")), ["ckpt-00000005.etjob", "ckpt-00000006.etjob"])
         self.assertEqual(etorch.load_checkpoint(d)["step"], 6)
 
     def test_agree_without_a_process_group(self):
