@@ -409,17 +409,20 @@ class Context:
         timeout_for(nbytes) (the work is then abandoned, never waited for)."""
         g = self.group
         limit = self.timeout_for(nbytes)
-        done = threading.Event()
-        work.get_future().then(lambda _f: done.set())
         start = time.monotonic()
-        check = 0.02
-        while not done.wait(check):
+        # Completion is polled, never a callback on the work's future: a
+        # Python callback run by gloo's thread crashed a rank that woke from
+        # a freeze (SIGSEGV in Event.set, torch 1.13, a CI run), and NCCL
+        # completes a work's future when it is enqueued, not when it is done.
+        nap = 0.0002
+        while not work.is_completed():
+            time.sleep(nap)
+            nap = min(nap * 1.5, 0.02)
             if self.over(g.gen):
                 raise CollectiveError("%s in generation %d: another rank ended it" % (what, g.gen))
             if time.monotonic() - start > limit:
                 self.end(g.gen, "%s took more than %.1f s" % (what, limit))
                 raise CollectiveError("%s in generation %d: no answer in %.1f s" % (what, g.gen, limit))
-            check = min(check * 2, 0.1)
         try:
             work.wait()  # done: returns at once, or raises the work's error
         except RuntimeError as err:
