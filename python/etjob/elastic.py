@@ -364,6 +364,7 @@ class Context:
         interval = max(self.heartbeat_timeout / 5.0, 0.05)
         tick = min(interval, 0.1)  # how soon a rank waiting in a collective hears that another ended it
         seen_for, last, since, beat = None, None, 0.0, 0.0
+        said = None  # the store error last logged: said once, not every tick
         while True:
             time.sleep(tick)
             g = self._watched
@@ -388,8 +389,12 @@ class Context:
                             client.add(self.prefix + "gen", 1)
                             _log("generation %d ended (rank %d sent no heartbeat for %.1f s)" % (g.gen, nxt, now - since))
                         self._over = max(self._over, g.gen)
+                said = None
             except RuntimeError as e:  # the store is unreachable: the training's own calls say so
-                _log("heartbeat: %s" % (str(e).splitlines() or ["?"])[0])
+                first = (str(e).splitlines() or ["?"])[0]
+                if first != said:
+                    _log("heartbeat: %s" % first)
+                    said = first
 
     def over(self, gen):
         """over: whether generation gen ended, as the watcher last saw it
@@ -459,35 +464,21 @@ def _clone(obj):
     (clone, which lets go of the GIL while it copies, so the heartbeat thread
     beats through a multi-GB commit; a deepcopy holds it), containers are
     rebuilt, other values deep-copied."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().clone()
-    if isinstance(obj, dict):
-        out = type(obj)((k, _clone(v)) for k, v in obj.items())
-        if hasattr(obj, "_metadata"):  # a state_dict's module versions (load_state_dict reads them)
-            out._metadata = copy.deepcopy(obj._metadata)
-        return out
-    if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
-        return type(obj)(_clone(v) for v in obj)
-    return copy.deepcopy(obj)
+    return stateio.map_tensors(obj, lambda t: t.detach().clone(), copy.deepcopy)
 
 
-#: The largest state header a rank accepts from a peer (its JSON: the tree,
-#: every tensor's dtype and shape): a forged size allocates nothing.
-_MAX_HEADER = 64 << 20
-
-
-def _check_fits(nbytes, src):
-    """_check_fits refuses a peer's state larger than this machine's
-    available memory (MemAvailable): a forged size must not make every rank
-    allocate it."""
+def _too_big(nbytes):
+    """_too_big says why a peer's state of nbytes is refused: larger than
+    this machine's available memory (MemAvailable), so that a forged size
+    does not make every rank allocate it; "" when it fits."""
     try:
         with open("/proc/meminfo") as f:
             avail = next(int(l.split()[1]) * 1024 for l in f if l.startswith("MemAvailable:"))
     except (OSError, StopIteration, ValueError):
-        return
+        return ""
     if nbytes > avail:
-        raise CollectiveError("sync: rank %d's state is %d MB, more than the %d MB of memory available"
-                              % (src, nbytes >> 20, avail >> 20))
+        return "a state of %d MB, more than the %d MB of memory available" % (nbytes >> 20, avail >> 20)
+    return ""
 
 
 _ctx = None
@@ -770,6 +761,14 @@ class State:
 
     # -- sync -------------------------------------------------------------
 
+    @staticmethod
+    def _refuse(ctx, g, src, why):
+        """_refuse ends the generation over a state that rank src sent and
+        this rank will not take, so that no one waits for it in the chunks
+        that follow, and raises CollectiveError (run meets the others again)."""
+        ctx.end(g.gen, "rank %d's state refused: %s" % (src, why))
+        raise CollectiveError("sync: rank %d sent %s" % (src, why))
+
     def _sync(self):
         """After a rendezvous: every rank takes the newest commit any member
         holds, from the lowest rank holding it, as tensors (etjob.stateio: a
@@ -799,17 +798,21 @@ class State:
             size[0] = len(mine)
         ctx.broadcast(size, src, "sync header size")
         n = int(size[0])
-        if not 0 < n <= _MAX_HEADER:
-            ctx.end(g.gen, "rank %d sent a state header of %d bytes" % (src, n))
-            raise CollectiveError("sync: a state header of %d bytes (at most %d)" % (n, _MAX_HEADER))
+        if not 0 < n <= stateio.MAX_HEADER:
+            self._refuse(ctx, g, src, "a state header of %d bytes (at most %d)" % (n, stateio.MAX_HEADER))
         raw = torch.frombuffer(bytearray(mine), dtype=torch.uint8) if g.rank == src else torch.empty(n, dtype=torch.uint8)
         ctx.broadcast(raw, src, "sync header")
         if g.rank != src:
-            got = stateio.loads(raw.numpy().tobytes())
+            try:
+                got = stateio.loads(raw.numpy().tobytes())
+            except stateio.FormatError as e:
+                self._refuse(ctx, g, src, str(e))
             if current and stateio.dumps(got) != mine:
                 current = False  # the same step, another layout: take it as new
             if not current:
-                _check_fits(got["nbytes"], src)
+                too_big = _too_big(got["nbytes"])
+                if too_big:
+                    self._refuse(ctx, g, src, too_big)
                 tensors = stateio.allocate(got)
             header = got
         views = stateio.byte_views(tensors)

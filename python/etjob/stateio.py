@@ -74,6 +74,22 @@ def flatten(obj):
     return header, tensors
 
 
+def map_tensors(obj, fn, other=lambda v: v):
+    """map_tensors rebuilds a state's tree (dicts, lists, tuples) with fn
+    applied to each tensor and other to every other leaf. A state_dict's
+    module versions (`_metadata`, read by load_state_dict) are kept."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        out = type(obj)((k, map_tensors(v, fn, other)) for k, v in obj.items())
+        if hasattr(obj, "_metadata"):
+            out._metadata = other(obj._metadata)
+        return out
+    if type(obj) in (list, tuple):
+        return type(obj)(map_tensors(v, fn, other) for v in obj)
+    return other(obj)
+
+
 def unflatten(header, tensors):
     """unflatten builds the state back from flatten's header and the tensors."""
 

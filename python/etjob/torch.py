@@ -219,18 +219,8 @@ def load_checkpoint(directory, map_location=None):
                                   % (directory, "; ".join(tried)))
         return None
     if map_location is not None:
-        state = _move(state, map_location)
+        state = stateio.map_tensors(state, map_location if callable(map_location) else lambda t: t.to(map_location))
     return state
-
-
-def _move(obj, where):
-    if isinstance(obj, torch.Tensor):
-        return where(obj) if callable(where) else obj.to(where)
-    if isinstance(obj, dict):
-        return type(obj)((k, _move(v, where)) for k, v in obj.items())
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_move(v, where) for v in obj)
-    return obj
 
 
 def shard(t, rank, world):

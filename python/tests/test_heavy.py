@@ -84,7 +84,6 @@ class HeavyTest(unittest.TestCase):
         wait(lambda: world_of("w2", 3, at), "w2 back in a world of 3 after its thaw", timeout=150)
         took["thaw (to the woken rank's first step in a world of 3)"] = time.time() - at
 
-        landed = [l for l in job.lines("w0") if l.startswith("checkpoint ")]
         wait(lambda: any(l.startswith("checkpoint ") for l in job.lines("w0")), "a background checkpoint landed", timeout=120)
         landed = [l for l in job.lines("w0") if l.startswith("checkpoint ")]
 

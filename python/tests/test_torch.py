@@ -85,8 +85,12 @@ class SamplerTest(unittest.TestCase):
         model = torch.nn.Linear(3, 2)
         etorch.save_checkpoint(d, {"step": 100000000, "model": model.state_dict(), "lr": 0.1})
         etorch.save_checkpoint(d, {"step": 99999999})  # 9 digits: the numbers, not the names, decide
-        got = etorch.load_checkpoint(d, map_location="cpu")
         self.assertEqual(etorch.latest_step(d), 99999999)
+        moved = etorch.load_checkpoint(d, map_location=lambda t: t.double())  # a function of a tensor
+        self.assertEqual(moved["step"], 99999999)
+        etorch.save_checkpoint(d, {"step": 99999999, "t": torch.ones(2)})
+        self.assertEqual(etorch.load_checkpoint(d, map_location=lambda t: t.double())["t"].dtype, torch.float64)
+        self.assertEqual(etorch.load_checkpoint(d, map_location="cpu")["t"].device.type, "cpu")
         with open(os.path.join(d, "latest"), "w") as f:
             f.write("{")
         got = etorch.load_checkpoint(d)
