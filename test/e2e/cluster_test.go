@@ -61,9 +61,9 @@ func startClusterWith(t *testing.T, ctx context.Context, name string, spot, onDe
 	if err := cl.Delete(); err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.Up(ctx, spot, onDemand); err != nil {
-		t.Fatalf("cluster up: %v", err)
-	}
+	// The cleanup comes before Up: a cluster that failed to come up still
+	// stops what it started (its kube-apiserver kept the fixed port, and the
+	// next story's cluster read "401 Unauthorized" from it).
 	t.Cleanup(func() {
 		if !t.Failed() && os.Getenv("ETJOB_KEEP_CLUSTER") == "" {
 			_ = cl.Delete()
@@ -75,6 +75,9 @@ func startClusterWith(t *testing.T, ctx context.Context, name string, spot, onDe
 			t.Logf("cluster logs kept in %s", dir)
 		}
 	})
+	if err := cl.Up(ctx, spot, onDemand); err != nil {
+		t.Fatalf("cluster up: %v", err)
+	}
 	return &e2eCluster{Cluster: cl, repo: repo, bin: bin, local: local, assets: assets}
 }
 

@@ -2,6 +2,7 @@ package processnode
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -54,5 +55,37 @@ func TestImagesRoundTripAndMounts(t *testing.T) {
 	}
 	if _, err := ReadImages(path); err == nil {
 		t.Error("a relative container path must be refused")
+	}
+}
+
+// TestWriteImagesWhileRead rewrites the table while a reader reads it, as the
+// local cluster does when it starts node after node: every read sees a whole
+// table (os.WriteFile's truncate-then-write let a starting node read an
+// empty file and never become Ready).
+func TestWriteImagesWhileRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "images.json")
+	table := Images{{Image: "*", Env: map[string]string{"PATH": strings.Repeat("/x", 4096)}}}
+	if err := WriteImages(path, table); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 300 {
+			if err := WriteImages(path, table); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for reads := 0; ; reads++ {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		if _, err := ReadImages(path); err != nil {
+			t.Fatalf("read %d while the table was rewritten: %v", reads, err)
+		}
 	}
 }
