@@ -120,6 +120,12 @@ bench-elastic: ## In-process recovery (etjob.elastic) on this machine, no cluste
 	hack/install-deps.sh
 	PYTHONPATH="$$PWD/python:$$PWD/python/tests" /usr/bin/python3 python/tests/bench_elastic.py --events $(ELASTIC_EVENTS)
 
+.PHONY: bench-generations
+bench-generations: ## What each etjob.elastic generation leaves behind (threads, fds, RSS) over 200 generations, on torch 1.13 and 2.15 (docs/benchmarks.md).
+	hack/install-deps.sh
+	PYTHONPATH="$$PWD/python:$$PWD/python/tests" /usr/bin/python3 python/tests/bench_generations.py --gens 200
+	PYTHONPATH="$$PWD/python:$$PWD/python/tests" "$$(hack/install-torch2.sh)/bin/python3" python/tests/bench_generations.py --gens 200
+
 # FAULTS_MINUTES of faults per mode (a kill or a join every FAULTS_EVERY) in
 # `make bench-faults`, for each of FAULTS_MODES.
 FAULTS_MINUTES ?= 10

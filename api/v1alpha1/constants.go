@@ -187,3 +187,14 @@ const (
 // LeaderElectionID names the Lease the controller's replicas elect their
 // leader with, in the controller's namespace (--leader-election-namespace).
 const LeaderElectionID = "etjob-controller.etjob.dev"
+
+// MaxWorkers bounds spec.replicas, minReplicas and maxReplicas (the CRD says
+// so too): status.workers lists every worker pod, and in a burst of notices
+// the leaving ones and their replacements at once, up to 2 x MaxWorkers
+// entries of at most MaxReasonLength-character reasons and 253-character node
+// names; test/integration proves such a status fits within etcd's 1.5 MiB.
+const MaxWorkers = 1000
+
+// MaxReasonLength is the longest reason status.workers[].reason carries; a
+// longer one is cut, with "...".
+const MaxReasonLength = 128

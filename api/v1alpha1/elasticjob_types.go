@@ -70,7 +70,7 @@ type ElasticJobSpec struct {
 	// `etjob scale` write it through the /scale subresource.
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=100000
+	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	Replicas int32 `json:"replicas,omitempty"`
 
@@ -78,14 +78,17 @@ type ElasticJobSpec struct {
 	// checkpoints, stops and waits for capacity.
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=100000
+	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	MinReplicas int32 `json:"minReplicas,omitempty"`
 
-	// maxReplicas is the most workers the job ever runs. Arena's default is 1000.
+	// maxReplicas is the most workers the job ever runs. Arena's default is
+	// 1000, which is also the bound (MaxWorkers): status.workers lists every
+	// worker pod, leaving ones and their replacements at once, and the whole
+	// object must stay within etcd's 1.5 MiB.
 	// +kubebuilder:default=1000
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=100000
+	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	MaxReplicas int32 `json:"maxReplicas,omitempty"`
 

@@ -16,7 +16,7 @@ type ScaleRequestSpec struct {
 
 	// count is the number of workers to add (ScaleOut) or remove (ScaleIn).
 	// +kubebuilder:validation:Minimum=0
-	// +kubebuilder:validation:Maximum=100000
+	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	Count int32 `json:"count,omitempty"`
 

@@ -107,7 +107,7 @@ func kubeRules(job *etjobv1.ElasticJob) []string {
 		}
 	}
 	s := job.Spec
-	if s.MinReplicas < 1 || s.MinReplicas > s.Replicas || s.Replicas > s.MaxReplicas || s.MaxReplicas > 100000 {
+	if s.MinReplicas < 1 || s.MinReplicas > s.Replicas || s.Replicas > s.MaxReplicas || s.MaxReplicas > etjobv1.MaxWorkers {
 		errs = append(errs, fmt.Sprintf("spec: replicas %d, min %d, max %d", s.Replicas, s.MinReplicas, s.MaxReplicas))
 	}
 	if s.MaxWaitTime < 0 || len(s.CheckpointDir) > 4096 || (s.BackoffLimit != nil && (*s.BackoffLimit < 0 || *s.BackoffLimit > 100000)) {
@@ -236,12 +236,12 @@ func FuzzScaleFlags(f *testing.F) {
 		}
 		switch o.Verb {
 		case verbScale:
-			if o.Replicas > 100000 {
-				t.Fatalf("--replicas %d validated: above the CRD's maximum of 100000, and int32(%d) = %d", o.Replicas, o.Replicas, int32(o.Replicas))
+			if o.Replicas > etjobv1.MaxWorkers {
+				t.Fatalf("--replicas %d validated: above the CRD's maximum of %d, and int32(%d) = %d", o.Replicas, etjobv1.MaxWorkers, o.Replicas, int32(o.Replicas))
 			}
 		default:
-			if o.Count < 1 || o.Count > 100000 {
-				t.Fatalf("--count %d validated: the CRD takes 0 to 100000, and int32(%d) = %d", o.Count, o.Count, int32(o.Count))
+			if o.Count < 1 || o.Count > etjobv1.MaxWorkers {
+				t.Fatalf("--count %d validated: the CRD takes 0 to %d, and int32(%d) = %d", o.Count, etjobv1.MaxWorkers, o.Count, int32(o.Count))
 			}
 			if target, _ := o.target(100000); target > math.MaxInt32-100000 || target < -100000 {
 				t.Fatalf("--count %d: target %d wrapped", o.Count, target)

@@ -190,7 +190,7 @@ func (o *ScaleOptions) Validate() error {
 	}
 	// The CRD's bound is also what keeps int32(n) from wrapping: --replicas
 	// 4294967297 scaled the job to 1 (FuzzScaleFlags).
-	const limit = crdMax
+	const limit = etjobv1.MaxWorkers
 	switch o.Verb {
 	case verbScale:
 		if o.Replicas < 0 {

@@ -617,13 +617,13 @@ func BuildElasticJob(o SubmitOptions) (*etjobv1.ElasticJob, error) {
 	}, nil
 }
 
-// crdMax is the CRD's maximum of replica counts and backoffLimit
+// crdMax is the CRD's maximum of backoffLimit
 // (+kubebuilder:validation:Maximum=100000); it also keeps int32(n) from
-// wrapping.
+// wrapping. Replica counts are bounded by etjobv1.MaxWorkers.
 const crdMax = 100000
 
 func checkCounts(o SubmitOptions) error {
-	const limit = crdMax
+	const limit = etjobv1.MaxWorkers
 	for _, c := range []struct {
 		flag string
 		v    int

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -153,6 +154,7 @@ func (d *decision) summarize() {
 			// from the worker's next state on.
 			ws.State, ws.Node = etjobv1.WorkerPending, ""
 		}
+		ws.Reason = clipReason(ws.Reason)
 		if ws.State == etjobv1.WorkerMember || ws.State == etjobv1.WorkerReady || ws.State == etjobv1.WorkerStarting || ws.State == etjobv1.WorkerPending {
 			st.Replicas++
 			if w.ready && !d.joining[w.pod.Name] {
@@ -255,4 +257,14 @@ func (d *decision) summary() string {
 		return "Resizing"
 	}
 	return "Running"
+}
+
+// clipReason cuts a worker's reason to etjobv1.MaxReasonLength characters:
+// the status lists every worker, and must fit within etcd's object limit at
+// etjobv1.MaxWorkers workers.
+func clipReason(r string) string {
+	if utf8.RuneCountInString(r) <= etjobv1.MaxReasonLength {
+		return r
+	}
+	return string([]rune(r)[:etjobv1.MaxReasonLength-3]) + "..."
 }

@@ -30,8 +30,9 @@ type SimOptions struct {
 	// Now is the clock that times the replay (tests fix it).
 	Now func() time.Time
 
-	noticeSet bool
-	streams   cli.IOStreams
+	noticeSet         bool
+	checkpointTimeSet bool
+	streams           cli.IOStreams
 }
 
 func newSimCommand(streams cli.IOStreams) *cobra.Command {
@@ -54,6 +55,7 @@ and etjob at every --sensitivity resume pause. Runs in well under a second per t
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.noticeSet = cmd.Flags().Changed("notice")
+			o.checkpointTimeSet = cmd.Flags().Changed("checkpoint-time")
 			if err := o.Complete(); err != nil {
 				return err
 			}
@@ -73,7 +75,10 @@ and etjob at every --sensitivity resume pause. Runs in well under a second per t
 	f.Float64Var(&o.Options.TimeScale, "time-scale", d.TimeScale, "multiply the trace's times by this (0.5: twice the churn); notices and pauses are not scaled")
 	f.DurationVar(&p.ResumePause, "pause", d.Params.ResumePause, "etjob's resume pause after a planned membership change (measured 1.48s at p50)")
 	f.DurationVar(&p.HardPause, "hard-pause", d.Params.HardPause, "pause after a hard loss, and the checkpoint-restart baseline's restart (measured 19.7s)")
-	f.DurationVar(&p.CheckpointTime, "checkpoint-time", d.Params.CheckpointTime, "time to write one checkpoint")
+	f.DurationVar(&p.CheckpointTime, "checkpoint-time", d.Params.CheckpointTime, "time to write one checkpoint (default: --state-gb at --storage-mbps, plus the per-GB cost measured here)")
+	f.Float64Var(&p.StateGB, "state-gb", d.Params.StateGB, "the state (model and optimizer) of one rank, GB: sets the join's broadcast and the checkpoint's time")
+	f.Float64Var(&p.NetworkGbps, "network-gbps", d.Params.NetworkGbps, "the nodes' network bandwidth, Gbit/s (a joiner's state is broadcast at it)")
+	f.Float64Var(&p.StorageMBps, "storage-mbps", d.Params.StorageMBps, "the checkpoint storage's write rate, MB/s")
 	f.DurationVar(&p.CheckpointInterval, "checkpoint-interval", 0, "periodic checkpoint interval; 0: Young/Daly sqrt(2 C MTBF) of the losses each strategy cannot see coming")
 	f.DurationVar(&p.MaxCheckpointInterval, "max-checkpoint-interval", d.Params.MaxCheckpointInterval, "cap of the Young/Daly interval")
 	f.DurationVar(&p.StartDelay, "start-delay", d.Params.StartDelay, "a worker bound to a new node until it is ready")
@@ -102,6 +107,13 @@ func (o *SimOptions) Complete() error {
 		prov = prov.WithNotice(o.Notice)
 	}
 	o.Options.Params.Provider = prov
+	// the join and the checkpoint follow --state-gb and the bandwidths;
+	// --checkpoint-time, when given, wins
+	given := o.Options.Params.CheckpointTime
+	o.Options.Params = o.Options.Params.StateCosts()
+	if o.checkpointTimeSet {
+		o.Options.Params.CheckpointTime = given
+	}
 	cheap, ok := sim.Providers[o.CheapProvider]
 	if !ok {
 		return fmt.Errorf("--cheap-provider %q: not one of %s", o.CheapProvider, strings.Join(sim.ProviderNames(), ", "))
@@ -132,6 +144,8 @@ func (o *SimOptions) Validate() error {
 		return fmt.Errorf("--on-demand-price %v: must be positive", p.OnDemandPrice)
 	case !(o.Options.CheapFraction > 0 && o.Options.CheapFraction <= 1):
 		return fmt.Errorf("--cheap-fraction %v: must be more than 0 and at most 1", o.Options.CheapFraction)
+	case !(p.StateGB > 0) || !(p.NetworkGbps > 0) || !(p.StorageMBps > 0):
+		return fmt.Errorf("--state-gb %v, --network-gbps %v, --storage-mbps %v: each must be positive", p.StateGB, p.NetworkGbps, p.StorageMBps)
 	case p.LeaveGrace < 0 || p.LeaveGrace%time.Second != 0:
 		return fmt.Errorf("--leave-grace %s: must be whole seconds, 0 or more", p.LeaveGrace)
 	}

@@ -141,10 +141,18 @@ type Params struct {
 	// p50 for a join by make bench-faults, the state's broadcast included,
 	// which is ~0 for its small CNN).
 	RegroupPause time.Duration
-	// BroadcastTime is a joiner's state sent by a survivor: the checkpoint's
-	// bytes (CheckpointTime's 4 GB) at the nodes' network bandwidth (10
-	// Gbit/s for a p3.2xlarge: 3.2 s).
+	// BroadcastTime is a joiner's state sent by a survivor: StateGB at
+	// NetworkGbps plus etjob.elastic's own cost per GB, measured
+	// (StateCosts).
 	BroadcastTime time.Duration
+	// StateGB is the state (model and optimizer) one rank holds, NetworkGbps
+	// the nodes' network and StorageMBps the checkpoint storage's write
+	// rate: StateCosts derives BroadcastTime and CheckpointTime from them
+	// and the per-GB costs measured here (SyncSecondsPerGB,
+	// SaveSecondsPerGB).
+	StateGB     float64
+	NetworkGbps float64
+	StorageMBps float64
 	// InProcessHardPause is a hard loss under etjob.elastic: the peer's
 	// closed connections seen, the generation ended, the survivors regrouped
 	// (0.88 s measured at p50 by make bench-faults); StepTime, the step in
@@ -166,6 +174,32 @@ type Params struct {
 	CheckInvariants bool
 }
 
+// SyncSecondsPerGB and SaveSecondsPerGB are etjob.elastic's own costs per GB
+// of state, beyond the time its bytes take on the network or to storage,
+// measured at 1 GB a rank by python/tests/test_heavy.py on this project's
+// 2-core machines (docs/benchmarks.md). The sync's is its whole time on
+// loopback (the header, the chunks' packing and gloo's copies), so a model
+// that adds the network's time to it errs on the slow side; the save's is
+// the write's time less its pacing (etjob.stateio's serialisation and the
+// fsync).
+const (
+	SyncSecondsPerGB = 1.0
+	SaveSecondsPerGB = 1.0
+)
+
+// StateCosts sets BroadcastTime and CheckpointTime from StateGB,
+// NetworkGbps and StorageMBps (each must be positive; it changes nothing
+// otherwise).
+func (p Params) StateCosts() Params {
+	if !(p.StateGB > 0 && p.NetworkGbps > 0 && p.StorageMBps > 0) {
+		return p
+	}
+	secs := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)).Round(time.Millisecond) }
+	p.BroadcastTime = secs(p.StateGB*8/p.NetworkGbps + p.StateGB*SyncSecondsPerGB)
+	p.CheckpointTime = secs(p.StateGB*1000/p.StorageMBps + p.StateGB*SaveSecondsPerGB)
+	return p
+}
+
 // DefaultParams are the defaults of `etjob-local sim`.
 //
 // MinReplicas 8 = N/4: a data-parallel job keeps its global batch by gradient
@@ -173,10 +207,10 @@ type Params struct {
 // it is also below the p3 trace's floor (10 nodes), so on p3 the job shrinks
 // and grows but never waits, while g4dn (1-24 nodes) makes it wait.
 //
-// CheckpointTime 10 s: the local benchmark's CNN checkpoints in well under a
-// second (the whole notice -> stop path is 0.41 s at p50); 10 s is a BERT-large-sized
-// state with Adam (~4 GB) to shared storage at ~0.4 GB/s, the size of model
-// that data-parallel training on single-V100 p3.2xlarge nodes runs.
+// StateGB 4: a BERT-large-sized state with Adam, the size of model that
+// data-parallel training on single-V100 p3.2xlarge nodes runs, saved to
+// shared storage at 400 MB/s and sent to a joiner at the p3.2xlarge's 10
+// Gbit/s, plus the per-GB costs measured here (StateCosts).
 func DefaultParams() Params {
 	return Params{
 		Replicas:              32,
@@ -184,7 +218,9 @@ func DefaultParams() Params {
 		Rate:                  100,
 		Provider:              Providers["aws"],
 		NoticeStop:            410 * time.Millisecond,
-		CheckpointTime:        10 * time.Second,
+		StateGB:               4,
+		NetworkGbps:           10,
+		StorageMBps:           400,
 		ResumePause:           1480 * time.Millisecond,
 		HardPause:             19700 * time.Millisecond,
 		StartDelay:            2880 * time.Millisecond,
@@ -192,13 +228,12 @@ func DefaultParams() Params {
 		NoticeLeadTime:        etjobv1.NoticeLeadTimeTrain,
 		StopMargin:            15 * time.Second,
 		RegroupPause:          310 * time.Millisecond,
-		BroadcastTime:         3200 * time.Millisecond,
 		InProcessHardPause:    880 * time.Millisecond,
 		StepTime:              time.Second,
 		MaxCheckpointInterval: time.Hour,
 		SpotPrice:             0.91,
 		OnDemandPrice:         3.06,
-	}
+	}.StateCosts()
 }
 
 // Validate names the first parameter that cannot be simulated.
@@ -229,6 +264,9 @@ func (p *Params) Validate() error {
 		if d.v < 0 {
 			errs = append(errs, fmt.Sprintf("%s %s: must be 0 or more", d.name, d.v))
 		}
+	}
+	if p.StateGB < 0 || p.NetworkGbps < 0 || p.StorageMBps < 0 || math.IsNaN(p.StateGB+p.NetworkGbps+p.StorageMBps) {
+		errs = append(errs, fmt.Sprintf("state %v GB, network %v Gbit/s, storage %v MB/s: must be 0 or more", p.StateGB, p.NetworkGbps, p.StorageMBps))
 	}
 	if p.Provider.Usable > p.Provider.Window {
 		errs = append(errs, fmt.Sprintf("usable notice %s: must not exceed the notice window %s", p.Provider.Usable, p.Provider.Window))

@@ -99,6 +99,10 @@ type ParamsView struct {
 	RatePerWorker         float64 `json:"ratePerWorker"`
 	NoticeStop            float64 `json:"noticeStopSeconds"`
 	CheckpointTime        float64 `json:"checkpointSeconds"`
+	BroadcastTime         float64 `json:"broadcastSeconds"`
+	StateGB               float64 `json:"stateGB"`
+	NetworkGbps           float64 `json:"networkGbps"`
+	StorageMBps           float64 `json:"storageMBps"`
 	ResumePause           float64 `json:"resumePauseSeconds"`
 	HardPause             float64 `json:"hardPauseSeconds"`
 	StartDelay            float64 `json:"startDelaySeconds"`
@@ -110,7 +114,8 @@ type ParamsView struct {
 func viewOf(p Params) ParamsView {
 	return ParamsView{
 		Replicas: p.Replicas, MinReplicas: p.MinReplicas, RatePerWorker: p.Rate,
-		NoticeStop: p.NoticeStop.Seconds(), CheckpointTime: p.CheckpointTime.Seconds(),
+		NoticeStop: p.NoticeStop.Seconds(), CheckpointTime: p.CheckpointTime.Seconds(), BroadcastTime: p.BroadcastTime.Seconds(),
+		StateGB: p.StateGB, NetworkGbps: p.NetworkGbps, StorageMBps: p.StorageMBps,
 		ResumePause: p.ResumePause.Seconds(), HardPause: p.HardPause.Seconds(), StartDelay: p.StartDelay.Seconds(),
 		LeaveGrace: p.LeaveGrace.Seconds(), CheckpointInterval: p.CheckpointInterval.Seconds(),
 		MaxCheckpointInterval: p.MaxCheckpointInterval.Seconds(),
@@ -332,9 +337,10 @@ func WriteTable(w io.Writer, c *Comparison) error {
 		scale = fmt.Sprintf(", times x%g", c.TimeScale)
 	}
 	fmt.Fprintf(&b, "%.2f h%s, %d adds, %d removes at %d distinct times, %.1f nodes on average (max %d). Job: %d workers (min %d), "+
-		"%g samples/s per worker; checkpoint %gs, resume pause %gs, hard-loss pause %gs, start %gs, notice -> stop %gs.\n\n",
+		"%g samples/s per worker; state %g GB a rank (network %g Gbit/s, storage %g MB/s): checkpoint %gs, a joiner's state %gs; "+
+		"resume pause %gs, hard-loss pause %gs, start %gs, notice -> stop %gs.\n\n",
 		t.Span.Hours(), scale, t.Adds, t.Removes, t.RemoveTimes, t.MeanNodes, t.MaxNodes, p.Replicas, p.MinReplicas,
-		p.RatePerWorker, p.CheckpointTime, p.ResumePause, p.HardPause, p.StartDelay, p.NoticeStop)
+		p.RatePerWorker, p.StateGB, p.NetworkGbps, p.StorageMBps, p.CheckpointTime, p.BroadcastTime, p.ResumePause, p.HardPause, p.StartDelay, p.NoticeStop)
 	for _, s := range c.Scenarios {
 		fmt.Fprintf(&b, "%s:\n\n", capitalize(s.Name))
 		b.WriteString("| strategy | notice | goodput (samples/s) | × on-demand | $ per M samples | × on-demand | time below min | losses (hard) | work lost per loss | paused | restarts (for joins only) | checkpoint every |\n")

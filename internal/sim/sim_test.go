@@ -689,3 +689,24 @@ func BenchmarkElasticP3(b *testing.B) {
 		}
 	}
 }
+
+func TestStateCosts(t *testing.T) {
+	p := DefaultParams()
+	// 4 GB at 10 Gbit/s is 3.2 s on the wire; at 400 MB/s, 10 s to storage;
+	// each plus the per-GB costs measured here.
+	if want := time.Duration((3.2 + 4*SyncSecondsPerGB) * float64(time.Second)).Round(time.Millisecond); p.BroadcastTime != want {
+		t.Errorf("default broadcast %s, want %s", p.BroadcastTime, want)
+	}
+	if want := time.Duration((10 + 4*SaveSecondsPerGB) * float64(time.Second)).Round(time.Millisecond); p.CheckpointTime != want {
+		t.Errorf("default checkpoint %s, want %s", p.CheckpointTime, want)
+	}
+	p.StateGB, p.NetworkGbps = 8, 100
+	q := p.StateCosts()
+	if want := time.Duration((0.64 + 8*SyncSecondsPerGB) * float64(time.Second)).Round(time.Millisecond); q.BroadcastTime != want {
+		t.Errorf("8 GB at 100 Gbit/s: broadcast %s, want %s", q.BroadcastTime, want)
+	}
+	p.StateGB = 0
+	if r := p.StateCosts(); r.BroadcastTime != p.BroadcastTime || r.CheckpointTime != p.CheckpointTime {
+		t.Errorf("no state size changed the costs: %+v", r)
+	}
+}

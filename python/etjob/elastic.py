@@ -89,6 +89,27 @@ class MembershipChanged(Exception):
     step is committed, `run` meets the others in the next generation."""
 
 
+class BelowMin(Exception):
+    """Raised by Context.rendezvous when the survivors of a hard loss stayed
+    below the minimum for $ETJOB_BELOW_MIN_SECONDS: every rank that arrived
+    stops (exit 75); the one holding the newest commit (the lowest such rank)
+    saves it first (saver)."""
+
+    def __init__(self, gen, saver, arrived):
+        super().__init__("generation %d: %d arrived, below the minimum" % (gen, arrived))
+        self.gen, self.saver, self.arrived = gen, saver, arrived
+
+
+# The store protocol's version (the keys of Context's docstring): ranks of
+# one job that speak another, or run another torch, refuse to go on.
+PROTOCOL = 2
+# Added to a generation's close count when its closer stops it below min.
+_STOP = 1 << 40
+# A rank's arrival code (g<G>/m<i>): 1 + old rank, + 2^32 for a newcomer, +
+# its committed step times 2^33.
+_NEWCOMER, _STEP_SHIFT = 1 << 32, 33
+
+
 def _env_float(name, default):
     try:
         return float(os.environ.get(name, default))
@@ -101,6 +122,29 @@ def _log(msg):
     sys.stderr.flush()
 
 
+def _raise_fd_limit():
+    """On a torch whose gloo groups cannot be aborted (1.13) every generation
+    left behind keeps its sockets (+6 fds and +4 threads a generation,
+    measured): the soft limit on open files goes up to the hard one."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+def _fatal(msg):
+    """_fatal ends this rank with msg (exit 1): a mistake no retry mends."""
+    sys.exit("etjob.elastic: " + msg)
+
+
+def _torch_minor():
+    return ".".join(torch.__version__.split("+")[0].split(".")[:2])
+
+
 def _keep_forever(obj):
     """_keep_forever leaks obj on purpose: a gloo group is never destroyed,
     not when abandoned and not at exit. torch 1.13's gloo has no abort, its
@@ -110,10 +154,20 @@ def _keep_forever(obj):
 
 
 class Group:
-    """Group is one generation: its number, this rank, its size, its gloo group."""
+    """Group is one generation: its number, this rank, its size, its gloo
+    group (and, where groups can be aborted, the store client of its setup)."""
 
-    def __init__(self, gen, rank, size, pg, ids):
+    def __init__(self, gen, rank, size, pg, ids, client=None):
         self.gen, self.rank, self.size, self.pg, self.ids = gen, rank, size, pg, ids
+        self.client = client
+        self.work = None  # the work in flight, while this rank waits for it (or after it gave up on it)
+
+
+# torch 2.x's gloo groups have abort(), which ends their work in flight and
+# their connections: a generation left behind is aborted and let go. torch
+# 1.13's have none, and are leaked instead (_keep_forever).
+_ABORTABLE = hasattr(dist.ProcessGroupGloo, "abort")
+_SET_TIMEOUT = hasattr(dist.ProcessGroupGloo, "set_timeout")
 
 
 class Context:
@@ -124,11 +178,20 @@ class Context:
       g<G>/n         arrivals in generation G; g<G>/m<i> who came i-th (1 +
                      the old rank, + 2^32 for a newcomer)
       g<G>/close     added once by the first arrival: how many are in G
+                     (+ 2^40 when it stopped G below min)
+      g<G>/cb        the closer's heartbeats while it waits to close G: the
+                     others end G when they stop (no single closer stalls it)
       g<G>/pg/       the gloo group's own keys
       g<G>/end       >0 once G is over (a failure, a leave, a join, a timeout)
       g<G>/leave     how many members of G leave at its last commit
       g<G>/joins     how many newcomers wait for G+1
       g<G>/hb<r>     rank r's heartbeats in G (its watcher adds one a beat)
+      kinds, kind<i> the protocol and torch versions seen in the job;
+      proto/<kind>   how many ranks registered that kind (protocol 2 on)
+
+    `gen` is a hint: the newest generation is the first from it whose `end`
+    is 0, so ending a generation is the one store call `g<G>/end`, and a rank
+    that dies between that call and the hint's bump stalls no one.
 
     Liveness is the heartbeats, not the collectives' pace: each rank's
     watcher thread (a store client of its own, off the training's path)
@@ -153,6 +216,9 @@ class Context:
         self.min_bandwidth = _env_float("ETJOB_MIN_BANDWIDTH_MBPS", "50") * 1e6
         self.settle = _env_float("ETJOB_SETTLE_SECONDS", "0.5")
         self.join_timeout = _env_float("ETJOB_JOIN_TIMEOUT", "600")
+        # survivors of a hard loss below minReplicas wait this long for
+        # replacements, then the newest commit is saved and every rank exits 75
+        self.below_min_wait = _env_float("ETJOB_BELOW_MIN_SECONDS", "60")
         # a newcomer ends a generation whose rank 0 sent no heartbeat for
         # this long: its members are gone (the whole job lost at once)
         self.stale = _env_float("ETJOB_STALE_SECONDS", str(3 * self.heartbeat_timeout))
@@ -161,7 +227,12 @@ class Context:
             if not endpoint:
                 sys.exit("etjob.elastic: ETJOB_RDZV_ENDPOINT is not set (host:port of the job's rendezvous store)")
             host, _, port = endpoint.rpartition(":")
-            store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=30))
+            try:
+                store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=30))
+            except RuntimeError as e:
+                sys.exit("etjob.elastic: no rendezvous store at %s (ETJOB_RDZV_ENDPOINT): %s; a torch %s client "
+                         "cannot talk to a store of another torch major version: run the launcher and the workers "
+                         "on one torch" % (endpoint, (str(e).splitlines() or ["?"])[0], torch.__version__))
         self.store = store
         self.host, self.port = store.host, store.port
         rid = os.environ.get("PET_RDZV_ID") or os.environ.get("ETJOB_RDZV_ID") or "default"
@@ -176,6 +247,12 @@ class Context:
         self._joins = (0, 0)    # (generation, newcomers waiting for it), rank 0's watcher
         self._watcher = None
         self.watching = True    # False while rank 0 saves a stop: the others are gone on purpose
+        self._seen = 0          # the newest generation this rank has seen (current() walks on from it)
+        self._parked = []       # aborted groups whose work is still in flight (_retire)
+        if not _ABORTABLE:
+            _raise_fd_limit()
+        self.kind = "p%d-torch%s" % (PROTOCOL, _torch_minor())
+        self._handshake(_env_float("ETJOB_STORE_PROBE_SECONDS", "15"))
 
     # -- store helpers ----------------------------------------------------
 
@@ -186,28 +263,84 @@ class Context:
         return int(self.store.add(self._k(key), delta))
 
     def current(self):
-        return self._count("gen")
+        """current is the newest generation: the first one not over, walking
+        on from the `gen` hint (and from what this rank saw before)."""
+        g = max(self._count("gen"), self._seen)
+        while self.ended(g):
+            g += 1
+        self._seen = g
+        return g
+
+    def _handshake(self, limit):
+        """_handshake registers this rank's kind (the store protocol and torch
+        versions) and refuses to go on when the job has ranks of another
+        kind. Its first store call is bounded: a torch 1.13 client waits for
+        ever on a torch 2.x store's reply."""
+        got = []
+
+        def probe():
+            try:
+                got.append(self._count("proto/" + self.kind, 1))
+            except Exception as e:  # noqa: BLE001 - said below
+                got.append(e)
+
+        t = threading.Thread(target=probe, name="etjob-store-probe", daemon=True)
+        t.start()
+        t.join(limit)
+        if not got:
+            _fatal("the rendezvous store at %s:%s did not answer in %.0f s. A torch 1.13 client (this worker runs "
+                   "torch %s) gets no reply from a store served by torch 2.x: run the launcher and the workers on "
+                   "one torch" % (self.host, self.port, limit, torch.__version__))
+        if isinstance(got[0], Exception):
+            _fatal("the rendezvous store at %s:%s: %s" % (self.host, self.port, (str(got[0]).splitlines() or ["?"])[0]))
+        if got[0] == 1:
+            i = self._count("kinds", 1)
+            self.store.set(self._k("kind%d" % i), self.kind)
+        self.check_kinds()
+
+    def check_kinds(self):
+        """check_kinds exits, naming both, when a rank of another kind
+        (protocol or torch version) registered in this job."""
+        n = self._count("kinds")
+        if n <= 1:
+            return
+        others = []
+        for i in range(1, n + 1):
+            k = self._k("kind%d" % i)
+            if not self.store.check([k]):
+                others.append("another, still registering")
+                continue
+            v = self.store.get(k).decode()
+            if v != self.kind:
+                others.append(v)
+        if others:
+            _fatal("ranks of one job must run one etjob.elastic protocol and one torch: this rank is %s (torch %s), "
+                   "the job also has %s" % (self.kind, torch.__version__, ", ".join(others)))
 
     def ended(self, gen):
         return self._count("g%d/end" % gen) > 0
 
     def end(self, gen, why):
         """end marks generation gen over; the first to end it opens gen+1."""
+        self._over = max(self._over, gen)
         if self._count("g%d/end" % gen, 1) == 1:
             self._count("gen", 1)
             _log("generation %d ended (%s)" % (gen, why))
 
     # -- rendezvous -------------------------------------------------------
 
-    def rendezvous(self, survivor, changed=False):
+    def rendezvous(self, survivor, changed=False, step=0):
         """rendezvous meets the others in a new generation and returns it.
         A survivor (a member of the generation that just ended) joins the
         next one at once; a newcomer waits for one that is open. After a
         membership change at a commit (changed) the lowest staying rank ends
         the generation; the others wait for that, up to the collective
-        timeout."""
+        timeout. step is this rank's committed step. Raises BelowMin when
+        survivors stayed below the minimum (State and run handle it)."""
         prev = self.group
         self.group = None
+        self._retire(prev)
+        self.check_kinds()
         began = time.monotonic()
         deadline = began + self.join_timeout
         want = prev.gen + 1 if (prev is not None and survivor) else None
@@ -221,11 +354,10 @@ class Context:
                     continue
                 self.end(want - 1, "a collective failed" if not changed else "its membership changed")
                 continue
-            if gen == 0 or (gen > 0 and self.ended(gen)):
-                # none yet, or the newest is over (its members are gone): open one
-                self.end(gen, "opened by a newcomer" if gen == 0 else "stale, opened by a newcomer")
+            if gen == 0:
+                self.end(gen, "opened by a newcomer")  # none yet: open the first
                 continue
-            got = self._join(gen, prev if survivor else None, deadline)
+            got = self._join(gen, prev if survivor else None, deadline, step)
             if got is not None:
                 self.group = got
                 return got
@@ -234,7 +366,73 @@ class Context:
             want, survivor = None, False
         sys.exit("etjob.elastic: no generation with %d members formed in %.0f s" % (self.min, self.join_timeout))
 
-    def _join(self, gen, prev, deadline):
+    def _make_pg(self, key, rank, n):
+        """_make_pg makes a gloo group of n ranks over the store prefix key,
+        with a store client of its own (returned too)."""
+        setup = timedelta(seconds=max(2 * self.heartbeat_timeout, 10))
+        ops = timedelta(seconds=self.collective_timeout + 600)
+        client = dist.TCPStore(self.host, self.port, is_master=False, timeout=setup)
+        # torch 2.x's gloo waits for its peers' addresses up to the group's
+        # timeout (1.13's, the store's): setup gets the short one, the
+        # operations the long one after it.
+        got = []
+
+        def make():
+            try:
+                got.append(dist.ProcessGroupGloo(dist.PrefixStore(self._k(key), client), rank, n,
+                                                 setup if _SET_TIMEOUT else ops))
+            except Exception as e:  # noqa: BLE001 - raised below
+                got.append(e)
+
+        # In a thread, waited for up to setup: gloo's own wait for a dead
+        # peer's address is not always bounded by it (a torch 1.13 rank
+        # waited past 60 s once, in a clean run), and a rank must never be.
+        t = threading.Thread(target=make, name="etjob-group-setup", daemon=True)
+        t.start()
+        t.join(setup.total_seconds() + 5)
+        if not got:
+            _keep_forever(client)  # the setup may still use it
+            raise RuntimeError("no group of %d after %.0f s (a member gone)" % (n, setup.total_seconds() + 5))
+        if isinstance(got[0], Exception):
+            raise got[0]
+        pg = got[0]
+        if _SET_TIMEOUT:
+            pg.set_timeout(ops)
+        if not _ABORTABLE:
+            _keep_forever(client)
+            _keep_forever(pg)
+        return pg, client
+
+    def subgroup(self, ranks, tag):
+        """subgroup makes a group of this generation's ranks (sorted; this
+        rank among them) under tag: a sync to the ranks behind broadcasts in
+        it. Retire it after use."""
+        g = self._live()
+        try:
+            pg, client = self._make_pg("g%d/sub-%s/" % (g.gen, tag), ranks.index(g.rank), len(ranks))
+        except RuntimeError as e:
+            self.end(g.gen, "group setup for %s failed: %s" % (tag, (str(e).splitlines() or ["?"])[0]))
+            raise CollectiveError("%s in generation %d: group setup failed" % (tag, g.gen)) from None
+        return Group(g.gen, ranks.index(g.rank), len(ranks), pg, ranks, client)
+
+    def _retire(self, group):
+        """_retire aborts a generation's gloo group that this rank left
+        (torch 2.x) and lets it go once no work of it is in flight: its
+        threads, sockets and memory are freed. A group whose work waits for
+        a frozen peer is parked until that work ends (its destructor would
+        block until then); each retire lets go of the parked ones that
+        ended. On torch 1.13 groups are leaked (docs/worker-library.md
+        measures it)."""
+        if group is not None and _ABORTABLE and group.pg is not None:
+            try:
+                group.pg.abort()
+            except RuntimeError as e:
+                _log("abort of generation %d's group: %s" % (group.gen, (str(e).splitlines() or ["?"])[0]))
+            self._parked.append((group.pg, group.client, group.work))
+            group.pg, group.client, group.work = None, None, None
+        self._parked = [p for p in self._parked if p[2] is not None and not p[2].is_completed()]
+
+    def _join(self, gen, prev, deadline, step=0):
         """_join arrives in generation gen; None when it closed without us."""
         k = "g%d/" % gen
         closed = self._closed(gen)
@@ -243,11 +441,15 @@ class Context:
         i = self._count(k + "n", 1)
         # Counters only: a blocking get of a key a dead rank never wrote, or a
         # wait that times out, leaves a torch 1.13 store client out of step.
-        self._count(k + "m%d" % i, 1 + (1 << 32 if prev is None else 0) + (prev.rank if prev is not None else 0))
+        code = 1 + (_NEWCOMER if prev is None else prev.rank) + (max(int(step), 0) << _STEP_SHIFT)
+        self._count(k + "m%d" % i, code)
         if i == 1:
             n = self._close(gen, prev, deadline)
         else:
             n = self._await_close(gen, deadline)
+        stop = n is not None and n >= _STOP
+        if stop:
+            n -= _STOP
         if n is None or i > n:
             return self._wait_next(gen, deadline)
         members = []
@@ -260,7 +462,13 @@ class Context:
             if code == 0:
                 self.end(gen, "arrival %d never said who it is" % j)
                 return self._wait_next(gen, deadline)
-            members.append((code - 1, j))  # newcomers after survivors, survivors by their old rank
+            # newcomers after survivors, survivors by their old rank
+            members.append(((code - 1) & (2 * _NEWCOMER - 1), j, (code - 1) >> _STEP_SHIFT))
+        if stop:
+            # below min: the survivor with the newest commit (the lowest
+            # such rank) saves it; everyone stops
+            saver = min((m for m in members if m[0] < _NEWCOMER), key=lambda m: (-m[2], m[0]))
+            raise BelowMin(gen, saver[1] == i, n)
         members.sort()
         rank = [m[1] for m in members].index(i)
         try:
@@ -269,55 +477,86 @@ class Context:
             # Its setup waits only for members that arrived; the group's own
             # timeout (gloo's, per operation) is beyond any of ours, which
             # decide first.
-            client = dist.TCPStore(self.host, self.port, is_master=False,
-                                   timeout=timedelta(seconds=max(2 * self.heartbeat_timeout, 10)))
-            pg = dist.ProcessGroupGloo(dist.PrefixStore(self._k(k + "pg/"), client), rank, n,
-                                       timedelta(seconds=self.collective_timeout + 600))
+            pg, client = self._make_pg(k + "pg/", rank, n)
         except RuntimeError as e:
             self.end(gen, "group setup failed: %s" % e)
             return self._wait_next(gen, deadline)
-        _keep_forever(client)
-        _keep_forever(pg)
-        group = Group(gen, rank, n, pg, [m[1] for m in members])
+        group = Group(gen, rank, n, pg, [m[1] for m in members], client)
         self._watch(group)
         return group
 
     def _closed(self, gen):
-        """The size of generation gen once its closer closed it, else None."""
+        """The close count of generation gen once its closer closed it (+
+        _STOP when stopped below min), else None."""
         n = self._count("g%d/close" % gen)
         return n if n > 0 else None
 
     def _close(self, gen, prev, deadline):
         """The first arrival closes the generation: once everyone expected
         arrived, or `settle` seconds after the last arrival (a member lost
-        without notice never comes)."""
+        without notice never comes). While it waits it beats (g<G>/cb), so
+        that the others end the generation if it dies or freezes. A closer
+        whose arrivals include a survivor and stayed below the minimum for
+        below_min_wait stops the generation (close + _STOP)."""
         k = "g%d/" % gen
         expected = None
         before = gen - 1
         if before > 0:
-            size = self._count("g%d/close" % before)
+            size = self._count("g%d/close" % before) % _STOP
             if size > 0:
                 expected = size - self._count("g%d/leave" % before) + self._count("g%d/joins" % before)
         expected = min(expected, self.max) if expected else None
-        seen, since = 0, time.monotonic()
+        began = time.monotonic()
+        seen, since, beat = 0, began, 0.0
+        interval = max(self.heartbeat_timeout / 5.0, 0.05)
         while time.monotonic() < deadline:
+            now = time.monotonic()
+            if now - beat >= interval:
+                beat = now
+                self._count(k + "cb", 1)
+                if self.ended(gen):  # the others took us for dead
+                    return None
             n = self._count(k + "n")
             if n != seen:
-                seen, since = n, time.monotonic()
+                seen, since = n, now
             if n >= self.max or (expected is not None and n >= expected) or \
-                    (n >= self.min and time.monotonic() - since >= self.settle):
+                    (n >= self.min and now - since >= self.settle):
                 n = min(n, self.max)
                 self._count(k + "close", n)
                 return n
+            if n < self.min and now - began >= self.below_min_wait and self._has_survivor(gen, n):
+                self._count(k + "close", n + _STOP)
+                _log("generation %d: %d arrived in %.0f s, below the minimum %d: stopping" % (gen, n, now - began, self.min))
+                return n + _STOP
             time.sleep(self.poll)
         return None
 
+    def _has_survivor(self, gen, n):
+        """Whether one of generation gen's first n arrivals said it is a
+        survivor (it holds a commit of the job's state)."""
+        for j in range(1, n + 1):
+            code = self._count("g%d/m%d" % (gen, j))
+            if code and not (code - 1) & _NEWCOMER:
+                return True
+        return False
+
     def _await_close(self, gen, deadline):
+        """_await_close waits for the closer; a closer that sends no
+        heartbeat for heartbeat_timeout is gone, and the generation ends."""
+        k = "g%d/" % gen
+        beats, since = -1, time.monotonic()
         while time.monotonic() < deadline:
             n = self._closed(gen)
             if n is not None:
                 return n
             if self.ended(gen):
+                return None
+            b = self._count(k + "cb")
+            now = time.monotonic()
+            if b != beats:
+                beats, since = b, now
+            elif now - since > self.heartbeat_timeout:
+                self.end(gen, "its closer sent no heartbeat for %.1f s" % (now - since))
                 return None
             time.sleep(self.poll)
         return None
@@ -413,6 +652,7 @@ class Context:
         work failed, when the generation was ended by someone else, or after
         timeout_for(nbytes) (the work is then abandoned, never waited for)."""
         g = self.group
+        g.work = work  # a rank that gives up on it leaves it to _retire
         limit = self.timeout_for(nbytes)
         start = time.monotonic()
         # Completion is polled, never a callback on the work's future: a
@@ -428,6 +668,7 @@ class Context:
             if time.monotonic() - start > limit:
                 self.end(g.gen, "%s took more than %.1f s" % (what, limit))
                 raise CollectiveError("%s in generation %d: no answer in %.1f s" % (what, g.gen, limit))
+        g.work = None
         try:
             work.wait()  # done: returns at once, or raises the work's error
         except RuntimeError as err:
@@ -448,6 +689,13 @@ class Context:
         opts.rootRank, opts.rootTensor = src, 0
         self.wait(g.pg.broadcast([tensor], opts), what, _nbytes(tensor))
         return tensor
+
+    def wait_all(self, what, nbytes):
+        """wait_all is a barrier of this generation (a one-element
+        all-reduce) whose deadline counts nbytes moved by others first."""
+        g = self._live()
+        opts = dist.AllreduceOptions()
+        self.wait(g.pg.allreduce([torch.zeros(1)], opts), what, nbytes)
 
     def _live(self):
         if self.group is None:
@@ -554,6 +802,7 @@ class State:
         object.__setattr__(self, "commits", 0)
         object.__setattr__(self, "_dir", None)
         object.__setattr__(self, "_saving", None)
+        object.__setattr__(self, "_received", 0)  # bytes of state the last sync brought this rank
         self._keep()
 
     def __getattr__(self, name):
@@ -660,6 +909,18 @@ class State:
         raise MembershipChanged()
 
     # -- disk -------------------------------------------------------------
+
+    def _stop_below_min(self, ctx, stop):
+        """After a hard loss below the minimum: the saver writes the newest
+        commit, ends the generation (the job's next pods open a new one at
+        once) and every rank exits 75."""
+        sup = ctx.sup
+        if stop.saver:
+            self._stop_checkpoint()
+            ctx.end(stop.gen, "stopped below min after a loss")
+            print("stop step=%d reason=%s t=%.3f" % (self.step_of(), "below-min", time.time()), flush=True)
+        _log("stop step=%d: %d left after a loss, below min %d" % (self.step_of(), stop.arrived, ctx.min))
+        sup.exit_preempted()
 
     def _stop_checkpoint(self):
         d = self._dir or os.environ.get("ETJOB_CHECKPOINT_DIR")
@@ -776,10 +1037,12 @@ class State:
         $ETJOB_SYNC_CHUNK_MB, 64), never as a pickle: reading a peer's state
         runs none of its code. Each chunk is its own bounded collective, so
         a multi-GB state is never taken for a frozen peer and the sender
-        starts at once (it serialises nothing). Ranks that already hold the
-        newest commit receive it into their own kept tensors (the same
-        bytes: no memory), the others into new tensors that then become
-        their commit."""
+        starts at once (it serialises nothing). Only the ranks behind (an
+        older step, or another layout) receive the bytes, into new tensors
+        that then become their commit: by broadcast when every other rank
+        is behind, else in a group of the sender and them; the ranks
+        already current wait in one small all-reduce whose deadline counts
+        those bytes."""
         ctx, g = self._ctx, self._ctx.group
         steps = torch.full((g.size,), -1, dtype=torch.int64)
         steps[g.rank] = self.step_of()
@@ -815,8 +1078,44 @@ class State:
                     self._refuse(ctx, g, src, too_big)
                 tensors = stateio.allocate(got)
             header = got
-        views = stateio.byte_views(tensors)
+        need = torch.zeros(g.size, dtype=torch.int64)
+        need[g.rank] = 1 if g.rank != src and not current else 0
+        ctx.allreduce(need, dist.ReduceOp.MAX, "sync who is behind")
+        behind = [r for r in range(g.size) if need[r]]
         total = header["nbytes"]
+        if len(behind) == g.size - 1:
+            self._move(ctx, src, tensors, total)
+        else:
+            if g.rank == src or g.rank in behind:
+                # a group of the sender and the ranks behind: a broadcast's
+                # work completes on its own (gloo's send and recv complete
+                # only inside a blocking wait, which could not be abandoned)
+                ranks = sorted([src] + behind)
+                sub = ctx.subgroup(ranks, "sync")
+                main = ctx.group
+                ctx.group = sub
+                try:
+                    self._move(ctx, ranks.index(src), tensors, total)
+                finally:
+                    ctx.group = main
+                    ctx._retire(sub)
+            # the others wait here for the bytes they do not take
+            ctx.wait_all("sync to %d rank(s) behind" % len(behind), total * len(behind))
+        if g.rank != src and not current:
+            snap = stateio.unflatten(header, tensors)
+            # the received tensors are the commit (this rank's older one is
+            # let go first); the objects load copies of them
+            object.__setattr__(self, "_kept", snap)
+            self._load(snap)
+            object.__setattr__(self, "_received", total)
+        return src
+
+    @staticmethod
+    def _move(ctx, src, tensors, total):
+        """_move broadcasts the state's bytes from src over ctx's group,
+        chunk by chunk, each a bounded collective."""
+        g = ctx.group
+        views = stateio.byte_views(tensors)
         chunk = max(int(_env_float("ETJOB_SYNC_CHUNK_MB", "64") * 2**20), 1)
         buf = None
         for start in range(0, total, chunk):
@@ -824,8 +1123,8 @@ class State:
             what = "sync state %d-%d of %d MB" % (start >> 20, end >> 20, total >> 20)
             pieces = list(stateio.segments(views, start, end))
             if len(pieces) == 1:  # inside one tensor: its bytes move in place
-                v, b, s, _ = pieces[0]
-                ctx.broadcast(v[b:s], src, what)
+                v, b, e, _ = pieces[0]
+                ctx.broadcast(v[b:e], src, what)
                 continue
             if buf is None:
                 buf = torch.empty(min(chunk, total), dtype=torch.uint8)
@@ -833,13 +1132,7 @@ class State:
             ctx.broadcast(part, src, what)
             if g.rank != src:
                 stateio.unpack(views, start, end, part)
-        if g.rank != src and not current:
-            snap = stateio.unflatten(header, tensors)
-            # the received tensors are the commit (this rank's older one is
-            # let go first); the objects load copies of them
-            object.__setattr__(self, "_kept", snap)
-            self._load(snap)
-        return src
+
 
 def run(fn):
     """run wraps a training function fn(state, ...): it meets the others in a
@@ -854,17 +1147,28 @@ def run(fn):
         survivor, changed = False, False
         while True:
             began = time.monotonic()
-            g = ctx.rendezvous(survivor, changed)
+            try:
+                g = ctx.rendezvous(survivor, changed, state.step_of())
+            except BelowMin as stop:
+                state._stop_below_min(ctx, stop)
             changed = False
+            object.__setattr__(state, "_received", 0)
+            synced = time.monotonic()
             try:
                 src = state._sync()
             except CollectiveError as e:
                 _log("sync failed: %s" % e)
                 survivor = True
                 continue
+            took = time.monotonic() - synced
+            if src is None:
+                how = ""
+            elif state._received:
+                how = " (state from rank %d: %.1f MB in %.3f s)" % (src, state._received / 2**20, took)
+            else:
+                how = " (state from rank %d: not needed here, %.3f s)" % (src, took)
             _log("generation %d rank %d/%d pid %d step %d%s rendezvous %.3f s" % (
-                g.gen, g.rank, g.size, os.getpid(), state.step_of(),
-                " (state from rank %d)" % src if src is not None else "", time.monotonic() - began))
+                g.gen, g.rank, g.size, os.getpid(), state.step_of(), how, time.monotonic() - began))
             if g.rank == 0:
                 print("resume step=%d world=%d generation=%d t=%.3f" % (state.step_of(), g.size, g.gen, time.time()), flush=True)
             survivor = True

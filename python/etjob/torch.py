@@ -240,7 +240,7 @@ class ElasticSampler:
     def __init__(self, size, global_batch, seed=0):
         self.size, self.global_batch, self.seed = size, global_batch, seed
         self.epoch, self.consumed = 0, 0
-        self.ledger = []  # [epoch, start, end) ranges of the epoch's order, committed
+        self.ledger = []  # [epoch, start, end) ranges of the epoch's order, committed; contiguous ones merged
 
     @property
     def steps_per_epoch(self):
@@ -263,7 +263,14 @@ class ElasticSampler:
     def commit(self):
         """commit records that the step over the current global batch is done."""
         start, end = self.consumed, self.consumed + self.global_batch
-        self.ledger.append([self.epoch, start, end])
+        last = self.ledger[-1] if self.ledger else None
+        if last is not None and last[0] == self.epoch and last[2] == start:
+            # contiguous: one range grows, so the ledger holds a range or two
+            # an epoch however long the run (it is copied at every commit and
+            # sent with every join and checkpoint)
+            last[2] = end
+        else:
+            self.ledger.append([self.epoch, start, end])
         self.consumed = end
         if self.consumed + self.global_batch > self.size:
             self.epoch, self.consumed = self.epoch + 1, 0

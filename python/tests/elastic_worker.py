@@ -8,10 +8,17 @@ paces it to that many MB/s of the state's bytes (network storage; the bytes
 are written for real as well),
 CHECKPOINT_EVERY (25; 0: none) spaces rank 0's periodic checkpoints, and
 CHECKPOINT_ASYNC=1 saves them in the background; STATE_MB adds that many MB
-of state (a buffer of the model) to every commit, sync and checkpoint."""
+of state (a buffer of the model) to every commit, sync and checkpoint.
+FAULT_AT=ACTION:REGEX[:add] (the rendezvous' crash-point tests) kills
+(ACTION kill) or freezes (stop) this rank right after a rendezvous store call
+on a key matching REGEX (with a non-zero delta, with :add) returns, once in the
+whole job, once the test armed it (the store's `fault-armed` above 0).
+END_EVERY=K: rank 0 ends its generation every K steps (as a failure would)
+and prints `resources gen=G threads=T fds=F rss_mb=M` at each new one."""
 
 import faulthandler
 import os
+import re
 import signal
 import sys
 import time
@@ -23,8 +30,37 @@ import etjob.torch as etorch
 from etjob import stateio
 
 
+def inject_fault(spec):
+    """inject_fault wraps the rendezvous' store calls (Context._count) so
+    that the first rank of the job whose call matches spec dies or freezes
+    between that call and the next."""
+    action, pattern, *rest = spec.split(":")
+    rx, adds_only = re.compile(pattern), "add" in rest
+    count = elastic.Context._count
+
+    def faulty(self, key, delta=0):
+        got = count(self, key, delta)
+        if rx.search(key) and (delta or not adds_only) and int(self.store.add("fault-armed", 0)) > 0 and \
+                int(self.store.add("fault-fired", 1)) == 1:
+            sys.stderr.write("fault: %s after %s %+d t=%.3f\n" % (action, key, delta, time.time()))
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL if action == "kill" else signal.SIGSTOP)
+        return got
+
+    elastic.Context._count = faulty
+
+
+def resources():
+    """This process's threads, open file descriptors and resident MB."""
+    with open("/proc/self/status") as f:
+        rss = next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+    return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd")), rss / 1024.0
+
+
 def main():
     faulthandler.register(signal.SIGUSR1)
+    if os.environ.get("FAULT_AT"):
+        inject_fault(os.environ["FAULT_AT"])
     total = int(os.environ.get("STEPS", "120"))
     pause = float(os.environ.get("STEP_SLEEP", "0.02"))
     torch.manual_seed(0)
@@ -51,6 +87,8 @@ def main():
             return save(directory, state, *args, **kwargs)
 
         etorch.save_checkpoint = paced
+    end_every = int(os.environ.get("END_EVERY", "0"))  # rank 0 ends its generation every that many steps
+    gens = {"last": 0}
     background = os.environ.get("CHECKPOINT_ASYNC") == "1"
     every = int(os.environ.get("CHECKPOINT_EVERY", "25"))  # 0: only the library's own (a stop below min)
     if ckdir:
@@ -74,6 +112,13 @@ def main():
                 state.step, state.rank, state.world, state.generation, os.getpid(), time.time()))
             sys.stdout.flush()
             state.commit()
+            if end_every and state.rank == 0:
+                if state.generation != gens["last"]:
+                    gens["last"] = state.generation
+                    print("resources gen=%d threads=%d fds=%d rss_mb=%.1f" % ((state.generation,) + resources()), flush=True)
+                if state.step % end_every == 0:
+                    # as a failure would: the others' next collective fails, all roll back
+                    elastic._context().end(state.generation, "END_EVERY")
             if ckdir and every and state.rank == 0 and state.step % every == 0:
                 if background:
                     state.checkpoint_async(ckdir, done=lambda path, took: print(

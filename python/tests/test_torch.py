@@ -44,6 +44,17 @@ class SamplerTest(unittest.TestCase):
             self.assertEqual(len(seen[epoch]), len(set(seen[epoch])), "epoch %d repeats a sample" % epoch)
             self.assertEqual(len(seen[epoch]), (size // gb) * gb)
         self.assertEqual(etorch.check_ledger(s.ledger, size, gb), [])
+        # contiguous ranges merged: one range an epoch, however many steps
+        self.assertEqual([r[0] for r in s.ledger], list(range(s.epoch + (1 if s.consumed else 0))))
+
+    def test_ledger_stays_small_as_the_run_grows(self):
+        s = etorch.ElasticSampler(1000, 10, seed=1)
+        for _ in range(10_000):
+            s.commit()
+        self.assertEqual(s.epoch, 100)
+        self.assertEqual(len(s.ledger), 100, s.ledger[:3])
+        self.assertEqual(s.ledger[0], [0, 0, 1000])
+        self.assertEqual(etorch.check_ledger(s.ledger, 1000, 10), [])
 
     def test_check_ledger_finds_repeats_and_gaps(self):
         self.assertTrue(etorch.check_ledger([[0, 0, 8], [0, 0, 8]], 16, 8))

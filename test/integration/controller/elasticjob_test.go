@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
@@ -309,6 +311,10 @@ func TestValidation(t *testing.T) {
 			},
 			want: []string{"spec.workerTemplate.metadata.labels", "etjob.dev/ keys are reserved"},
 		},
+		"maxReplicas above what the status can hold": {
+			mutate: func(j *etjobv1.ElasticJob) { j.Spec.MaxReplicas = etjobv1.MaxWorkers + 1 },
+			want:   []string{"spec.maxReplicas", "1000"},
+		},
 		"a reserved label on the launcher": {
 			mutate: func(j *etjobv1.ElasticJob) {
 				j.Spec.LauncherTemplate = j.Spec.WorkerTemplate.DeepCopy()
@@ -336,6 +342,41 @@ func TestValidation(t *testing.T) {
 		j := newJob(ns, strings.Repeat("l", etjobv1.MaxNameLength)).Obj()
 		j.Spec.WorkerTemplate.Annotations = map[string]string{"example.com/team": "ml", "etjob.dev.example.com/x": "y"}
 		create(t, j)
+	})
+	t.Run("a status at the bound fits in etcd", func(t *testing.T) {
+		// The worst case the bound allows: every one of MaxWorkers workers
+		// leaving beside its replacement (2 x MaxWorkers entries), each with
+		// the longest pod name, a 253-character node name and a reason cut
+		// to MaxReasonLength, and MaxWorkers published members. (One
+		// replica: the controller, running, makes one worker, and may write
+		// its own status after ours; what is proven is that etcd takes this
+		// one.)
+		name := strings.Repeat("s", etjobv1.MaxNameLength)
+		create(t, newJob(ns, name).Replicas(1).Min(1).Max(etjobv1.MaxWorkers).Obj())
+		node := strings.Repeat("n", 253)
+		reason := strings.Repeat("r", etjobv1.MaxReasonLength)
+		var size int
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			j := getJob(t, ns, name)
+			j.Status.Workers, j.Status.Membership.Hosts = nil, nil
+			for i := int32(0); i < 2*etjobv1.MaxWorkers; i++ {
+				pod := fmt.Sprintf("%s-worker-%d", name, 100000+i)
+				j.Status.Workers = append(j.Status.Workers, etjobv1.WorkerStatus{Name: pod, Index: 100000 + i, State: etjobv1.WorkerLeaving, Node: node, Reason: reason})
+				if i < etjobv1.MaxWorkers {
+					j.Status.Membership.Hosts = append(j.Status.Membership.Hosts, pod+":1")
+				}
+			}
+			raw, _ := json.Marshal(j)
+			size = len(raw)
+			return k8s.Status().Update(context.Background(), j)
+		})
+		if err != nil {
+			t.Fatalf("a status of %d workers at the bound (%d bytes) was refused: %v", 2*etjobv1.MaxWorkers, size, err)
+		}
+		t.Logf("the job at the bound: %d bytes as JSON (etcd's limit 1.5 MiB)", size)
+		if size > 1400*1024 {
+			t.Errorf("the job at the bound is %d bytes: too close to etcd's 1.5 MiB", size)
+		}
 	})
 	t.Run("Arena's defaults are accepted", func(t *testing.T) {
 		j := newJob(ns, "arena-defaults").Obj()
