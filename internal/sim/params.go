@@ -183,8 +183,8 @@ type Params struct {
 // the write's time less its pacing (etjob.stateio's serialisation and the
 // fsync).
 const (
-	SyncSecondsPerGB = 1.0
-	SaveSecondsPerGB = 1.0
+	SyncSecondsPerGB = 3.05
+	SaveSecondsPerGB = 2.4
 )
 
 // StateCosts sets BroadcastTime and CheckpointTime from StateGB,

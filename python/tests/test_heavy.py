@@ -105,7 +105,7 @@ class HeavyTest(unittest.TestCase):
             self.assertEqual(seen, {pids[n]}, "%s's steps came from pids %s" % (n, seen))
         for n in ("w2", joiner):
             err = "\n".join(job.lines(n, "err"))
-            self.assertRegex(err, r"\(state from rank \d\)", "%s did not take the state from a peer:\n%s" % (n, job.dump()))
+            self.assertRegex(err, r"\(state from rank \d: [\d.]+ MB in", "%s did not take the state from a peer:\n%s" % (n, job.dump()))
         for gen, step, again in test_elastic.resumes(job):
             self.assertLessEqual(again, 1, "generation %d resumed at %d, %d steps done again" % (gen, step, again))
         wall = time.monotonic() - began
