@@ -36,11 +36,15 @@ const (
 	ReasonWorkerFailed       = "WorkerFailed"
 	ReasonLauncherFailed     = "LauncherFailed"
 	// ReasonInvalidLauncher: a horovod job's launcher does not run horovodrun.
-	ReasonInvalidLauncher     = "InvalidLauncher"
-	ReasonDeadlineExceeded    = "DeadlineExceeded"
-	ReasonRestarting          = "Restarting"
-	ReasonFinished            = "Finished"
-	ReasonPodCreateRefused    = "PodCreateRefused"
+	ReasonInvalidLauncher  = "InvalidLauncher"
+	ReasonDeadlineExceeded = "DeadlineExceeded"
+	ReasonRestarting       = "Restarting"
+	ReasonFinished         = "Finished"
+	ReasonPodCreateRefused = "PodCreateRefused"
+	// ReasonPodTemplateInvalid: the API server refuses the job's pods as
+	// invalid (422), which no retry mends: CreateRefused with this reason
+	// fails the job at once, with the server's words.
+	ReasonPodTemplateInvalid  = "PodTemplateInvalid"
 	ReasonPodCreateAccepted   = "PodCreateAccepted"
 	ReasonMaxWaitTimeExceeded = "MaxWaitTimeExceeded"
 	ReasonScaleIn             = "ScaleIn"

@@ -101,19 +101,19 @@ func TestAgent(t *testing.T) {
 		}
 		return resp.StatusCode, s
 	}
-	eventually(t, 20*time.Second, "worker-0 is told none before any notice", func() bool {
+	testutil.Eventually(t, 20*time.Second, "worker-0 is told none before any notice", func() bool {
 		code, s := signal(w0.Name, tok0)
 		return code == http.StatusOK && s.Action == agent.ActionNone
 	})
 
 	deadline := time.Now().Add(2 * time.Minute).UTC().Truncate(time.Second)
 	emu.SetReclaim(metadata.AWS, deadline)
-	eventually(t, 20*time.Second, "the Node carries the notice annotations and taint", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the Node carries the notice annotations and taint", func() bool {
 		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil && n.Annotations[etjobv1.AnnotationNodeNotice] == deadline.Format(time.RFC3339) &&
 			n.Annotations[etjobv1.AnnotationNodeNoticeSource] == "aws" && hasTaint(n, agent.TaintReclaiming, corev1.TaintEffectNoSchedule)
 	})
-	eventually(t, 20*time.Second, "a SpotReclaimNotice Event on the Node", func() bool {
+	testutil.Eventually(t, 20*time.Second, "a SpotReclaimNotice Event on the Node", func() bool {
 		return hasEvent(ctx, cs, agent.EventReasonReclaimNotice, "aws")
 	})
 
@@ -205,13 +205,13 @@ func TestAgent(t *testing.T) {
 	})
 
 	emu.Clear()
-	eventually(t, 20*time.Second, "the notice annotations and taint are removed", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the notice annotations and taint are removed", func() bool {
 		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		_, ann := n.Annotations[etjobv1.AnnotationNodeNotice]
 		_, src := n.Annotations[etjobv1.AnnotationNodeNoticeSource]
 		return err == nil && !ann && !src && !hasTaint(n, agent.TaintReclaiming, corev1.TaintEffectNoSchedule)
 	})
-	eventually(t, 20*time.Second, "a SpotReclaimNoticeCancelled Event on the Node", func() bool {
+	testutil.Eventually(t, 20*time.Second, "a SpotReclaimNoticeCancelled Event on the Node", func() bool {
 		return hasEvent(ctx, cs, agent.EventReasonReclaimNoticeCancelled, "aws")
 	})
 	if code, s := signal(w0.Name, tok0); code != http.StatusOK || s.Action != agent.ActionNone {
@@ -223,7 +223,7 @@ func TestAgent(t *testing.T) {
 		if _, err := cs.CoreV1().Pods(ns).Patch(ctx, w0.Name, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 20*time.Second, "worker-0 is told to leave (ScaleIn)", func() bool {
+		testutil.Eventually(t, 20*time.Second, "worker-0 is told to leave (ScaleIn)", func() bool {
 			code, s := signal(w0.Name, tok0)
 			return code == http.StatusOK && s.Action == agent.ActionLeave && s.Reason == etjobv1.ReasonScaleIn
 		})
@@ -238,7 +238,7 @@ func TestAgent(t *testing.T) {
 		if _, err := cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 20*time.Second, "the Node is marked with the taint as the source", func() bool {
+		testutil.Eventually(t, 20*time.Second, "the Node is marked with the taint as the source", func() bool {
 			n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 			return err == nil && n.Annotations[etjobv1.AnnotationNodeNoticeSource] == "ToBeDeletedByClusterAutoscaler" &&
 				n.Annotations[etjobv1.AnnotationNodeNotice] != "" && hasTaint(n, agent.TaintReclaiming, corev1.TaintEffectNoSchedule)
@@ -345,17 +345,6 @@ func newNamespace(ctx context.Context, t *testing.T, cs kubernetes.Interface) st
 	return ns.Name
 }
 
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %v waiting for: %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // TestAgentTokenFlood (finding H2): junk and forged tokens cost no
 // TokenReview, or only their pod's small budget, so that a flood of them
 // never starves the reviews of real tokens: a worker with a fresh token
@@ -394,7 +383,7 @@ func TestAgentTokenFlood(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	eventually(t, 20*time.Second, "worker-0 is served", func() bool { return signal(w0.Name, tok0) == http.StatusOK })
+	testutil.Eventually(t, 20*time.Second, "worker-0 is served", func() bool { return signal(w0.Name, tok0) == http.StatusOK })
 	before := reviews.Load()
 
 	// 300 junk tokens at once, and 300 forged ones naming worker-0 (a JWT
@@ -452,7 +441,7 @@ func TestAgentConnectionLimits(t *testing.T) {
 	cs := startAPIServer(t)
 	lim := agent.Limits{ReadTimeout: 300 * time.Millisecond, WriteTimeout: time.Second, IdleTimeout: 300 * time.Millisecond, MaxConnections: 3}
 	addr := runAgent(ctx, t, cs, agent.Options{Limits: lim})
-	eventually(t, 20*time.Second, "the endpoint serves", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the endpoint serves", func() bool {
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
@@ -501,7 +490,7 @@ func TestAgentConnectionCap(t *testing.T) {
 	defer cancel()
 	cs := startAPIServer(t)
 	addr := runAgent(ctx, t, cs, agent.Options{Limits: agent.Limits{MaxConnections: 3}})
-	eventually(t, 20*time.Second, "the endpoint serves", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the endpoint serves", func() bool {
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
@@ -636,7 +625,7 @@ func TestAgentAudience(t *testing.T) {
 		return resp.StatusCode
 	}
 	var code int
-	eventually(t, 20*time.Second, "the agent takes the agent-audience token", func() bool { code = signal(agentToken); return code == http.StatusOK })
+	testutil.Eventually(t, 20*time.Second, "the agent takes the agent-audience token", func() bool { code = signal(agentToken); return code == http.StatusOK })
 	if code := signal(apiToken); code != http.StatusUnauthorized {
 		t.Errorf("the pod's API-audience token at the agent: %d, want 401", code)
 	}
@@ -700,10 +689,10 @@ func TestAgentPrice(t *testing.T) {
 		t.Errorf("annotation %q before the feed had a price", v)
 	}
 	md.SetSpotPrice("0.91")
-	eventually(t, 10*time.Second, "the price annotated", func() bool { v, _ := annotation(); return v == "0.91" })
+	testutil.Eventually(t, 10*time.Second, "the price annotated", func() bool { v, _ := annotation(); return v == "0.91" })
 	md.SetSpotPrice("1.5")
-	eventually(t, 10*time.Second, "the new price annotated", func() bool { v, _ := annotation(); return v == "1.5" })
-	eventually(t, 10*time.Second, "a PriceChanged Event", func() bool { return hasEvent(ctx, cs, "PriceChanged", "$1.5 an hour") })
+	testutil.Eventually(t, 10*time.Second, "the new price annotated", func() bool { v, _ := annotation(); return v == "1.5" })
+	testutil.Eventually(t, 10*time.Second, "a PriceChanged Event", func() bool { return hasEvent(ctx, cs, "PriceChanged", "$1.5 an hour") })
 }
 
 // TestAgentRedetects: an agent whose cloud's metadata service did not answer
@@ -736,17 +725,17 @@ func TestAgentRedetects(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	eventually(t, 20*time.Second, "two probes that found no cloud, and /readyz saying so", func() bool {
+	testutil.Eventually(t, 20*time.Second, "two probes that found no cloud, and /readyz saying so", func() bool {
 		code, body := ready()
 		return probes.Load() >= 2 && code == http.StatusServiceUnavailable && strings.Contains(body, "--provider none")
 	})
 	answers.Store(true)
-	eventually(t, 20*time.Second, "/readyz ready with the cloud found", func() bool {
+	testutil.Eventually(t, 20*time.Second, "/readyz ready with the cloud found", func() bool {
 		code, body := ready()
 		return code == http.StatusOK && strings.Contains(body, "cloud aws")
 	})
 	emu.SetReclaim(metadata.AWS, time.Now().Add(2*time.Minute).UTC().Truncate(time.Second))
-	eventually(t, 20*time.Second, "the Node carries the cloud's notice", func() bool {
+	testutil.Eventually(t, 20*time.Second, "the Node carries the cloud's notice", func() bool {
 		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil && n.Annotations[etjobv1.AnnotationNodeNotice] != ""
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"path"
 	"regexp"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -378,6 +380,9 @@ func (o *SubmitOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := checkPods(ctx, cs.Client, job, f.log()); err != nil {
+		return err
+	}
 	var opts []client.CreateOption
 	if o.DryRun == "server" {
 		opts = append(opts, client.DryRunAll)
@@ -395,6 +400,30 @@ func (o *SubmitOptions) Run(ctx context.Context) error {
 	fmt.Fprintf(f.out(), "%s created\n", jobRef(job.Name))
 	f.log().Info(fmt.Sprintf("The Job %s has been submitted successfully", job.Name))
 	f.log().Info(fmt.Sprintf("You can run `%s get %s -n %s` to check the job status", f.prog, job.Name, job.Namespace))
+	return nil
+}
+
+// checkPods has the API server check the job's first worker pod and its
+// launcher pod as the controller would create them, without creating them
+// (a server-side dry run). A pod the server refuses as invalid would be
+// refused for ever, one pod at a time: submit refuses the job with the
+// server's words. Any other refusal (a quota, a missing PriorityClass, RBAC
+// that does not let this user create pods) may pass later or is not this
+// check's business: it is reported, and the job is submitted.
+func checkPods(ctx context.Context, c client.Client, job *etjobv1.ElasticJob, log *slog.Logger) error {
+	for _, pod := range []*corev1.Pod{render.Worker(job, 0), render.Launcher(job)} {
+		role := pod.Labels[etjobv1.LabelRole]
+		pod.OwnerReferences = nil // the job has no UID yet
+		pod.GenerateName, pod.Name = pod.Name+"-", ""
+		err := c.Create(ctx, pod, client.DryRunAll)
+		switch {
+		case err == nil:
+		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+			return fmt.Errorf("the API server refuses the job's %s pod, so it would refuse every one: %w", role, err)
+		default:
+			log.Debug(fmt.Sprintf("the %s pod's server-side check: %v", role, err))
+		}
+	}
 	return nil
 }
 

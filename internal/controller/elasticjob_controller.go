@@ -402,8 +402,15 @@ func (r *ElasticJobReconciler) writeStatus(ctx context.Context, job *etjobv1.Ela
 	now := metav1.NewTime(r.Clock.Now())
 	switch {
 	case errors.As(applyErr, &refused):
+		// Invalid (422) is the pod template's fault and fails the job on
+		// the next pass (core: invalidPodTemplate); anything else (a quota,
+		// an admission webhook) may pass later.
+		reason := etjobv1.ReasonPodCreateRefused
+		if apierrors.IsInvalid(refused.err) {
+			reason = etjobv1.ReasonPodTemplateInvalid
+		}
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: etjobv1.ConditionCreateRefused, Status: metav1.ConditionTrue,
-			Reason: etjobv1.ReasonPodCreateRefused, Message: refused.Error(), ObservedGeneration: job.Generation, LastTransitionTime: now})
+			Reason: reason, Message: refused.Error(), ObservedGeneration: job.Generation, LastTransitionTime: now})
 	case applyErr == nil && meta.IsStatusConditionTrue(st.Conditions, etjobv1.ConditionCreateRefused):
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: etjobv1.ConditionCreateRefused, Status: metav1.ConditionFalse,
 			Reason: etjobv1.ReasonPodCreateAccepted, ObservedGeneration: job.Generation, LastTransitionTime: now})

@@ -10,8 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -239,4 +241,35 @@ func TestReconcileLaggingCache(t *testing.T) {
 
 func contains(s, sub string) bool {
 	return strings.Contains(s, sub)
+}
+
+// TestReconcileInvalidPodFailsTheJob: a create refused as invalid (422) is
+// the pod template's fault: the condition says so, and the next pass fails
+// the job with the server's words instead of trying pod after pod.
+func TestReconcileInvalidPodFailsTheJob(t *testing.T) {
+	_, objs := lostWorkerJob()
+	invalid := apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Pod").GroupKind(), "j-worker-2",
+		field.ErrorList{field.Invalid(field.NewPath("spec", "containers").Index(0).Child("volumeMounts").Index(1).Child("mountPath"), "/data", "must be unique")})
+	r, c := newReconcileTest(t, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.Pod); ok {
+				return invalid
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	}, objs...)
+	if err := reconcileJob(r); err == nil {
+		t.Fatal("a pass whose create was refused returned no error")
+	}
+	job := getTestJob(t, c)
+	refused := meta.FindStatusCondition(job.Status.Conditions, etjobv1.ConditionCreateRefused)
+	if refused == nil || refused.Reason != etjobv1.ReasonPodTemplateInvalid || !contains(refused.Message, "must be unique") {
+		t.Fatalf("CreateRefused = %+v, want reason %s with the server's words", refused, etjobv1.ReasonPodTemplateInvalid)
+	}
+	_ = reconcileJob(r)
+	job = getTestJob(t, c)
+	failed := meta.FindStatusCondition(job.Status.Conditions, etjobv1.ConditionFailed)
+	if failed == nil || failed.Status != metav1.ConditionTrue || failed.Reason != etjobv1.ReasonPodTemplateInvalid || !contains(failed.Message, "mountPath") {
+		t.Errorf("Failed = %+v, want true, reason %s, naming the field", failed, etjobv1.ReasonPodTemplateInvalid)
+	}
 }

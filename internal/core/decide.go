@@ -19,7 +19,9 @@ import (
 // One pass takes exactly one of four paths, then records and summarizes:
 //
 //  1. a finished job is cleaned up and its TTL applied (completion.go);
-//  2. a horovod job whose launcher cannot work fails at once (launcher.go);
+//  2. a horovod job whose launcher cannot work fails at once (launcher.go),
+//     and so does a job whose pods the API server refused as invalid
+//     (launcher.go: invalidPodTemplate);
 //  3. spec.suspend releases every pod (suspend.go);
 //  4. otherwise the job runs: see run for the order of its policies;
 //
@@ -28,11 +30,14 @@ import (
 func Decide(s Snapshot, now time.Time) Plan {
 	d := newDecision(s, now)
 	invalid := d.invalidHorovodLauncher()
+	refused := d.invalidPodTemplate()
 	switch {
 	case d.finished():
 		d.finish()
 	case invalid != "":
 		d.fail(etjobv1.ReasonInvalidLauncher, invalid)
+	case refused != "":
+		d.fail(etjobv1.ReasonPodTemplateInvalid, refused)
 	case d.job.Spec.Suspend != nil && *d.job.Spec.Suspend:
 		d.suspend()
 	default:

@@ -198,6 +198,19 @@ func (d *decision) startHorovodLauncher() {
 	d.plan.CreateLauncher = true
 }
 
+// invalidPodTemplate says why the job fails at once when the API server
+// refused to create one of its pods as invalid (the controller reports that
+// as CreateRefused with reason PodTemplateInvalid): every other pod from the
+// same templates would be refused the same way, for ever. "" otherwise: a
+// quota or an admission refusal may pass later, and the job waits.
+func (d *decision) invalidPodTemplate() string {
+	c := meta.FindStatusCondition(d.st.Conditions, etjobv1.ConditionCreateRefused)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != etjobv1.ReasonPodTemplateInvalid {
+		return ""
+	}
+	return "the API server refuses the job's pods as invalid (no retry can mend it; fix the pod template): " + c.Message
+}
+
 // invalidHorovodLauncher says why a horovod job's launcher cannot work, or
 // "": its container must run horovodrun (spec.framework horovod means the
 // launcher runs it and the workers wait for its ranks), else the workers

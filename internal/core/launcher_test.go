@@ -201,6 +201,21 @@ func TestDecideLauncher(t *testing.T) {
 			wantSummary:    "Failed",
 			wantEvents:     []wantEvent{warning(etjobv1.EventFailed, "a horovod job's launcher must run horovodrun")},
 		},
+		"a pod the API server refused as invalid fails the job at once": {
+			job: base().Status(etjobv1.ElasticJobStatus{Conditions: []metav1.Condition{{Type: etjobv1.ConditionCreateRefused, Status: metav1.ConditionTrue,
+				Reason: etjobv1.ReasonPodTemplateInvalid, Message: `creating pod j-worker-0: Pod "j-worker-0" is invalid: spec.containers[0].volumeMounts[1].mountPath: Invalid value: "/data": must be unique`}}}).Obj(),
+			wantCondTrue:   []string{etjobv1.ConditionFailed},
+			wantCondReason: map[string]string{etjobv1.ConditionFailed: etjobv1.ReasonPodTemplateInvalid},
+			wantSummary:    "Failed",
+			wantEvents:     []wantEvent{warning(etjobv1.EventFailed, "spec.containers[0].volumeMounts[1].mountPath: Invalid value")},
+		},
+		"a pod refused for a quota does not fail the job": {
+			job: base().Status(etjobv1.ElasticJobStatus{Conditions: []metav1.Condition{{Type: etjobv1.ConditionCreateRefused, Status: metav1.ConditionTrue,
+				Reason: etjobv1.ReasonPodCreateRefused, Message: `creating pod j-worker-0: pods "j-worker-0" is forbidden: exceeded quota`}}}).Obj(),
+			wantCreate:   []int32{0, 1, 2},
+			wantLauncher: true,
+			wantSummary:  "Pending",
+		},
 		"a discovery script etjob does not provide fails the job at once": {
 			job:            base().Framework(etjobv1.FrameworkHorovod).LauncherCommand("sh", "-c", "horovodrun -np 2 --host-discovery-script /etc/edl/discover.sh python t.py").Obj(),
 			wantCondTrue:   []string{etjobv1.ConditionFailed},

@@ -105,9 +105,13 @@ class BelowMin(Exception):
 PROTOCOL = 2
 # Added to a generation's close count when its closer stops it below min.
 _STOP = 1 << 40
-# A rank's arrival code (g<G>/m<i>): 1 + old rank, + 2^32 for a newcomer, +
-# its committed step times 2^33.
+# A rank's arrival code (g<G>/m<i>): 1 + (its old rank, or _MEMBER_LATE for a
+# former member that comes back as a newcomer, or _NEWCOMER) + its committed
+# step (at most _STEP_MAX) times 2^33.
 _NEWCOMER, _STEP_SHIFT = 1 << 32, 33
+_MEMBER_LATE = _NEWCOMER - 1
+_MEMBER_MASK = (1 << _STEP_SHIFT) - 1
+_STEP_MAX = (1 << 30) - 1
 
 
 def _env_float(name, default):
@@ -249,6 +253,8 @@ class Context:
         self.watching = True    # False while rank 0 saves a stop: the others are gone on purpose
         self._seen = 0          # the newest generation this rank has seen (current() walks on from it)
         self._parked = []       # aborted groups whose work is still in flight (_retire)
+        self._kinds_seen = 0    # how many kinds check_kinds last saw
+        self._was_member = False  # this rank has been a member of a generation: it holds a commit
         if not _ABORTABLE:
             _raise_fd_limit()
         self.kind = "p%d-torch%s" % (PROTOCOL, _torch_minor())
@@ -299,23 +305,22 @@ class Context:
         self.check_kinds()
 
     def check_kinds(self):
-        """check_kinds exits, naming both, when a rank of another kind
-        (protocol or torch version) registered in this job."""
+        """check_kinds exits, naming both, when this rank's kind (protocol
+        and torch versions) is not the job's: the first kind registered. A
+        rank of another kind that comes later is refused at its own check;
+        the members it would have joined go on (said once)."""
         n = self._count("kinds")
-        if n <= 1:
+        if n <= 1 or n == self._kinds_seen:
             return
-        others = []
-        for i in range(1, n + 1):
-            k = self._k("kind%d" % i)
-            if not self.store.check([k]):
-                others.append("another, still registering")
-                continue
-            v = self.store.get(k).decode()
-            if v != self.kind:
-                others.append(v)
-        if others:
-            _fatal("ranks of one job must run one etjob.elastic protocol and one torch: this rank is %s (torch %s), "
-                   "the job also has %s" % (self.kind, torch.__version__, ", ".join(others)))
+        self._kinds_seen = n
+        first = self._k("kind1")
+        if not self.store.check([first]):
+            return  # its registrant is still writing it (or died doing so): the next check reads it
+        job = self.store.get(first).decode()
+        if job != self.kind:
+            _fatal("ranks of one job must run one etjob.elastic protocol and one torch: this job's ranks are %s, "
+                   "this rank is %s (torch %s)" % (job, self.kind, torch.__version__))
+        _log("a rank of another kind (protocol or torch) tried to join this %s job: it is refused" % job)
 
     def ended(self, gen):
         return self._count("g%d/end" % gen) > 0
@@ -344,8 +349,15 @@ class Context:
         began = time.monotonic()
         deadline = began + self.join_timeout
         want = prev.gen + 1 if (prev is not None and survivor) else None
+        scanned = prev.gen + 1 if prev is not None else None
         while time.monotonic() < deadline:
             gen = self.current()
+            if scanned is not None:
+                # a generation this rank missed may have been stopped below
+                # min (it was frozen, or slow): then it stops too
+                for g in range(scanned, gen):
+                    self._late_for_stop(g, self._closed(g) or 0, step)
+                scanned = max(scanned, gen)
             if want is not None and gen < want:
                 # the generation we were in may not be marked over yet (our
                 # own failure): end it, which opens the next.
@@ -369,7 +381,7 @@ class Context:
     def _make_pg(self, key, rank, n):
         """_make_pg makes a gloo group of n ranks over the store prefix key,
         with a store client of its own (returned too)."""
-        setup = timedelta(seconds=max(2 * self.heartbeat_timeout, 10))
+        setup = timedelta(seconds=self.setup_limit() - 5)
         ops = timedelta(seconds=self.collective_timeout + 600)
         client = dist.TCPStore(self.host, self.port, is_master=False, timeout=setup)
         # torch 2.x's gloo waits for its peers' addresses up to the group's
@@ -379,8 +391,11 @@ class Context:
 
         def make():
             try:
-                got.append(dist.ProcessGroupGloo(dist.PrefixStore(self._k(key), client), rank, n,
-                                                 setup if _SET_TIMEOUT else ops))
+                pg = dist.ProcessGroupGloo(dist.PrefixStore(self._k(key), client), rank, n,
+                                           setup if _SET_TIMEOUT else ops)
+                if not _ABORTABLE:
+                    _keep_forever(pg)  # even when it came too late: its destructor must never run
+                got.append(pg)
             except Exception as e:  # noqa: BLE001 - raised below
                 got.append(e)
 
@@ -400,7 +415,6 @@ class Context:
             pg.set_timeout(ops)
         if not _ABORTABLE:
             _keep_forever(client)
-            _keep_forever(pg)
         return pg, client
 
     def subgroup(self, ranks, tag):
@@ -437,16 +451,23 @@ class Context:
         k = "g%d/" % gen
         closed = self._closed(gen)
         if closed is not None:
+            self._late_for_stop(gen, closed, step)
             return self._wait_next(gen, deadline)
         i = self._count(k + "n", 1)
         # Counters only: a blocking get of a key a dead rank never wrote, or a
         # wait that times out, leaves a torch 1.13 store client out of step.
-        code = 1 + (_NEWCOMER if prev is None else prev.rank) + (max(int(step), 0) << _STEP_SHIFT)
+        # A rank that was ever a member holds a commit: it says so even when
+        # it comes back as a newcomer (late, fenced), for the stop below min.
+        # The step is clamped to the code's 30 bits (it orders savers only).
+        member = prev.rank if prev is not None else (_MEMBER_LATE if self._was_member else _NEWCOMER)
+        code = 1 + member + (min(max(int(step), 0), _STEP_MAX) << _STEP_SHIFT)
         self._count(k + "m%d" % i, code)
         if i == 1:
             n = self._close(gen, prev, deadline)
         else:
             n = self._await_close(gen, deadline)
+        if n is not None and i > n % _STOP:
+            self._late_for_stop(gen, n, step)
         stop = n is not None and n >= _STOP
         if stop:
             n -= _STOP
@@ -463,11 +484,11 @@ class Context:
                 self.end(gen, "arrival %d never said who it is" % j)
                 return self._wait_next(gen, deadline)
             # newcomers after survivors, survivors by their old rank
-            members.append(((code - 1) & (2 * _NEWCOMER - 1), j, (code - 1) >> _STEP_SHIFT))
+            members.append(((code - 1) & _MEMBER_MASK, j, (code - 1) >> _STEP_SHIFT))
         if stop:
-            # below min: the survivor with the newest commit (the lowest
-            # such rank) saves it; everyone stops
-            saver = min((m for m in members if m[0] < _NEWCOMER), key=lambda m: (-m[2], m[0]))
+            # below min: the member with the newest commit (the lowest such
+            # rank) saves it; everyone stops
+            saver = min((m for m in members if m[0] != _NEWCOMER), key=lambda m: (-m[2], m[0]))
             raise BelowMin(gen, saver[1] == i, n)
         members.sort()
         rank = [m[1] for m in members].index(i)
@@ -482,6 +503,7 @@ class Context:
             self.end(gen, "group setup failed: %s" % e)
             return self._wait_next(gen, deadline)
         group = Group(gen, rank, n, pg, [m[1] for m in members], client)
+        self._was_member = True
         self._watch(group)
         return group
 
@@ -519,8 +541,10 @@ class Context:
             n = self._count(k + "n")
             if n != seen:
                 seen, since = n, now
-            if n >= self.max or (expected is not None and n >= expected) or \
-                    (n >= self.min and now - since >= self.settle):
+            # never below the minimum: `expected` after a stop below min
+            # is the stopped generation's few
+            if n >= self.min and (n >= self.max or (expected is not None and n >= expected) or
+                                  now - since >= self.settle):
                 n = min(n, self.max)
                 self._count(k + "close", n)
                 return n
@@ -532,13 +556,30 @@ class Context:
         return None
 
     def _has_survivor(self, gen, n):
-        """Whether one of generation gen's first n arrivals said it is a
-        survivor (it holds a commit of the job's state)."""
+        """Whether one of generation gen's first n arrivals said it holds a
+        commit of the job's state (a survivor, or a former member that came
+        back late)."""
+        return any(self._arrival_steps(gen, n))
+
+    def _arrival_steps(self, gen, n):
+        """The committed steps of generation gen's first n arrivals that hold
+        a commit (not newcomers)."""
+        out = []
         for j in range(1, n + 1):
             code = self._count("g%d/m%d" % (gen, j))
-            if code and not (code - 1) & _NEWCOMER:
-                return True
-        return False
+            if code and (code - 1) & _MEMBER_MASK != _NEWCOMER:
+                out.append((code - 1) >> _STEP_SHIFT)
+        return out
+
+    def _late_for_stop(self, gen, closed, step):
+        """A former member that comes to a generation stopped below min
+        after it closed stops too (exit 75, BelowMin): it saves its commit
+        only when it is newer than every arrival's (the saver's)."""
+        if closed < _STOP or not self._was_member:
+            return
+        n = closed % _STOP
+        newest = max(self._arrival_steps(gen, n), default=-1)
+        raise BelowMin(gen, min(int(step), _STEP_MAX) > newest, n)
 
     def _await_close(self, gen, deadline):
         """_await_close waits for the closer; a closer that sends no
@@ -647,13 +688,14 @@ class Context:
         collective timeout plus the time those bytes take at min_bandwidth."""
         return self.collective_timeout + nbytes / self.min_bandwidth
 
-    def wait(self, work, what, nbytes=0):
+    def wait(self, work, what, nbytes=0, extra=0.0):
         """wait returns once work is done; it raises CollectiveError when the
         work failed, when the generation was ended by someone else, or after
-        timeout_for(nbytes) (the work is then abandoned, never waited for)."""
+        timeout_for(nbytes) + extra seconds (the work is then abandoned,
+        never waited for)."""
         g = self.group
         g.work = work  # a rank that gives up on it leaves it to _retire
-        limit = self.timeout_for(nbytes)
+        limit = self.timeout_for(nbytes) + extra
         start = time.monotonic()
         # Completion is polled, never a callback on the work's future: a
         # Python callback run by gloo's thread crashed a rank that woke from
@@ -690,12 +732,17 @@ class Context:
         self.wait(g.pg.broadcast([tensor], opts), what, _nbytes(tensor))
         return tensor
 
-    def wait_all(self, what, nbytes):
+    def wait_all(self, what, nbytes, extra=0.0):
         """wait_all is a barrier of this generation (a one-element
-        all-reduce) whose deadline counts nbytes moved by others first."""
+        all-reduce) whose deadline counts nbytes moved by others first, and
+        extra seconds (their group's setup)."""
         g = self._live()
         opts = dist.AllreduceOptions()
-        self.wait(g.pg.allreduce([torch.zeros(1)], opts), what, nbytes)
+        self.wait(g.pg.allreduce([torch.zeros(1)], opts), what, nbytes, extra)
+
+    def setup_limit(self):
+        """How long a group's setup may take (_make_pg)."""
+        return max(2 * self.heartbeat_timeout, 10) + 5
 
     def _live(self):
         if self.group is None:
@@ -924,6 +971,9 @@ class State:
 
     def _stop_checkpoint(self):
         d = self._dir or os.environ.get("ETJOB_CHECKPOINT_DIR")
+        if not d:
+            _log("no checkpoint directory (ETJOB_CHECKPOINT_DIR, or one given to checkpoint_async/checkpoint): "
+                 "the stop's commit of step %d is not saved" % self.step_of())
         if d:
             self.flush()  # a background save of an older commit lands first
             try:
@@ -945,6 +995,8 @@ class State:
         from the writer once the checkpoint landed. Saves in flight are
         finished before the process exits (flush)."""
         ctx = self._ctx
+        # every rank remembers the directory: any may save a stop below min
+        object.__setattr__(self, "_dir", directory)
         if ctx is not None and ctx.group is not None and ctx.group.rank != 0:
             return False
         saving = self._saving
@@ -996,9 +1048,9 @@ class State:
         rename the file into place, so a rank that wakes from a freeze cannot
         put an old state back under `latest`."""
         ctx = self._ctx
+        object.__setattr__(self, "_dir", directory)  # every rank: any may save a stop below min
         if ctx is not None and ctx.group is not None and ctx.group.rank != 0:
             return None
-        object.__setattr__(self, "_dir", directory)
         state = dict(self._kept)
         state["step"] = int(self._kept["values"].get("step", 0))
         state["generation"] = self.generation
@@ -1086,21 +1138,25 @@ class State:
         if len(behind) == g.size - 1:
             self._move(ctx, src, tensors, total)
         else:
-            if g.rank == src or g.rank in behind:
-                # a group of the sender and the ranks behind: a broadcast's
-                # work completes on its own (gloo's send and recv complete
-                # only inside a blocking wait, which could not be abandoned)
-                ranks = sorted([src] + behind)
-                sub = ctx.subgroup(ranks, "sync")
-                main = ctx.group
-                ctx.group = sub
-                try:
+            sub, main = None, ctx.group
+            try:
+                if g.rank == src or g.rank in behind:
+                    # a group of the sender and the ranks behind: a
+                    # broadcast's work completes on its own (gloo's send and
+                    # recv complete only inside a blocking wait, which could
+                    # not be abandoned)
+                    ranks = sorted([src] + behind)
+                    sub = ctx.subgroup(ranks, "sync")
+                    ctx.group = sub
                     self._move(ctx, ranks.index(src), tensors, total)
-                finally:
                     ctx.group = main
+                # the others wait here for the bytes they do not take (and
+                # the sender's group for them to be read, before its retire)
+                ctx.wait_all("sync to %d rank(s) behind" % len(behind), total * len(behind), ctx.setup_limit())
+            finally:
+                ctx.group = main
+                if sub is not None:
                     ctx._retire(sub)
-            # the others wait here for the bytes they do not take
-            ctx.wait_all("sync to %d rank(s) behind" % len(behind), total * len(behind))
         if g.rank != src and not current:
             snap = stateio.unflatten(header, tensors)
             # the received tensors are the commit (this rank's older one is

@@ -331,6 +331,24 @@ class InProcessRecoveryTest(Undisturbed, unittest.TestCase):
         self.assertEqual(self.resumes(again)[0][1], stopped)
         self.assert_finished_like_undisturbed(again, list(again.procs))
 
+    def test_below_min_a_late_survivor_stops_too(self):
+        # As above, but w1 is frozen through the wait: w0 alone stops the
+        # generation and saves; w1, woken, comes to a generation stopped
+        # below min after it closed, and stops too (exit 75) instead of
+        # waiting alone as a newcomer for the 600 s join timeout (exit 1).
+        ckpt = tempfile.mkdtemp(prefix="etjob-elastic-ckpt-")
+        job = self.job(3, "3:4", env={"ETJOB_CHECKPOINT_DIR": ckpt, "ETJOB_BELOW_MIN_SECONDS": "3", "CHECKPOINT_EVERY": "0"})
+        job.wait_step(30)
+        job.procs["w1"].send_signal(signal.SIGSTOP)
+        job.procs["w2"].kill()
+        self.assertEqual(job.wait_exit(["w0"], timeout=60), {"w0": 75}, job.dump())
+        job.procs["w1"].send_signal(signal.SIGCONT)
+        self.assertEqual(job.wait_exit(["w1"], timeout=60), {"w1": 75}, job.dump())
+        stops = [l for n in ("w0", "w1") for l in job.lines(n) if l.startswith("stop step=")]
+        self.assertEqual(len(stops), 1, job.dump())
+        import etjob.torch as etorch
+        self.assertEqual(etorch.latest_step(ckpt), int(stops[0].split()[1].split("=")[1]))
+
     def stop_below_min_and_resume(self, env):
         ckpt = tempfile.mkdtemp(prefix="etjob-elastic-ckpt-")
         job = self.job(3, "3:4", env=dict(env, ETJOB_CHECKPOINT_DIR=ckpt))
@@ -410,7 +428,7 @@ class GenerationsTest(unittest.TestCase):
         # each generation left behind is aborted and let go. On torch 1.13
         # (no abort) each one keeps +4 threads and +6 fds (bench_generations).
         job = Job(self, 2, "2:2", steps=124, env={"END_EVERY": "2", "STEP_SLEEP": "0", "ETJOB_SETTLE_SECONDS": "0.05"})
-        codes = job.wait_exit(["w0", "w1"], timeout=120)
+        codes = job.wait_exit(["w0", "w1"], timeout=300)
         self.assertEqual(codes, {"w0": 0, "w1": 0}, job.dump())
         rows = [tuple(int(float(v)) for v in m.groups()) for m in
                 (re.match(r"^resources gen=(\d+) threads=(\d+) fds=(\d+) rss_mb=([\d.]+)$", l)

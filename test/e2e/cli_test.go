@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"github.com/etjob/etjob/internal/driver"
 	"github.com/etjob/etjob/internal/localcluster"
 	"github.com/etjob/etjob/internal/localcluster/processnode"
+	"github.com/etjob/etjob/internal/testutil"
 )
 
 // TestCLIStory drives a spot story through the etjob CLI only, with Arena's
@@ -70,41 +72,29 @@ func TestCLIStory(t *testing.T) {
 	}
 	waitFor := func(what string, timeout time.Duration, ok func(*etjobv1.ElasticJob) bool) *etjobv1.ElasticJob {
 		t.Helper()
-		deadline := time.Now().Add(timeout)
-		for {
-			j := getJob()
-			if ok(j) {
-				return j
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s: %+v", what, j.Status)
-			}
-			time.Sleep(time.Second)
-		}
+		var j *etjobv1.ElasticJob
+		testutil.EventuallyEvery(t, time.Second, timeout, what, func() (bool, string) {
+			j = getJob()
+			return ok(j), fmt.Sprintf("%+v", j.Status)
+		})
+		return j
 	}
 
 	must("submit", "etjob", "--name=digits-cli", "--workers=3", "--min-workers=2", "--max-workers=4", "--gpus=1",
 		"--spot-instance", "--image=etjob/digits:local", "--data-dir", repo+":/opt/etjob", "--data-dir", ckpt+":/ckpt",
 		"--checkpoint-dir=/ckpt", "-e", "PATH=/usr/bin:/bin", "-e", "PYTHONPATH=/opt/etjob/python", "-e", "EPOCHS=60", "-e", "WIDTH=64",
 		"python3 -m etjob.torchrun /opt/etjob/examples/digits/train.py")
-	waitFor("3 members", 5*time.Minute, func(j *etjobv1.ElasticJob) bool { return j.Status.Members == 3 })
+	waitFor("3 members", testutil.LongTimeout, func(j *etjobv1.ElasticJob) bool { return j.Status.Members == 3 })
 	out := must("get", "digits-cli")
 	for _, want := range []string{"Name:", "digits-cli", "Trainer:", "ETJOB", "Instances:", "IS_CHIEF", "GPU(Requested)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("etjob get lacks %q", want)
 		}
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	testutil.EventuallyEvery(t, 2*time.Second, 3*time.Minute, "etjob logs to show prefixed step lines", func() (bool, string) {
 		out, _ = etjob("logs", "digits-cli", "--tail", "3")
-		if strings.Contains(out, "[worker-") && strings.Contains(out, "step=") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("etjob logs shows no prefixed step lines:\n%s", out)
-		}
-		time.Sleep(2 * time.Second)
-	}
+		return strings.Contains(out, "[worker-") && strings.Contains(out, "step="), out
+	})
 
 	// Arena's scale-out: a ScaleOut request, done when the new worker is a member.
 	must("scaleout", "etjob", "--name=digits-cli", "--count=1", "--timeout=4m")

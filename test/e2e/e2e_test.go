@@ -6,6 +6,7 @@
 package e2e
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/demo"
+	"github.com/etjob/etjob/internal/testutil"
 )
 
 func TestSpotStory(t *testing.T) {
@@ -88,17 +90,13 @@ func TestSpotStory(t *testing.T) {
 	if err := cs.RESTClient().Delete().AbsPath("/apis/etjob.dev/v1alpha1/namespaces", c.Namespace, "elasticjobs", c.Name).Do(ctx).Error(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	testutil.EventuallyEvery(t, 500*time.Millisecond, 90*time.Second, "no pod of the deleted job", func() (bool, string) {
 		pods, err := cs.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: etjobv1.LabelJobName + "=" + c.Name})
-		if err == nil && len(pods.Items) == 0 {
-			break
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pods of the deleted job remain: %d", len(pods.Items))
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return len(pods.Items) == 0, fmt.Sprintf("%d pods remain", len(pods.Items))
+	})
 	// The job's pod directories are <namespace>_<pod>_<uid>, its pods named
 	// after it; the chart's controller and agents keep running.
 	pids, _ := filepath.Glob(filepath.Join(dir, "nodes", "*", "pods", c.Namespace+"_"+c.Name+"-*", "*.pid"))

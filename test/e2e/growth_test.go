@@ -15,6 +15,7 @@ import (
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/driver"
 	"github.com/etjob/etjob/internal/localcluster/processnode"
+	"github.com/etjob/etjob/internal/testutil"
 )
 
 // TestGrowthStory is issue #14's growth and price story on the local
@@ -50,18 +51,14 @@ func TestGrowthStory(t *testing.T) {
 	}
 	waitJob := func(what string, timeout time.Duration, ok func(*etjobv1.ElasticJob) bool) *etjobv1.ElasticJob {
 		t.Helper()
-		start, deadline := time.Now(), time.Now().Add(timeout)
-		for {
-			j := job()
-			if ok(j) {
-				t.Logf("%s after %.1fs", what, time.Since(start).Seconds())
-				return j
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out after %s waiting for %s: %+v", timeout, what, j.Status)
-			}
-			time.Sleep(time.Second)
-		}
+		start := time.Now()
+		var j *etjobv1.ElasticJob
+		testutil.EventuallyEvery(t, time.Second, timeout, what, func() (bool, string) {
+			j = job()
+			return ok(j), fmt.Sprintf("%+v", j.Status)
+		})
+		t.Logf("%s after %.1fs", what, time.Since(start).Seconds())
+		return j
 	}
 	// members are the job's members by pod name, with their nodes.
 	members := func(j *etjobv1.ElasticJob) map[string]string {
@@ -110,7 +107,7 @@ func TestGrowthStory(t *testing.T) {
 		"--image=etjob/digits:local", "--data-dir", repo+":/opt/etjob", "--data-dir", ckpt+":/ckpt",
 		"--checkpoint-dir=/ckpt", "-e", "PATH=/usr/bin:/bin", "-e", "PYTHONPATH=/opt/etjob/python", "-e", "EPOCHS=400", "-e", "WIDTH=64",
 		"python3 -m etjob.torchrun /opt/etjob/examples/digits/train.py")
-	j := waitJob("2 members on the 2 spot nodes", 5*time.Minute, func(j *etjobv1.ElasticJob) bool { return j.Status.Members == 2 })
+	j := waitJob("2 members on the 2 spot nodes", testutil.LongTimeout, func(j *etjobv1.ElasticJob) bool { return j.Status.Members == 2 })
 	waitTraining(2, time.Time{})
 	base := members(j)
 	baseUIDs := map[string]types.UID{}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/etjob/etjob/internal/localcluster/processnode"
+	"github.com/etjob/etjob/internal/testutil"
 )
 
 // TestKubeletAPIAuthentication: with ClientCAs the node's kubelet API (logs,
@@ -39,7 +40,7 @@ func TestKubeletAPIAuthentication(t *testing.T) {
 		return err
 	}
 	var lastErr error
-	eventually(t, 10*time.Second, "the kubelet API serves the signed caller", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the kubelet API serves the signed caller", func() bool {
 		lastErr = get(clientCert(t, ca, caKey))
 		return lastErr == nil
 	})

@@ -2,6 +2,7 @@ package processnode_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/netip"
 	"os"
@@ -46,7 +47,7 @@ func TestProcessNode(t *testing.T) {
 		Labels:   map[string]string{etjobv1.LabelCapacityType: etjobv1.CapacityTypeSpot, etjobv1.LabelPricePerHour: "0.91"},
 		WorkDir:  t.TempDir(),
 	})
-	eventually(t, 30*time.Second, "the Node is Ready with its labels and GPU", func() bool {
+	testutil.Eventually(t, testutil.Timeout, "the Node is Ready with its labels and GPU", func() bool {
 		node, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
 			return false
@@ -68,7 +69,7 @@ func TestProcessNode(t *testing.T) {
 		}
 		createPod(ctx, t, cs, pod)
 		var got *corev1.Pod
-		eventually(t, 30*time.Second, "the pod fails", func() bool {
+		testutil.Eventually(t, testutil.Timeout, "the pod fails", func() bool {
 			got, _ = cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 			return got != nil && got.Status.Phase == corev1.PodFailed
 		})
@@ -126,13 +127,13 @@ func TestProcessNode(t *testing.T) {
 		pod.Spec.TerminationGracePeriodSeconds = &grace
 		createPod(ctx, t, cs, pod)
 		var running *corev1.Pod
-		eventually(t, 30*time.Second, "the pod runs and is Ready", func() bool {
+		testutil.Eventually(t, testutil.Timeout, "the pod runs and is Ready", func() bool {
 			running, _ = cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 			return running != nil && running.Status.Phase == corev1.PodRunning && podReady(running)
 		})
 		pid := containerPID(t, running)
 		var childPID int
-		eventually(t, 10*time.Second, "the shell started sleep", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the shell started sleep", func() bool {
 			for _, d := range descendants(pid) {
 				if comm(d) == "sleep" {
 					childPID = d
@@ -149,11 +150,11 @@ func TestProcessNode(t *testing.T) {
 		if err := cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "the pod's processes are gone", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the pod's processes are gone", func() bool {
 			return !alive(pid) && !alive(childPID)
 		})
 		t.Logf("processes %d and %d gone %s after the delete", pid, childPID, time.Since(deleted).Round(time.Millisecond))
-		eventually(t, 20*time.Second, "the pod object is gone", func() bool {
+		testutil.Eventually(t, 20*time.Second, "the pod object is gone", func() bool {
 			_, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 			return apierrors.IsNotFound(err)
 		})
@@ -170,7 +171,7 @@ func TestProcessNode(t *testing.T) {
 		pod.Spec.TerminationGracePeriodSeconds = &grace
 		createPod(ctx, t, cs, pod)
 		var running *corev1.Pod
-		eventually(t, 30*time.Second, "the pod runs", func() bool {
+		testutil.Eventually(t, testutil.Timeout, "the pod runs", func() bool {
 			running, _ = cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 			return running != nil && running.Status.Phase == corev1.PodRunning
 		})
@@ -182,7 +183,7 @@ func TestProcessNode(t *testing.T) {
 		if !alive(pid) {
 			t.Fatalf("process %d died within 1 s of SIGTERM, which it ignores", pid)
 		}
-		eventually(t, 10*time.Second, "SIGKILL ends the process", func() bool { return !alive(pid) })
+		testutil.Eventually(t, 10*time.Second, "SIGKILL ends the process", func() bool { return !alive(pid) })
 	})
 
 	t.Run("a shell's command stops gracefully", func(t *testing.T) {
@@ -203,7 +204,7 @@ func TestProcessNode(t *testing.T) {
 		grace := int64(10)
 		pod.Spec.TerminationGracePeriodSeconds = &grace
 		createPod(ctx, t, cs, pod)
-		eventually(t, 30*time.Second, "the pod runs", func() bool {
+		testutil.Eventually(t, testutil.Timeout, "the pod runs", func() bool {
 			p, _ := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 			return p != nil && p.Status.Phase == corev1.PodRunning
 		})
@@ -211,7 +212,7 @@ func TestProcessNode(t *testing.T) {
 		if err := cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 8*time.Second, "the command's SIGTERM handler ran to its end", func() bool {
+		testutil.Eventually(t, 8*time.Second, "the command's SIGTERM handler ran to its end", func() bool {
 			b, err := os.ReadFile(out)
 			return err == nil && strings.TrimSpace(string(b)) == "graceful"
 		})
@@ -224,7 +225,7 @@ func TestProcessNode(t *testing.T) {
 		master.Spec.Hostname, master.Spec.Subdomain = "job-master-0", "job"
 		createPod(ctx, t, cs, master)
 		var running *corev1.Pod
-		eventually(t, 10*time.Second, "the master runs", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the master runs", func() bool {
 			running, _ = cs.CoreV1().Pods(ns).Get(ctx, master.Name, metav1.GetOptions{})
 			return running != nil && running.Status.Phase == corev1.PodRunning
 		})
@@ -270,7 +271,7 @@ func TestProcessNode(t *testing.T) {
 		pod.Spec.Volumes = []corev1.Volume{{Name: "edl", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "edl"}}}}}
 		pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "edl", MountPath: "/etc/edl"}}
 		createPod(ctx, t, cs, pod)
-		eventually(t, 10*time.Second, "the pod reads the first value", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the pod reads the first value", func() bool {
 			return strings.Contains(podLog(ctx, t, cs, ns, pod.Name), "first")
 		})
 		if got := podLog(ctx, t, cs, ns, pod.Name); !strings.HasPrefix(got, "..data/x\n") {
@@ -281,7 +282,7 @@ func TestProcessNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		updated := time.Now()
-		eventually(t, 5*time.Second, "the pod reads the updated value", func() bool {
+		testutil.Eventually(t, 5*time.Second, "the pod reads the updated value", func() bool {
 			return strings.Contains(podLog(ctx, t, cs, ns, pod.Name), "second")
 		})
 		t.Logf("update seen in the pod %s after the ConfigMap update", time.Since(updated).Round(time.Millisecond))
@@ -311,7 +312,7 @@ func TestProcessNode(t *testing.T) {
 		pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
 		pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: mountPath}}
 		createPod(ctx, t, cs, pod)
-		eventually(t, 10*time.Second, "the pod waits for its unbound claim", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the pod waits for its unbound claim", func() bool {
 			got, _ := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 			if got == nil || got.Status.Phase != corev1.PodPending || len(got.Status.ContainerStatuses) == 0 {
 				return false
@@ -373,7 +374,7 @@ func TestProcessNode(t *testing.T) {
 		pod := processPod(ns, "talker", "/bin/sh", "-c", "for i in 1 2 3 4 5; do echo line $i; done; sleep 1; echo late; sleep 300")
 		pod.Spec.Hostname = "talker-host"
 		createPod(ctx, t, cs, pod)
-		eventually(t, 10*time.Second, "the pod logged five lines", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the pod logged five lines", func() bool {
 			return strings.Contains(podLog(ctx, t, cs, ns, pod.Name), "line 5")
 		})
 		tail := int64(2)
@@ -587,20 +588,16 @@ func requireNamespaces(t *testing.T, p *processnode.Provider) {
 
 func waitPhase(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string, phase corev1.PodPhase) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("pod %s %s", name, phase), func() (bool, string) {
 		got, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err == nil && got.Status.Phase == phase {
-			return
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			if got != nil {
-				t.Logf("pod %s status: %+v", name, got.Status.ContainerStatuses)
-			}
-			t.Fatalf("timed out after 10s waiting until pod %s is %s (log %q)", name, phase, podLog(ctx, t, cs, ns, name))
+		if got != nil {
+			return false, fmt.Sprintf("phase %s, containers %+v", got.Status.Phase, got.Status.ContainerStatuses)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false, fmt.Sprint(err)
+	})
 }
 
 // podLog reads a pod's whole log through the API server and the node's
@@ -621,15 +618,4 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

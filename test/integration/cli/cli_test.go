@@ -258,15 +258,29 @@ func TestJobLifecycle(t *testing.T) {
 	if out, _, err := etjob(t, ns, "delete", "digits"); err != nil || out != "elasticjob.etjob.dev/digits deleted\n" {
 		t.Errorf("delete: %q, %v", out, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Eventually(t, 10*time.Second, "the job gone after delete", func() (bool, string) {
 		err := k8s.Get(ctx, key, &etjobv1.ElasticJob{})
-		if apierrors.IsNotFound(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the job is still there after delete: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
+// TestSubmitRefusesPodsTheServerRefuses: a job whose pods the API server
+// would refuse as invalid (annotations over a pod's 256 KiB pass the CRD,
+// whose pod template is not a pod's schema, and the CLI's own checks) is
+// refused at submit with the server's words, after a server-side dry run of
+// its pods; nothing is created.
+func TestSubmitRefusesPodsTheServerRefuses(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	_, _, err := etjob(t, ns, "submit", "--name", "badpod", "--image", "i", "-a", "big="+strings.Repeat("x", 300<<10), "python train.py")
+	if err == nil || !strings.Contains(err.Error(), "the API server refuses the job's worker pod") || !strings.Contains(err.Error(), "metadata.annotations") {
+		t.Fatalf("submit of a job with invalid pods: %v", err)
+	}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "badpod"}, &etjobv1.ElasticJob{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the refused job was created: %v", err)
+	}
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(ns)); err != nil || len(pods.Items) != 0 {
+		t.Errorf("the dry run left pods: %d, %v", len(pods.Items), err)
 	}
 }

@@ -26,20 +26,8 @@ import (
 	. "github.com/etjob/etjob/internal/testutil"
 )
 
-const timeout = 30 * time.Second
-
-func eventually(t *testing.T, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s: %v", what, err)
-}
+// timeout is how long these tests wait for the controller.
+const timeout = Timeout
 
 func newJob(ns, name string) *JobWrapper {
 	w := MakeElasticJob(name, ns)
@@ -93,7 +81,7 @@ func waitPods(t *testing.T, ns, job string, want ...string) map[string]*corev1.P
 	t.Helper()
 	sort.Strings(want)
 	var got map[string]*corev1.Pod
-	eventually(t, fmt.Sprintf("pods %v", want), func() error {
+	Eventually(t, timeout, fmt.Sprintf("pods %v", want), func() error {
 		got = livePods(t, ns, job)
 		if !slices.Equal(names(got), want) {
 			return fmt.Errorf("pods %v", names(got))
@@ -132,7 +120,7 @@ func startPod(t *testing.T, pod *corev1.Pod, node string) {
 			t.Fatalf("binding %s: %v", pod.Name, err)
 		}
 	}
-	eventually(t, "pod status update of "+pod.Name, func() error {
+	Eventually(t, timeout, "pod status update of "+pod.Name, func() error {
 		p := &corev1.Pod{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), p); err != nil {
 			return err
@@ -147,7 +135,7 @@ func startPod(t *testing.T, pod *corev1.Pod, node string) {
 func exitPod(t *testing.T, ns, name string, code int32) {
 	t.Helper()
 	ctx := context.Background()
-	eventually(t, "exit of "+name, func() error {
+	Eventually(t, timeout, "exit of "+name, func() error {
 		p := &corev1.Pod{}
 		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p); err != nil {
 			return err
@@ -179,7 +167,7 @@ func waitHosts(t *testing.T, ns, job string, want ...string) {
 	for _, h := range want {
 		wantText += h + "\n"
 	}
-	eventually(t, fmt.Sprintf("published hosts %v", want), func() error {
+	Eventually(t, timeout, fmt.Sprintf("published hosts %v", want), func() error {
 		j := getJob(t, ns, job)
 		// Horovod's discovery reads the ConfigMap; torchrun's workers meet in
 		// the rendezvous, so a torchrun job publishes in status only.
@@ -204,7 +192,7 @@ func waitHosts(t *testing.T, ns, job string, want ...string) {
 func waitCondition(t *testing.T, ns, job, cond, reason string) *etjobv1.ElasticJob {
 	t.Helper()
 	var j *etjobv1.ElasticJob
-	eventually(t, "condition "+cond+"/"+reason, func() error {
+	Eventually(t, timeout, "condition "+cond+"/"+reason, func() error {
 		j = getJob(t, ns, job)
 		c := meta.FindStatusCondition(j.Status.Conditions, cond)
 		if c == nil || c.Status != metav1.ConditionTrue || (reason != "" && c.Reason != reason) {
@@ -219,7 +207,7 @@ func waitCondition(t *testing.T, ns, job, cond, reason string) *etjobv1.ElasticJ
 // status writes.
 func updateJob(t *testing.T, ns, name string, mutate func(*etjobv1.ElasticJob)) {
 	t.Helper()
-	eventually(t, "update of job "+name, func() error {
+	Eventually(t, timeout, "update of job "+name, func() error {
 		j := getJob(t, ns, name)
 		mutate(j)
 		return k8s.Update(context.Background(), j)
@@ -469,7 +457,7 @@ func TestScaleMembershipAndNotices(t *testing.T) {
 	// Scale in to 3: the highest index is told to leave and leaves the membership first.
 	scaleTo(t, ns, "train", 3)
 	waitHosts(t, ns, "train", "train-worker-0:1", "train-worker-1:1", "train-worker-2:1")
-	eventually(t, "leave annotation on worker-3", func() error {
+	Eventually(t, timeout, "leave annotation on worker-3", func() error {
 		p := livePods(t, ns, "train")["train-worker-3"]
 		if p == nil || p.Annotations[etjobv1.AnnotationLeave] == "" || p.Annotations[etjobv1.AnnotationLeaveReason] != etjobv1.ReasonScaleIn {
 			return fmt.Errorf("annotations %v", p.Annotations)
@@ -551,7 +539,7 @@ func TestLauncherNotice(t *testing.T) {
 	}
 	waitCondition(t, ns, "mv", etjobv1.ConditionResizing, etjobv1.ReasonLauncherMoving)
 	for _, w := range []string{"mv-worker-0", "mv-worker-1"} {
-		eventually(t, "leave annotation on "+w, func() error {
+		Eventually(t, timeout, "leave annotation on "+w, func() error {
 			p := livePods(t, ns, "mv")[w]
 			if p == nil || p.Annotations[etjobv1.AnnotationLeaveReason] != etjobv1.ReasonLauncherMoving {
 				return fmt.Errorf("annotations %v", p.Annotations)
@@ -600,7 +588,7 @@ func TestPodEventNotice(t *testing.T) {
 		}
 	}
 	waitHosts(t, ns, "eci", "eci-worker-0:1")
-	eventually(t, "leave annotation on eci-worker-1", func() error {
+	Eventually(t, timeout, "leave annotation on eci-worker-1", func() error {
 		p := livePods(t, ns, "eci")["eci-worker-1"]
 		if p == nil || p.Annotations[etjobv1.AnnotationLeaveReason] != "PodNotice(SpotToBeReleased)" {
 			return fmt.Errorf("annotations %v", p.Annotations)
@@ -629,7 +617,7 @@ func TestFailuresRestartAndBackoff(t *testing.T) {
 
 	// The launcher fails: the whole job restarts with a new rendezvous id.
 	exitPod(t, ns, "f-launcher", 1)
-	eventually(t, "restart", func() error {
+	Eventually(t, timeout, "restart", func() error {
 		if j := getJob(t, ns, "f"); j.Status.Restarts != 1 {
 			return fmt.Errorf("restarts %d", j.Status.Restarts)
 		}
@@ -651,7 +639,7 @@ func TestFailuresRestartAndBackoff(t *testing.T) {
 		t.Errorf("failures %d summary %q", j.Status.Failures, j.Status.Summary)
 	}
 	// cleanPodPolicy Running: the running pods go.
-	eventually(t, "cleanup", func() error {
+	Eventually(t, timeout, "cleanup", func() error {
 		for _, p := range livePods(t, ns, "f") {
 			if p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodPending {
 				return fmt.Errorf("pod %s still %s", p.Name, p.Status.Phase)
@@ -711,7 +699,7 @@ func TestCompletionCleanupAndTTL(t *testing.T) {
 		t.Error("no completionTime")
 	}
 	// ttlSecondsAfterFinished: the job itself is deleted.
-	eventually(t, "TTL deletion", func() error {
+	Eventually(t, timeout, "TTL deletion", func() error {
 		err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "c"}, &etjobv1.ElasticJob{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -786,7 +774,7 @@ func TestCreateRefusedByQuota(t *testing.T) {
 		t.Errorf("CreateRefused message %q does not carry the API server's refusal", c.Message)
 	}
 	// Raising the quota lets the job proceed and clears the condition.
-	eventually(t, "quota raise", func() error {
+	Eventually(t, timeout, "quota raise", func() error {
 		cur := &corev1.ResourceQuota{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(q), cur); err != nil {
 			return err
@@ -799,7 +787,7 @@ func TestCreateRefusedByQuota(t *testing.T) {
 		return k8s.Status().Update(ctx, cur)
 	})
 	waitPods(t, ns, "q", "q-launcher", "q-worker-0", "q-worker-1", "q-worker-2")
-	eventually(t, "CreateRefused cleared", func() error {
+	Eventually(t, timeout, "CreateRefused cleared", func() error {
 		if meta.IsStatusConditionTrue(getJob(t, ns, "q").Status.Conditions, etjobv1.ConditionCreateRefused) {
 			return fmt.Errorf("still refused")
 		}
@@ -828,7 +816,7 @@ func TestRecreateSameName(t *testing.T) {
 	if err := k8s.Delete(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the first job is gone", func() error {
+	Eventually(t, timeout, "the first job is gone", func() error {
 		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "again"}, &etjobv1.ElasticJob{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("still there: %v", err)
 		}
@@ -841,7 +829,7 @@ func TestRecreateSameName(t *testing.T) {
 	}
 	second := create(t, newJob(ns, "again").Framework(etjobv1.FrameworkHorovod).Replicas(2).Min(2).Max(2).Obj())
 	for i, o := range children {
-		eventually(t, fmt.Sprintf("%T %s controlled by the second job", o, keys[i]), func() error {
+		Eventually(t, timeout, fmt.Sprintf("%T %s controlled by the second job", o, keys[i]), func() error {
 			if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: keys[i]}, o); err != nil {
 				return err
 			}
@@ -853,7 +841,7 @@ func TestRecreateSameName(t *testing.T) {
 	}
 	// The second job's workers (their names skip those the first job's
 	// terminating pods still held) run it.
-	eventually(t, "two workers of the second job", func() error {
+	Eventually(t, timeout, "two workers of the second job", func() error {
 		if pods := livePods(t, ns, "again"); len(pods) != 2 {
 			return fmt.Errorf("pods %v", names(pods))
 		}
@@ -878,7 +866,7 @@ func TestBudget(t *testing.T) {
 	node := func(name, price string) string {
 		name = name + "-" + ns
 		ensureNode(t, name)
-		eventually(t, "price of "+name, func() error {
+		Eventually(t, timeout, "price of "+name, func() error {
 			n := &corev1.Node{}
 			if err := k8s.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
 				return err
@@ -928,7 +916,7 @@ func TestBudget(t *testing.T) {
 
 	// cheap-b's price rises: 0.4 + 0.7 > 1.0, so its worker leaves at an
 	// agreed step, and its exit is a release.
-	eventually(t, "price rise of "+cheapB, func() error {
+	Eventually(t, timeout, "price rise of "+cheapB, func() error {
 		n := &corev1.Node{}
 		if err := k8s.Get(ctx, types.NamespacedName{Name: cheapB}, n); err != nil {
 			return err
@@ -936,7 +924,7 @@ func TestBudget(t *testing.T) {
 		n.Labels[etjobv1.LabelPricePerHour] = "0.7"
 		return k8s.Update(ctx, n)
 	})
-	eventually(t, "worker-1 told to leave for the budget", func() error {
+	Eventually(t, timeout, "worker-1 told to leave for the budget", func() error {
 		live := livePods(t, ns, "thrifty")
 		p := live["thrifty-worker-1"]
 		if p == nil {
@@ -949,7 +937,7 @@ func TestBudget(t *testing.T) {
 	})
 	waitHosts(t, ns, "thrifty", "thrifty-worker-0:1")
 	exitPod(t, ns, "thrifty-worker-1", etjobv1.ExitCodePreempted)
-	eventually(t, "worker-1 gone", func() error {
+	Eventually(t, timeout, "worker-1 gone", func() error {
 		if p := livePods(t, ns, "thrifty")["thrifty-worker-1"]; p != nil {
 			return fmt.Errorf("worker-1 still there")
 		}
@@ -957,5 +945,21 @@ func TestBudget(t *testing.T) {
 	})
 	if j := getJob(t, ns, "thrifty"); j.Status.Preemptions != 0 || j.Status.Failures != 0 {
 		t.Errorf("preemptions %d failures %d, want 0 and 0: a leave for the budget is a release", j.Status.Preemptions, j.Status.Failures)
+	}
+}
+
+// TestInvalidPodTemplateFailsAtOnce: a job applied as YAML (no CLI to check
+// it) whose pods the API server refuses as invalid fails on the controller's
+// next pass, with a condition that carries the server's words, instead of
+// failing pod creation one pod at a time for ever.
+func TestInvalidPodTemplateFailsAtOnce(t *testing.T) {
+	ns := newNamespace(t)
+	j := newJob(ns, "badpods").Replicas(2).Min(1).Max(4).Obj()
+	j.Spec.WorkerTemplate.Annotations = map[string]string{"example.com/big": strings.Repeat("x", 300<<10)}
+	create(t, j)
+	got := waitCondition(t, ns, "badpods", etjobv1.ConditionFailed, etjobv1.ReasonPodTemplateInvalid)
+	c := meta.FindStatusCondition(got.Status.Conditions, etjobv1.ConditionFailed)
+	if !strings.Contains(c.Message, "metadata.annotations") {
+		t.Errorf("the Failed condition does not carry the server's words: %q", c.Message)
 	}
 }

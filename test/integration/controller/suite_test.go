@@ -78,7 +78,7 @@ func (c *requestCounter) start() {
 func (c *requestCounter) waitQuiet(t *testing.T, d time.Duration) {
 	t.Helper()
 	last, since := -1, time.Now()
-	eventually(t, "the controller quiet for "+d.String(), func() error {
+	testutil.Eventually(t, timeout, "the controller quiet for "+d.String(), func() error {
 		c.mu.Lock()
 		n := 0
 		for _, v := range c.counts {

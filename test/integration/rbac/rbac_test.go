@@ -209,11 +209,11 @@ func TestControllerIdentity(t *testing.T) {
 
 	// The launcher it bound may exec into pods of its own namespace only.
 	launcher := "system:serviceaccount:" + ns + ":" + sa.Name
-	bound := false
-	for deadline := time.Now().Add(10 * time.Second); !bound && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		bound = canI(t, launcher, ns, "create", "pods/exec") // the authorizer's cache sees the new binding within moments
-	}
-	if !bound || !canI(t, launcher, ns, "get", "pods/exec") || !canI(t, launcher, ns, "get", "configmaps") {
+	// the authorizer's cache sees the new binding within moments
+	testutil.Eventually(t, 10*time.Second, "the launcher may exec into its job's pods", func() bool {
+		return canI(t, launcher, ns, "create", "pods/exec")
+	})
+	if !canI(t, launcher, ns, "get", "pods/exec") || !canI(t, launcher, ns, "get", "configmaps") {
 		t.Error("the launcher cannot exec into its job's pods or read its ConfigMap")
 	}
 	other := namespace(t, "other-")
@@ -408,18 +408,9 @@ func TestRealAgentUnderItsIdentity(t *testing.T) {
 			return (n.Annotations[etjobv1.AnnotationNodeNotice] == deadline.Format(time.RFC3339)) == want && tainted == want
 		}
 	}
-	eventually(t, 20*time.Second, "the agent marks and taints its Node under its own identity", marked(true))
+	testutil.Eventually(t, 20*time.Second, "the agent marks and taints its Node under its own identity", marked(true))
 	emu.Clear()
-	eventually(t, 20*time.Second, "the agent unmarks its Node when the notice is withdrawn", marked(false))
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(timeout); !ok(); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s: %s", timeout, what)
-		}
-	}
+	testutil.Eventually(t, 20*time.Second, "the agent unmarks its Node when the notice is withdrawn", marked(false))
 }
 
 // TestUserRoles (a low finding): a user with etjob-edit (aggregated into
@@ -436,7 +427,7 @@ func TestUserRoles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "the bindings are seen", func() bool { return canI(t, "bob", ns, "get", "elasticjobs.etjob.dev") })
+	testutil.Eventually(t, 10*time.Second, "the bindings are seen", func() bool { return canI(t, "bob", ns, "get", "elasticjobs.etjob.dev") })
 	for _, c := range []struct {
 		user, verb, resource string
 		want                 bool
@@ -509,7 +500,7 @@ func TestMetricsNeedAuthorization(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	eventually(t, 30*time.Second, "the metrics endpoint answers a reader", func() bool {
+	testutil.Eventually(t, testutil.Timeout, "the metrics endpoint answers a reader", func() bool {
 		code, body := get(prom)
 		return code == http.StatusOK && strings.Contains(body, "# TYPE")
 	})

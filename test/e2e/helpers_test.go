@@ -1,0 +1,129 @@
+package e2e
+
+// The stories' helpers for a job and its pods on the local cluster.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/testutil"
+)
+
+// --- the job and its pods ----------------------------------------------------
+
+// waitFor waits until ok holds, asking every 500 ms (ok asks the API server
+// and reads logs), and fails the test after timeout or once ctx is done, with
+// ok's last word.
+func waitFor(t *testing.T, ctx context.Context, what string, timeout time.Duration, ok func() (bool, string)) {
+	t.Helper()
+	testutil.EventuallyEvery(t, 500*time.Millisecond, timeout, what, func() (bool, string) {
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		return ok()
+	})
+}
+
+func getJob(t *testing.T, ctx context.Context, e *e2eCluster, name string) *etjobv1.ElasticJob {
+	t.Helper()
+	j := &etjobv1.ElasticJob{}
+	if err := e.client(t).Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, j); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func waitFinished(t *testing.T, ctx context.Context, e *e2eCluster, name string, timeout time.Duration, logs *launcherLogs) *etjobv1.ElasticJob {
+	t.Helper()
+	var j *etjobv1.ElasticJob
+	waitFor(t, ctx, name+" finished", timeout, func() (bool, string) {
+		j = getJob(t, ctx, e, name)
+		return meta.IsStatusConditionTrue(j.Status.Conditions, etjobv1.ConditionComplete) ||
+			meta.IsStatusConditionTrue(j.Status.Conditions, etjobv1.ConditionFailed), fmt.Sprintf("%+v\n%s", j.Status.Conditions, tail(logs.text(), 20))
+	})
+	return j
+}
+
+func waitCondition(t *testing.T, ctx context.Context, e *e2eCluster, name, cond, reason string, timeout time.Duration, logs *launcherLogs) {
+	t.Helper()
+	waitFor(t, ctx, fmt.Sprintf("%s %s=%s", name, cond, reason), timeout, func() (bool, string) {
+		j := getJob(t, ctx, e, name)
+		c := meta.FindStatusCondition(j.Status.Conditions, cond)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == reason, fmt.Sprintf("%+v\n%s", j.Status.Conditions, tail(logs.text(), 20))
+	})
+}
+
+func podUID(t *testing.T, ctx context.Context, e *e2eCluster, name string) types.UID {
+	t.Helper()
+	p := &corev1.Pod{}
+	if err := e.client(t).Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, p); err != nil {
+		t.Fatal(err)
+	}
+	return p.UID
+}
+
+// workerNode returns the node of a pod and that node's IP (its agent's).
+func workerNode(t *testing.T, ctx context.Context, e *e2eCluster, pod string) (string, string) {
+	t.Helper()
+	c := e.client(t)
+	p := &corev1.Pod{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: pod}, p); err != nil {
+		t.Fatal(err)
+	}
+	return p.Spec.NodeName, p.Status.HostIP
+}
+
+func launcherNodeIP(t *testing.T, ctx context.Context, e *e2eCluster, job string) string {
+	t.Helper()
+	_, ip := workerNode(t, ctx, e, job+"-launcher")
+	return ip
+}
+
+// liveWorkers lists the job's worker pods that run and are not deleted.
+func liveWorkers(t *testing.T, ctx context.Context, e *e2eCluster, job string) []string {
+	t.Helper()
+	var pods corev1.PodList
+	if err := e.client(t).List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels{etjobv1.LabelJobName: job, etjobv1.LabelRole: etjobv1.RoleWorker}); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			out = append(out, p.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// survivingWorker is a running worker of the job on another node than
+// except.
+func survivingWorker(t *testing.T, ctx context.Context, e *e2eCluster, job, except string) string {
+	t.Helper()
+	for _, w := range liveWorkers(t, ctx, e, job) {
+		if n, _ := workerNode(t, ctx, e, w); n != except {
+			return w
+		}
+	}
+	t.Fatalf("no running worker of %s off node %s", job, except)
+	return ""
+}
+
+func reclaimAsync(t *testing.T, ctx context.Context, e *e2eCluster, node string, notice time.Duration) {
+	t.Helper()
+	go func() {
+		if err := e.Reclaim(ctx, node, notice); err != nil && ctx.Err() == nil {
+			t.Errorf("reclaim %s: %v", node, err)
+		}
+	}()
+}
