@@ -18,7 +18,6 @@ import signal
 import statistics
 import sys
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_elastic  # noqa: E402
@@ -30,12 +29,7 @@ def main():
     p.add_argument("--every", type=float, default=3.0, help="seconds between events")
     args = p.parse_args()
 
-    class T(unittest.TestCase):
-        def runTest(self):
-            pass
-
-    t = T()
-    job = test_elastic.Job(t, 4, "2:4", steps=100000, env={"STEP_SLEEP": "0.02", "ETJOB_COLLECTIVE_TIMEOUT": "5"})
+    job = test_elastic.standalone_job(4, "2:4", steps=100000, env={"STEP_SLEEP": "0.02", "ETJOB_COLLECTIVE_TIMEOUT": "5"})
     try:
         job.wait_step(20)
         began = time.time()

@@ -15,7 +15,6 @@ import os
 import re
 import sys
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_elastic  # noqa: E402
@@ -28,18 +27,13 @@ def main():
     p.add_argument("--gens", type=int, default=200, help="generations to go through")
     args = p.parse_args()
 
-    class T(unittest.TestCase):
-        def runTest(self):
-            pass
-
-    t = T()
     began = time.monotonic()
-    job = test_elastic.Job(t, 2, "2:2", steps=2 * args.gens + 4,
-                           env={"END_EVERY": "2", "STEP_SLEEP": "0", "ETJOB_SETTLE_SECONDS": "0.05"})
+    job = test_elastic.standalone_job(2, "2:2", steps=2 * args.gens + 4,
+                                      env={"END_EVERY": "2", "STEP_SLEEP": "0", "ETJOB_SETTLE_SECONDS": "0.05"})
     try:
         codes = job.wait_exit(["w0", "w1"], timeout=60 + 3 * args.gens)
     finally:
-        t.doCleanups()
+        job.close()
     rows = sorted(tuple(float(v) for v in m.groups()) for m in (LINE.match(l) for l in job.lines("w0") + job.lines("w1")) if m)
     import torch
     print("torch %s, 2 ranks, %d generations in %.0f s, exit codes %s" % (

@@ -113,6 +113,19 @@ class Job:
         return (ledger[-1] if ledger else None), (done[-1].split("weight=")[1] if done else None)
 
 
+class _Script:
+    """What Job asks of a test case, for a script (the benchmarks), which
+    closes its job itself."""
+
+    def addCleanup(self, fn):
+        pass
+
+
+def standalone_job(n, nnodes, **kw):
+    """A Job outside a test case (the benchmarks): close it yourself."""
+    return Job(_Script(), n, nnodes, **kw)
+
+
 def resumes(job):
     """Each generation's `resume step=S` (rank 0) with the highest step
     logged by any rank before it: (generation, step, steps done again)."""
@@ -325,11 +338,7 @@ class InProcessRecoveryTest(Undisturbed, unittest.TestCase):
         import etjob.torch as etorch
         self.assertEqual(etorch.latest_step(ckpt), stopped)
         job.close()
-        again = self.job(3, "3:4", env={"ETJOB_CHECKPOINT_DIR": ckpt})
-        codes = again.wait_exit(list(again.procs))
-        self.assertEqual(set(codes.values()), {0}, again.dump())
-        self.assertEqual(self.resumes(again)[0][1], stopped)
-        self.assert_finished_like_undisturbed(again, list(again.procs))
+        self.resume_from_disk(ckpt, stopped)
 
     def test_below_min_a_late_survivor_stops_too(self):
         # As above, but w1 is frozen through the wait: w0 alone stops the
@@ -361,6 +370,11 @@ class InProcessRecoveryTest(Undisturbed, unittest.TestCase):
         stopped = int(stops[0].split()[1].split("=")[1])
         self.assertEqual(stopped, job.max_step(), "stopped at %d, but step %d was reached" % (stopped, job.max_step()))
         job.close()
+        self.resume_from_disk(ckpt, stopped)
+
+    def resume_from_disk(self, ckpt, stopped):
+        """A new job of 3 resumes from the stop's checkpoint at its step and
+        ends like the undisturbed run."""
         again = self.job(3, "3:4", env={"ETJOB_CHECKPOINT_DIR": ckpt})
         codes = again.wait_exit(list(again.procs))
         self.assertEqual(set(codes.values()), {0}, again.dump())
