@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"sort"
@@ -84,6 +85,12 @@ func (c *Cluster) Clientset() (*kubernetes.Clientset, error) {
 func (c *Cluster) Up(ctx context.Context, spot, onDemand int) error {
 	if _, err := c.binaries(); err != nil {
 		return err // before anything starts
+	}
+	// The ports are fixed: a control plane still on them (the last
+	// cluster's, shutting down) would answer this one's clients with its own
+	// certificates ("x509: certificate signed by unknown authority", or 401).
+	if err := waitPortsFree(ctx, 30*time.Second, EtcdClientPort, EtcdPeerPort, APIServerPort, SchedulerPort, KCMPort); err != nil {
+		return err
 	}
 	if err := c.StartControlPlane(ctx); err != nil {
 		return err
@@ -332,4 +339,25 @@ func NodeReady(n *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// waitPortsFree waits until every port can be listened on at 127.0.0.1, up
+// to limit, and names the first that cannot.
+func waitPortsFree(ctx context.Context, limit time.Duration, ports ...int) error {
+	deadline := time.Now().Add(limit)
+	for _, port := range ports {
+		for {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			if err == nil {
+				l.Close()
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("port %d of the local control plane is still in use after %s: another local cluster runs on this machine "+
+					"(etjob-local cluster down --dir DIR), or the last one's processes have not exited: %w", port, limit, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return nil
 }
