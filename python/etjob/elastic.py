@@ -493,11 +493,10 @@ class Context:
         members.sort()
         rank = [m[1] for m in members].index(i)
         try:
-            # a client of its own: gloo's setup waits on keys of peers that
-            # may be dead, and a timeout there must not hurt ours.
-            # Its setup waits only for members that arrived; the group's own
-            # timeout (gloo's, per operation) is beyond any of ours, which
-            # decide first.
+            # _make_pg gives the group a store client of its own (gloo's
+            # setup waits on keys of peers that may be dead, and a timeout
+            # there must not hurt ours) and bounds the setup; the group's own
+            # timeout per operation is beyond any of ours, which decide first.
             pg, client = self._make_pg(k + "pg/", rank, n)
         except RuntimeError as e:
             self.end(gen, "group setup failed: %s" % e)
