@@ -18,6 +18,23 @@ const (
 	FrameworkHorovod Framework = "horovod"
 )
 
+// Recovery says how the job's workers recover from a membership change and
+// from the loss of the launcher.
+// +kubebuilder:validation:Enum=Restart;InProcess
+type Recovery string
+
+const (
+	// RecoveryRestart: the workers' processes restart on a membership change
+	// (torchrun's agents restart them) and a launcher lost without notice
+	// restarts the whole job from its last checkpoint, counted as a failure.
+	RecoveryRestart Recovery = "Restart"
+	// RecoveryInProcess: the workers run etjob.elastic, recover in their own
+	// processes and survive the loss of the rendezvous store: a lost or
+	// noticed launcher is replaced alone, no worker restarts and no failure
+	// is counted (a launcher that exits non-zero on its own still counts).
+	RecoveryInProcess Recovery = "InProcess"
+)
+
 // RestartPolicy is the job-level policy applied when the job fails as a whole.
 // +kubebuilder:validation:Enum=Never;OnFailure
 type RestartPolicy string
@@ -65,6 +82,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.minReplicas <= self.replicas",message="spec.minReplicas must be less than or equal to spec.replicas",fieldPath=".minReplicas"
 // +kubebuilder:validation:XValidation:rule="self.replicas <= self.maxReplicas",message="spec.replicas must be less than or equal to spec.maxReplicas",fieldPath=".replicas"
 // +kubebuilder:validation:XValidation:rule="self.framework != 'horovod' || has(self.launcherTemplate)",message="spec.launcherTemplate is required when spec.framework is horovod",fieldPath=".launcherTemplate"
+// +kubebuilder:validation:XValidation:rule="self.framework != 'horovod' || self.recovery != 'InProcess'",message="spec.recovery InProcess needs spec.framework torchrun (etjob.elastic workers): horovodrun runs in the launcher and cannot outlive it",fieldPath=".recovery"
 type ElasticJobSpec struct {
 	// replicas is the desired number of workers. `kubectl scale`, an HPA and
 	// `etjob scale` write it through the /scale subresource.
@@ -105,6 +123,15 @@ type ElasticJobSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.framework is immutable"
 	// +optional
 	Framework Framework `json:"framework,omitempty"`
+
+	// recovery says how the workers recover: Restart (torchrun's agents
+	// restart the workers' processes; a launcher lost without notice restarts
+	// the job) or InProcess (the workers run etjob.elastic: they recover in
+	// their own processes and outlive the rendezvous store, so a lost or
+	// noticed launcher is replaced alone, without a failure or a restart).
+	// +kubebuilder:default=Restart
+	// +optional
+	Recovery Recovery `json:"recovery,omitempty"`
 
 	// workerTemplate is the pod template of every worker. Its first container
 	// runs the training command. Annotations under etjob.dev/ are etjob's.
@@ -564,6 +591,13 @@ type ElasticJobStatus struct {
 	// preemptions counts workers and launchers taken back by their capacity.
 	// +optional
 	Preemptions int32 `json:"preemptions,omitempty"`
+	// launcherReplacements counts the launchers of this attempt that were
+	// replaced while the workers trained on (spec.recovery InProcess); a
+	// restart sets it back to 0. The launcher gets it as
+	// ETJOB_RDZV_REPLACEMENT: a replacement's store tells the workers that
+	// it is not the attempt's first.
+	// +optional
+	LauncherReplacements int32 `json:"launcherReplacements,omitempty"`
 
 	// lastCheckpoint is the last checkpoint the workers reported.
 	// +optional

@@ -25,6 +25,10 @@ const (
 	// EventLauncherMoving (Normal): the launcher's node has a reclamation
 	// notice; the workers checkpoint and stop, then the job restarts.
 	EventLauncherMoving EventReason = ReasonLauncherMoving
+	// EventLauncherReplaced (Normal, Warning when counted as a failure): the
+	// launcher of a spec.recovery InProcess job was lost or noticed and is
+	// replaced alone; the workers train on.
+	EventLauncherReplaced EventReason = "LauncherReplaced"
 	// EventMembershipChanged (Normal): a new membership generation was published.
 	EventMembershipChanged EventReason = "MembershipChanged"
 	// EventWaitingForCapacity (Warning): the job fell below spec.minReplicas

@@ -68,6 +68,8 @@ type SubmitOptions struct {
 	Command string
 	// Framework is --framework: torchrun (default) or horovod.
 	Framework string
+	// Recovery is --recovery: Restart (default) or InProcess.
+	Recovery string
 	// Image is --image.
 	Image string
 	// GPUs is --gpus, GPUs per worker (nvidia.com/gpu limit).
@@ -233,6 +235,7 @@ $((${workers}*${gpus})) work verbatim. Wrong input is refused before anything is
 	fs.StringVar(&o.GrowthBackoff, "growth-backoff", "", "with --growth Opportunistic: no new extra worker this long after one was given up or taken back (seconds or a duration; default 300)")
 	fs.StringVar(&o.MaxPrice, "max-price", "", "the most a worker's node may cost, US dollars an hour (its etjob.dev/price-per-hour label), like 0.95: new workers avoid dearer nodes, a worker whose node's price rises above it leaves at an agreed step")
 	fs.StringVar(&o.Budget, "budget", "", "the most the job's workers may cost together, US dollars an hour at their nodes' prices, like 12.50: no new worker is started above it, and the dearest leave at an agreed step when prices rise above it")
+	fs.StringVar(&o.Recovery, "recovery", "", "how the workers recover: Restart (default: torchrun's agents restart them; a lost launcher restarts the job) or InProcess (the workers run etjob.elastic: a lost launcher is replaced alone, no worker restarts)")
 	fs.StringVar(&o.JobRestartPolicy, "job-restart-policy", "", "job restart policy: Never (default) or OnFailure")
 	fs.IntVar(&o.JobBackoffLimit, "job-backoff-limit", 6, "failures (preemptions excluded) tolerated before the job fails")
 	fs.StringVar(&o.WorkerRestartPolicy, "worker-restart-policy", "", "worker restart policy: Never, OnFailure, Always or ExitCode (default)")
@@ -270,6 +273,7 @@ $((${workers}*${gpus})) work verbatim. Wrong input is refused before anything is
 		o.unsupported[u.name] = fs.Lookup(u.name)
 	}
 	_ = cmd.RegisterFlagCompletionFunc("framework", cobra.FixedCompletions([]string{"torchrun", "horovod"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("recovery", cobra.FixedCompletions([]string{"Restart", "InProcess"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"yaml", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
@@ -486,6 +490,12 @@ func BuildElasticJob(o SubmitOptions) (*etjobv1.ElasticJob, error) {
 		Framework:     framework,
 		MaxWaitTime:   maxWait,
 		CheckpointDir: o.CheckpointDir,
+	}
+	if spec.Recovery, err = pickEnum("--recovery", o.Recovery, etjobv1.RecoveryRestart, etjobv1.RecoveryInProcess); err != nil {
+		return nil, err
+	}
+	if spec.Recovery == etjobv1.RecoveryInProcess && framework == etjobv1.FrameworkHorovod {
+		return nil, fmt.Errorf("--recovery InProcess needs --framework torchrun (workers that run etjob.elastic): horovodrun runs in the launcher and cannot outlive it")
 	}
 	if spec.RestartPolicy, err = pickEnum("--job-restart-policy", o.JobRestartPolicy, etjobv1.RestartPolicyNever, etjobv1.RestartPolicyOnFailure); err != nil {
 		return nil, err

@@ -79,8 +79,10 @@ type decideCase struct {
 	wantRestarts    int32
 	wantFailures    int32
 	wantPreemptions int32
-	wantRequeue     time.Duration
-	wantDeleteJob   bool
+	// wantReplacements is status.launcherReplacements after the pass.
+	wantReplacements int32
+	wantRequeue      time.Duration
+	wantDeleteJob    bool
 	// wantEvents are the plan's Events, in order; none when empty.
 	wantEvents []wantEvent
 }
@@ -165,6 +167,9 @@ func runDecideCases(t *testing.T, cases map[string]decideCase) {
 			}
 			if st.Summary != tc.wantSummary {
 				t.Errorf("summary = %q, want %q", st.Summary, tc.wantSummary)
+			}
+			if st.LauncherReplacements != tc.wantReplacements {
+				t.Errorf("launcherReplacements = %d, want %d", st.LauncherReplacements, tc.wantReplacements)
 			}
 			if st.Restarts != tc.wantRestarts || st.Failures != tc.wantFailures || st.Preemptions != tc.wantPreemptions {
 				t.Errorf("restarts/failures/preemptions = %d/%d/%d, want %d/%d/%d", st.Restarts, st.Failures, st.Preemptions,

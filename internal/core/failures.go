@@ -87,6 +87,7 @@ func (d *decision) workerFailed(w *podView) bool {
 // attempt (a new rendezvous id) starts once they are gone.
 func (d *decision) restart(msg string) {
 	d.st.Restarts++
+	d.st.LauncherReplacements = 0
 	for _, v := range d.all() {
 		d.delete(v, etjobv1.ReasonRestarting)
 	}

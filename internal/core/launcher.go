@@ -23,16 +23,25 @@ func (d *decision) handleLauncher() outcome {
 		// horovodrun starts once its workers are there (startHorovodLauncher).
 		if !d.restarting && d.spec.Framework != etjobv1.FrameworkHorovod {
 			d.plan.CreateLauncher = true
+			if d.spec.Recovery == etjobv1.RecoveryInProcess && len(d.s.Job.Status.Membership.Hosts) > 0 {
+				// members train: this launcher replaces one (replaceLauncher)
+				d.st.LauncherReplacements++
+			}
 		}
 		return proceed
 	}
 	if l.deleting {
-		d.restarting = true // wait for the name to be free
+		if d.spec.Recovery != etjobv1.RecoveryInProcess {
+			d.restarting = true // wait for the name to be free
+		}
 		return proceed
 	}
 	if l.terminal && l.succeeded && d.spec.Framework == etjobv1.FrameworkHorovod {
 		d.complete("launcher exited 0")
 		return ended
+	}
+	if d.spec.Recovery == etjobv1.RecoveryInProcess {
+		return d.replaceLauncher(l)
 	}
 	if l.noticed && !l.terminal && !l.lost {
 		return d.moveLauncher(l)
@@ -127,6 +136,66 @@ func (d *decision) moveLauncher(l *podView) outcome {
 	d.countPreemption(l)
 	d.restart(msg + ": restarting from the last checkpoint with a new launcher")
 	return ended
+}
+
+// replaceLauncher replaces the launcher of a spec.recovery InProcess job
+// alone: its workers (etjob.elastic) keep their processes and their state,
+// train on while the rendezvous store is away and reconnect to the new one.
+// A noticed launcher is replaced at once (nothing to save: the workers hold
+// the state), a lost or preempted one is a preemption, and only a launcher
+// that exited non-zero on its own counts as a failure. A launcher created
+// while the job has members counts in status.launcherReplacements, which
+// the launcher gets as ETJOB_RDZV_REPLACEMENT: its store then tells the
+// workers that it is not the attempt's first, so that no newcomer opens a
+// generation in it before the members have told it theirs (the count is
+// taken at the creation, from the planned status the pod is rendered
+// from, so that a status write lost in between cannot leave a replacement
+// unmarked). It reports ended when the
+// job failed, else proceed: the workers' pass goes on (the new launcher is
+// created once the old one's name is free).
+func (d *decision) replaceLauncher(l *podView) outcome {
+	noticed := l.noticed && !l.terminal && !l.lost
+	if !noticed && !l.terminal && !l.lost && !d.lostOnNotReadyNode(l) {
+		return proceed
+	}
+	preempted := noticed || l.preempted || l.lost || !l.terminal
+	reason := l.preemptReason
+	switch {
+	case noticed:
+		reason = l.noticeReason
+	case l.lost:
+		reason = l.lostReason
+	case !l.terminal:
+		reason = "NodeNotReady"
+	case !preempted:
+		reason = "exit code " + strconv.Itoa(int(l.exitCode))
+		if why := logSummary(l.message); why != "" {
+			reason += ": " + why
+		}
+	}
+	d.delete(l, reason)
+	msg := fmt.Sprintf("launcher %s lost (%s)", l.pod.Name, reason)
+	if noticed {
+		msg = fmt.Sprintf("the node of launcher %s is being reclaimed (%s)", l.pod.Name, reason)
+	}
+	if preempted {
+		d.countPreemption(l)
+	} else {
+		d.countFailure(l)
+		switch {
+		case l.exitCode == 126 || l.exitCode == 127:
+			d.fail(etjobv1.ReasonLauncherFailed, fmt.Sprintf("launcher %s could not run its command (exit code %d: the image does not have it, or it is not executable): %s",
+				l.pod.Name, l.exitCode, logSummary(l.message)))
+			return ended
+		case d.st.Failures > BackoffLimit(d.spec):
+			d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.st.Failures, BackoffLimit(d.spec)))
+			return ended
+		}
+	}
+	msg += "; replacing the launcher alone: spec.recovery is InProcess, the workers train on and reconnect to the new one's rendezvous store"
+	d.record(etjobv1.TimelineMove, msg)
+	d.event(!preempted, etjobv1.EventLauncherReplaced, msg)
+	return proceed
 }
 
 // launcherMoving reports whether the last pass was moving the launcher: its

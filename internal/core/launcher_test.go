@@ -253,3 +253,107 @@ func TestDecideLauncher(t *testing.T) {
 		},
 	})
 }
+
+// TestDecideInProcessLauncher runs the Decide cases of a spec.recovery
+// InProcess job's launcher: replaced alone, its workers untouched
+// (replaceLauncher).
+func TestDecideInProcessLauncher(t *testing.T) {
+	job := func() *JobWrapper { return base().Recovery(etjobv1.RecoveryInProcess) }
+	members := etjobv1.MembershipStatus{Generation: 2, Hosts: []string{"j-worker-0:1", "j-worker-1:1"}}
+	workers := func() []*corev1.Pod {
+		return []*corev1.Pod{MakeWorker(job().Obj(), 0).Ready("n0").Obj(), MakeWorker(job().Obj(), 1).Ready("n1").Obj()}
+	}
+	runDecideCases(t, map[string]decideCase{
+		"a lost launcher is replaced alone: a preemption, no failure, no restart": {
+			job:             job().Replicas(2).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2, Membership: members})).Obj(),
+			pods:            append(workers(), MakeLauncher(job().Obj()).Ready("gone").Obj()),
+			nodes:           nodes("n0", "n1"),
+			wantDelete:      []string{"j-launcher"},
+			wantHosts:       []string{"j-worker-0:1", "j-worker-1:1"},
+			wantGeneration:  2,
+			wantCondTrue:    []string{etjobv1.ConditionRunning},
+			wantPreemptions: 1,
+			wantSummary:     "Running",
+			wantEvents:      []wantEvent{normal(etjobv1.EventLauncherReplaced, "launcher j-launcher lost (NodeLost); replacing the launcher alone")},
+		},
+		"a noticed launcher is replaced at once, the workers told nothing": {
+			job:  job().Replicas(2).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2, Membership: members})).Obj(),
+			pods: append(workers(), MakeLauncher(job().Obj()).Ready("od").Obj()),
+			nodes: map[string]*corev1.Node{"od": MakeNode("od").Notice(t0.Add(2*time.Minute), "aws").Obj(),
+				"n0": MakeNode("n0").Obj(), "n1": MakeNode("n1").Obj()},
+			wantDelete:      []string{"j-launcher"},
+			wantHosts:       []string{"j-worker-0:1", "j-worker-1:1"},
+			wantGeneration:  2,
+			wantCondTrue:    []string{etjobv1.ConditionRunning},
+			wantPreemptions: 1,
+			wantSummary:     "Running",
+			wantEvents:      []wantEvent{normal(etjobv1.EventLauncherReplaced, "the node of launcher j-launcher is being reclaimed (ReclaimNotice(aws)); replacing the launcher alone")},
+		},
+		"a launcher that exited non-zero on its own is a failure, and is still replaced alone": {
+			job:              job().Replicas(2).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2, Membership: members, LauncherReplacements: 1})).Obj(),
+			pods:             append(workers(), MakeLauncher(job().Obj()).Node("od").Exited(1, t0).Obj()),
+			nodes:            nodes("od", "n0", "n1"),
+			wantDelete:       []string{"j-launcher"},
+			wantHosts:        []string{"j-worker-0:1", "j-worker-1:1"},
+			wantGeneration:   2,
+			wantCondTrue:     []string{etjobv1.ConditionRunning},
+			wantFailures:     1,
+			wantReplacements: 1,
+			wantSummary:      "Running",
+			wantEvents:       []wantEvent{warning(etjobv1.EventLauncherReplaced, "launcher j-launcher lost (exit code 1); replacing the launcher alone")},
+		},
+		"a launcher failure beyond backoffLimit fails the job": {
+			job:            job().Replicas(2).BackoffLimit(0).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2, Membership: members})).Obj(),
+			pods:           append(workers(), MakeLauncher(job().Obj()).Node("od").Exited(1, t0).Obj()),
+			nodes:          nodes("od", "n0", "n1"),
+			wantDelete:     []string{"j-launcher", "j-worker-0", "j-worker-1"},
+			wantGeneration: 3,
+			wantFailures:   1,
+			wantCondTrue:   []string{etjobv1.ConditionFailed},
+			wantSummary:    "Failed",
+			wantEvents: []wantEvent{warning(etjobv1.EventFailed, "launcher j-launcher lost (exit code 1); 1 failures exceed spec.backoffLimit (0)"),
+				normal(etjobv1.EventMembershipChanged, "generation 3: 0 members")},
+		},
+		"a launcher whose image lacks its command fails the job at once": {
+			job:            job().Replicas(2).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2, Membership: members})).Obj(),
+			pods:           append(workers(), MakeLauncher(job().Obj()).Node("od").Exited(127, t0).Obj()),
+			nodes:          nodes("od", "n0", "n1"),
+			wantDelete:     []string{"j-launcher", "j-worker-0", "j-worker-1"},
+			wantGeneration: 3,
+			wantFailures:   1,
+			wantCondTrue:   []string{etjobv1.ConditionFailed},
+			wantSummary:    "Failed",
+			wantEvents: []wantEvent{warning(etjobv1.EventFailed, "launcher j-launcher could not run its command (exit code 127"),
+				normal(etjobv1.EventMembershipChanged, "generation 3: 0 members")},
+		},
+		"a launcher being deleted holds nothing up: the workers train on": {
+			job:            job().Replicas(2).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2, Membership: members, LauncherReplacements: 1})).Obj(),
+			pods:           append(workers(), MakeLauncher(job().Obj()).Ready("od").Deleting(t0).Obj()),
+			nodes:          nodes("od", "n0", "n1"),
+			wantHosts:      []string{"j-worker-0:1", "j-worker-1:1"},
+			wantGeneration: 2,
+			wantCondTrue:   []string{etjobv1.ConditionRunning},
+			wantSummary:    "Running",
+			// the count stays: the replacement is made once the name is free
+			wantReplacements: 1,
+		},
+		"the first launcher of an attempt is no replacement": {
+			job:          job().Replicas(2).Status(running(etjobv1.ElasticJobStatus{})).Obj(),
+			nodes:        nodes("n0", "n1"),
+			wantLauncher: true,
+			wantCreate:   []int32{0, 1},
+			wantSummary:  "Pending",
+		},
+		"the replacement launcher is created while the workers train on": {
+			job:              job().Replicas(2).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2, Membership: members, LauncherReplacements: 1})).Obj(),
+			pods:             workers(),
+			nodes:            nodes("n0", "n1"),
+			wantLauncher:     true,
+			wantHosts:        []string{"j-worker-0:1", "j-worker-1:1"},
+			wantGeneration:   2,
+			wantCondTrue:     []string{etjobv1.ConditionRunning},
+			wantSummary:      "Running",
+			wantReplacements: 2,
+		},
+	})
+}

@@ -269,6 +269,13 @@ func TestDecideProperties(t *testing.T) {
 		}
 		t.Logf("%d horovod membership changes under a running horovodrun", handedOver)
 	}()
+	replacedLaunchers = 0
+	defer func() {
+		if !t.Failed() && replacedLaunchers == 0 {
+			t.Errorf("no InProcess launcher was replaced alone")
+		}
+		t.Logf("%d InProcess launchers replaced alone", replacedLaunchers)
+	}()
 	extraSeen := 0
 	defer func() {
 		if !t.Failed() && extraSeen == 0 {
@@ -290,8 +297,11 @@ func TestDecideProperties(t *testing.T) {
 				MaxWaitTime([]int32{0, 60}[r.IntN(2)]).
 				WorkerRestartPolicy([]etjobv1.WorkerRestartPolicy{etjobv1.WorkerRestartExitCode, etjobv1.WorkerRestartAlways}[r.IntN(2)]).
 				RestartPolicy([]etjobv1.RestartPolicy{etjobv1.RestartPolicyNever, etjobv1.RestartPolicyOnFailure}[r.IntN(2)])
-			if r.IntN(2) == 0 {
+			switch r.IntN(3) {
+			case 0:
 				job.Framework(etjobv1.FrameworkHorovod)
+			case 1:
+				job.Recovery(etjobv1.RecoveryInProcess)
 			}
 			if r.IntN(2) == 0 {
 				job.Growth(etjobv1.GrowthSpec{Policy: etjobv1.GrowthOpportunistic, ProbeTimeoutSeconds: 30, BackoffSeconds: []int32{0, 60}[r.IntN(2)]})
@@ -419,6 +429,17 @@ func checkInvariants(t *testing.T, w *world, prev etjobv1.ElasticJobStatus, plan
 		}
 	}
 	checkHorovodHandover(t, w, prev, plan, deleted, signaled)
+	// A launcher is replaced alone only under spec.recovery InProcess, and
+	// its replacement never restarts the job by itself.
+	if st.LauncherReplacements > prev.LauncherReplacements {
+		if spec.Recovery != etjobv1.RecoveryInProcess {
+			t.Fatalf("%s: launcher replaced alone under spec.recovery %q", w.trace(), spec.Recovery)
+		}
+		if st.Restarts != prev.Restarts {
+			t.Fatalf("%s: the launcher was replaced and the job restarted in one pass", w.trace())
+		}
+		replacedLaunchers++
+	}
 	// The running invariant.
 	if meta.IsStatusConditionTrue(st.Conditions, etjobv1.ConditionRunning) {
 		n := int32(len(st.Membership.Hosts))
@@ -436,6 +457,10 @@ func checkInvariants(t *testing.T, w *world, prev etjobv1.ElasticJobStatus, plan
 		t.Fatalf("%s: a counter went back", w.trace())
 	}
 }
+
+// replacedLaunchers counts the InProcess launchers checkInvariants saw
+// replaced alone.
+var replacedLaunchers int
 
 // handedOver counts the horovod membership changes checkHorovodHandover saw
 // under a running horovodrun.

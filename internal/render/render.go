@@ -230,6 +230,10 @@ func Launcher(job *etjobv1.ElasticJob) *corev1.Pod {
 		mountEDL(job, &pod.Spec)
 	} else {
 		env = append(env, podIdentityEnv()...)
+		// A store that replaces one (spec.recovery InProcess) says so to
+		// the workers that connect: none of them may open a generation in it
+		// before the members have told it theirs (etjob.rdzv, etjob.elastic).
+		env = append(env, corev1.EnvVar{Name: "ETJOB_RDZV_REPLACEMENT", Value: strconv.Itoa(int(job.Status.LauncherReplacements))})
 	}
 	injectEnv(&pod.Spec, env)
 	if sp := job.Spec.Spot; sp != nil && sp.Enabled && pod.Spec.Affinity == nil {

@@ -97,6 +97,19 @@ func TestSpotPlacement(t *testing.T) {
 	if l.Spec.Containers[0].Command[2] != "etjob.rdzv" || l.Spec.Containers[0].Image != "python:3.11" {
 		t.Errorf("default torchrun launcher %+v", l.Spec.Containers[0])
 	}
+	if got := env(l.Spec.Containers[0])["ETJOB_RDZV_REPLACEMENT"]; got != "0" {
+		t.Errorf("the first launcher's ETJOB_RDZV_REPLACEMENT = %q, want 0", got)
+	}
+}
+
+// TestReplacementLauncher: a launcher that replaces one (spec.recovery
+// InProcess) tells its store so (ETJOB_RDZV_REPLACEMENT).
+func TestReplacementLauncher(t *testing.T) {
+	job := MakeElasticJob("r", "ml").Recovery(etjobv1.RecoveryInProcess).Obj()
+	job.Status.LauncherReplacements = 2
+	if got := env(render.Launcher(job).Spec.Containers[0])["ETJOB_RDZV_REPLACEMENT"]; got != "2" {
+		t.Errorf("ETJOB_RDZV_REPLACEMENT = %q, want 2", got)
+	}
 }
 
 func TestConfigMap(t *testing.T) {

@@ -65,7 +65,14 @@ func (w *JobWrapper) LauncherCommand(cmd ...string) *JobWrapper {
 	return w
 }
 
+// Recovery sets spec.recovery.
+func (w *JobWrapper) Recovery(r etjobv1.Recovery) *JobWrapper {
+	w.Spec.Recovery = r
+	return w
+}
+
 // RestartPolicy sets spec.restartPolicy.
+
 func (w *JobWrapper) RestartPolicy(p etjobv1.RestartPolicy) *JobWrapper {
 	w.Spec.RestartPolicy = p
 	return w
