@@ -326,7 +326,11 @@ func printJob(out io.Writer, job *etjobv1.ElasticJob, pods []corev1.Pod, events 
 	fmt.Fprintf(out, "Priority:    %s\n", orNA(priority))
 	fmt.Fprintf(out, "Trainer:     ETJOB\n")
 	fmt.Fprintf(out, "Duration:    %s\n", shortDuration(jobDuration(job, now)))
-	fmt.Fprintf(out, "Framework:   %s\n", job.Spec.Framework)
+	fmt.Fprintf(out, "Framework:   %s", job.Spec.Framework)
+	if job.Spec.Recovery == etjobv1.RecoveryInProcess {
+		fmt.Fprintf(out, ", recovers in process")
+	}
+	fmt.Fprintln(out)
 	fmt.Fprintf(out, "Workers:     %d members, %d desired (min %d, max %d)", st.Members, job.Spec.Replicas, job.Spec.MinReplicas, job.Spec.MaxReplicas)
 	if st.LeavingReplicas > 0 {
 		fmt.Fprintf(out, ", %d leaving", st.LeavingReplicas)
@@ -339,7 +343,15 @@ func printJob(out io.Writer, job *etjobv1.ElasticJob, pods []corev1.Pod, events 
 		}
 		fmt.Fprintln(out)
 	}
-	fmt.Fprintf(out, "Restarts:    %d\n", st.Restarts)
+	fmt.Fprintf(out, "Restarts:    %d", st.Restarts)
+	if st.LauncherReplacements > 0 {
+		plural := "s"
+		if st.LauncherReplacements == 1 {
+			plural = ""
+		}
+		fmt.Fprintf(out, " (%d launcher replacement%s, the workers training on)", st.LauncherReplacements, plural)
+	}
+	fmt.Fprintln(out)
 	fmt.Fprintf(out, "Preemptions: %d\n", st.Preemptions)
 	fmt.Fprintf(out, "Failures:    %d of backoffLimit %d\n", st.Failures, core.BackoffLimit(&job.Spec))
 	if cp := st.LastCheckpoint; cp != nil {

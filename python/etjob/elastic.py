@@ -75,6 +75,7 @@ import torch.distributed as dist
 
 from etjob import EXIT_CODE_PREEMPTED
 from etjob import stateio
+from etjob.storeclient import StoreClient, StoreLost
 from etjob import supervisor as sup_module
 from etjob import torch as etorch
 
@@ -192,10 +193,25 @@ class Context:
       g<G>/hb<r>     rank r's heartbeats in G (its watcher adds one a beat)
       kinds, kind<i> the protocol and torch versions seen in the job;
       proto/<kind>   how many ranks registered that kind (protocol 2 on)
+      lineage        in a store that replaced one: "members" once a member
+                     re-seeded it, "newcomers" once newcomers gave up
+                     waiting for that and opened generation 1 (set once)
+    and, outside the job's prefix:
+      etjob/store/id           a token naming this store (set once)
+      etjob/store/replacement  >0: the store replaces one (etjob.rdzv)
 
     `gen` is a hint: the newest generation is the first from it whose `end`
     is 0, so ending a generation is the one store call `g<G>/end`, and a rank
     that dies between that call and the hint's bump stalls no one.
+
+    The store may be lost and replaced (spec.recovery InProcess): the ranks
+    train on in their generation (its gloo group needs no store), their
+    store clients connect again (etjob.storeclient) and each re-seeds the
+    new store with what it knows (_reseed): its generation, closed with its
+    size, before the `gen` hint, so that a newcomer joins the members
+    instead of opening a generation beside them. A newcomer in a replaced
+    store waits up to $ETJOB_RESEED_SECONDS (15 s) for that before it opens
+    generation 1 (the members are gone, or all frozen: those then exit 75).
 
     Liveness is the heartbeats, not the collectives' pace: each rank's
     watcher thread (a store client of its own, off the training's path)
@@ -237,8 +253,17 @@ class Context:
                 sys.exit("etjob.elastic: no rendezvous store at %s (ETJOB_RDZV_ENDPOINT): %s; a torch %s client "
                          "cannot talk to a store of another torch major version: run the launcher and the workers "
                          "on one torch" % (endpoint, (str(e).splitlines() or ["?"])[0], torch.__version__))
-        self.store = store
+        # how long a lost store is waited for; how long a newcomer in a
+        # replaced store waits for the members to re-seed it
+        self.store_loss = _env_float("ETJOB_STORE_LOSS_SECONDS", "600")
+        self.reseed_wait = _env_float("ETJOB_RESEED_SECONDS", str(self.stale))
         self.host, self.port = store.host, store.port
+        self._reseed_lock = threading.RLock()
+        self._store_since = time.monotonic()  # when this rank connected to the store it uses now
+        self._store_id = None    # the token of that store (etjob/store/id)
+        self._member_of = None   # the token of the store this rank last became a member in
+        self._orphaned = False   # the job went on without this rank while its store was replaced
+        self.store = StoreClient(store, self.host, self.port, limit=self.store_loss, on_connect=self._reseed)
         rid = os.environ.get("PET_RDZV_ID") or os.environ.get("ETJOB_RDZV_ID") or "default"
         self.prefix = prefix if prefix is not None else "etjob/elastic/%s/" % rid
         self.id = ident or os.environ.get("ETJOB_POD_NAME") or "%s-%d" % (os.uname().nodename, os.getpid())
@@ -302,7 +327,73 @@ class Context:
         if got[0] == 1:
             i = self._count("kinds", 1)
             self.store.set(self._k("kind%d" % i), self.kind)
+        self._store_id = self._name_store(self.store)
         self.check_kinds()
+
+    @staticmethod
+    def _name_store(client):
+        """The token naming the store client talks to: the first client to
+        ask sets it (any store: the launcher's etjob.rdzv or a test's)."""
+        mine = "%d-%d-%d" % (os.getpid(), time.time_ns(), id(client))
+        return client.compare_set("etjob/store/id", "", mine).decode()
+
+    def _reseed(self, client):
+        """_reseed runs on every new connection of a store client (this
+        rank's or its watcher's): when the store is a new one, the job's
+        keys are gone, and this rank puts back what it knows. All of it is
+        idempotent, so it is done on every reconnect, to an old store too:
+        its kind; its running generation, closed with its size (a newcomer
+        then asks to join it instead of closing it alone); the `gen` hint,
+        raised to the newest generation it has seen. In a store that
+        replaced one it first claims the store's lineage for the members: a
+        rank that finds it claimed by newcomers (none of the members came
+        back within their wait) was left behind and exits 75 at its next
+        rendezvous."""
+        with self._reseed_lock:
+            self._store_since = time.monotonic()
+            ident = self._name_store(client)
+            self._store_id = ident
+            k = self._k
+            if int(client.add(k("proto/" + self.kind), 0)) == 0 and int(client.add(k("proto/" + self.kind), 1)) == 1:
+                i = int(client.add(k("kinds"), 1))
+                client.set(k("kind%d" % i), self.kind)
+            if not self._was_member:
+                return
+            if self._member_of != ident and int(client.add("etjob/store/replacement", 0)) > 0:
+                lineage = client.compare_set(k("lineage"), "", "members").decode()
+                if lineage != "members":
+                    _log("the rendezvous store was replaced and the job went on without this rank (its newcomers "
+                         "opened generation 1 after %.0f s without a member): this rank leaves" % self.reseed_wait)
+                    self._orphaned = True
+                    g = self.group
+                    if g is not None:
+                        self._over = max(self._over, g.gen)  # its collectives end: run meets the others, and leaves
+                    return
+            g = self.group
+            if g is not None and not self.over(g.gen):
+                client.compare_set(k("g%d/close" % g.gen), "", str(g.size))
+            mine = max(self._seen, g.gen if g is not None else 0)
+            cur = int(client.add(k("gen"), 0))
+            while cur < mine:
+                cur = int(client.compare_set(k("gen"), str(cur), str(mine)))
+            _log("store re-seeded: generation %s, hint %d" % (g.gen if g is not None else "none", mine))
+
+    def _awaiting_members(self):
+        """Whether a newcomer that finds no generation must wait before it
+        opens the first: the store replaced one, and the members may still
+        come to re-seed it (up to reseed_wait after this rank connected).
+        Once it gave up waiting, it claims the store's lineage for the
+        newcomers; a member that claimed it first makes it wait for the
+        `gen` hint instead."""
+        if int(self.store.add("etjob/store/replacement", 0)) <= 0:
+            return False
+        if time.monotonic() - self._store_since < self.reseed_wait:
+            return True
+        lineage = self.store.compare_set(self._k("lineage"), "", "newcomers").decode()
+        if lineage == "members":
+            return True
+        _log("no member re-seeded the replaced rendezvous store in %.0f s: opening generation 1" % self.reseed_wait)
+        return False
 
     def check_kinds(self):
         """check_kinds exits, naming both, when this rank's kind (protocol
@@ -313,11 +404,11 @@ class Context:
         if n <= 1 or n == self._kinds_seen:
             return
         self._kinds_seen = n
-        first = self._k("kind1")
-        if not self.store.check([first]):
+        # (no Store.check on torch 1.13: an empty value is a missing one)
+        job = self.store.compare_set(self._k("kind1"), "", "").decode()
+        if not job:
             return  # its registrant is still writing it (or died doing so): the next check reads it
-        job = self.store.get(first).decode()
-        if job != self.kind:
+        if job != self.kind and not self._was_member:
             _fatal("ranks of one job must run one etjob.elastic protocol and one torch: this job's ranks are %s, "
                    "this rank is %s (torch %s)" % (job, self.kind, torch.__version__))
         _log("a rank of another kind (protocol or torch) tried to join this %s job: it is refused" % job)
@@ -351,6 +442,9 @@ class Context:
         want = prev.gen + 1 if (prev is not None and survivor) else None
         scanned = prev.gen + 1 if prev is not None else None
         while time.monotonic() < deadline:
+            if self._orphaned:
+                _log("leaving: the job went on without this rank while its rendezvous store was replaced")
+                sys.exit(EXIT_CODE_PREEMPTED)
             gen = self.current()
             if scanned is not None:
                 # a generation this rank missed may have been stopped below
@@ -367,6 +461,9 @@ class Context:
                 self.end(want - 1, "a collective failed" if not changed else "its membership changed")
                 continue
             if gen == 0:
+                if self._awaiting_members():
+                    time.sleep(self.poll * 5)
+                    continue
                 self.end(gen, "opened by a newcomer")  # none yet: open the first
                 continue
             got = self._join(gen, prev if survivor else None, deadline, step)
@@ -503,6 +600,7 @@ class Context:
             return self._wait_next(gen, deadline)
         group = Group(gen, rank, n, pg, [m[1] for m in members], client)
         self._was_member = True
+        self._member_of = self._store_id
         self._watch(group)
         return group
 
@@ -628,8 +726,9 @@ class Context:
         starting the watcher thread on first use."""
         self._watched = group
         if self._watcher is None:
-            client = dist.TCPStore(self.host, self.port, is_master=False, timeout=timedelta(seconds=30))
-            _keep_forever(client)
+            raw = dist.TCPStore(self.host, self.port, is_master=False, timeout=timedelta(seconds=30))
+            _keep_forever(raw)
+            client = StoreClient(raw, self.host, self.port, limit=self.store_loss, on_connect=self._reseed)
             self._watcher = threading.Thread(target=self._watch_loop, args=(client,), name="etjob-heartbeat", daemon=True)
             self._watcher.start()
 
@@ -669,7 +768,7 @@ class Context:
                             _log("generation %d ended (rank %d sent no heartbeat for %.1f s)" % (g.gen, nxt, now - since))
                         self._over = max(self._over, g.gen)
                 said = None
-            except RuntimeError as e:  # the store is unreachable: the training's own calls say so
+            except Exception as e:  # noqa: BLE001 - the store unreachable (the training's own calls say so), or worse: said, never fatal to the watcher
                 first = (str(e).splitlines() or ["?"])[0]
                 if first != said:
                     _log("heartbeat: %s" % first)
@@ -1197,47 +1296,55 @@ def run(fn):
     returned."""
 
     def wrapper(state, *args, **kwargs):
-        ctx = _context()
-        object.__setattr__(state, "_ctx", ctx)
-        survivor, changed = False, False
-        while True:
-            began = time.monotonic()
-            try:
-                g = ctx.rendezvous(survivor, changed, state.step_of())
-            except BelowMin as stop:
-                state._stop_below_min(ctx, stop)
-            changed = False
-            object.__setattr__(state, "_received", 0)
-            synced = time.monotonic()
-            try:
-                src = state._sync()
-            except CollectiveError as e:
-                _log("sync failed: %s" % e)
-                survivor = True
-                continue
-            took = time.monotonic() - synced
-            if src is None:
-                how = ""
-            elif state._received:
-                how = " (state from rank %d: %.1f MB in %.3f s)" % (src, state._received / 2**20, took)
-            else:
-                how = " (state from rank %d: not needed here, %.3f s)" % (src, took)
-            _log("generation %d rank %d/%d pid %d step %d%s rendezvous %.3f s" % (
-                g.gen, g.rank, g.size, os.getpid(), state.step_of(), how, time.monotonic() - began))
-            if g.rank == 0:
-                print("resume step=%d world=%d generation=%d t=%.3f" % (state.step_of(), g.size, g.gen, time.time()), flush=True)
-            survivor = True
-            try:
-                return fn(state, *args, **kwargs)
-            except CollectiveError as e:
-                _log("rolling back to step %d: %s" % (state._kept["values"].get("step", 0), e))
-                state.restore()
-            except MembershipChanged:
-                changed = True
+        try:
+            return _run(fn, state, *args, **kwargs)
+        except StoreLost as e:
+            _fatal(str(e))
 
     wrapper.__name__ = getattr(fn, "__name__", "train")
     wrapper.__doc__ = fn.__doc__
     return wrapper
+
+
+def _run(fn, state, *args, **kwargs):
+    """run's loop (run)."""
+    ctx = _context()
+    object.__setattr__(state, "_ctx", ctx)
+    survivor, changed = False, False
+    while True:
+        began = time.monotonic()
+        try:
+            g = ctx.rendezvous(survivor, changed, state.step_of())
+        except BelowMin as stop:
+            state._stop_below_min(ctx, stop)
+        changed = False
+        object.__setattr__(state, "_received", 0)
+        synced = time.monotonic()
+        try:
+            src = state._sync()
+        except CollectiveError as e:
+            _log("sync failed: %s" % e)
+            survivor = True
+            continue
+        took = time.monotonic() - synced
+        if src is None:
+            how = ""
+        elif state._received:
+            how = " (state from rank %d: %.1f MB in %.3f s)" % (src, state._received / 2**20, took)
+        else:
+            how = " (state from rank %d: not needed here, %.3f s)" % (src, took)
+        _log("generation %d rank %d/%d pid %d step %d%s rendezvous %.3f s" % (
+            g.gen, g.rank, g.size, os.getpid(), state.step_of(), how, time.monotonic() - began))
+        if g.rank == 0:
+            print("resume step=%d world=%d generation=%d t=%.3f" % (state.step_of(), g.size, g.gen, time.time()), flush=True)
+        survivor = True
+        try:
+            return fn(state, *args, **kwargs)
+        except CollectiveError as e:
+            _log("rolling back to step %d: %s" % (state._kept["values"].get("step", 0), e))
+            state.restore()
+        except MembershipChanged:
+            changed = True
 
 
 def allreduce_(tensor, op=dist.ReduceOp.SUM):

@@ -5,6 +5,12 @@ elastic agent to bind the endpoint hosts it, and when that worker's node is
 reclaimed the whole job dies (measured). etjob runs the store here instead, on
 reliable capacity, and every worker agent joins with is_host=false.
 
+A store that replaces one (a job with spec.recovery InProcess, whose workers
+outlive their launcher) is told so by the controller ($ETJOB_RDZV_REPLACEMENT,
+the attempt's launcher replacements) and says so to the workers under the key
+`etjob/store/replacement`: an etjob.elastic newcomer then waits for the
+members to tell it their generation before it opens one of its own.
+
 Usage: python3 -m etjob.rdzv [--host 0.0.0.0] [--port 29400]
 """
 
@@ -27,7 +33,14 @@ def main(argv=None):
     from torch.distributed import TCPStore
 
     store = TCPStore(args.host, args.port, is_master=True, wait_for_workers=False, timeout=timedelta(days=365))
-    print("etjob rendezvous store listening on %s:%d" % (args.host, args.port), flush=True)
+    try:
+        replacement = int(os.environ.get("ETJOB_RDZV_REPLACEMENT") or "0")
+    except ValueError:
+        sys.exit("etjob.rdzv: ETJOB_RDZV_REPLACEMENT=%r is not a whole number" % os.environ["ETJOB_RDZV_REPLACEMENT"])
+    # Set before the line below: a worker that reads the key finds it.
+    store.add("etjob/store/replacement", replacement)
+    print("etjob rendezvous store listening on %s:%d%s" % (
+        args.host, args.port, " (replacement %d)" % replacement if replacement else ""), flush=True)
 
     stop = threading.Event()
 

@@ -30,13 +30,22 @@ STEP = re.compile(r"^step=(\d+) rank=(\d+) world=(\d+) gen=(\d+) pid=(\d+) t=([\
 class Job:
     """Job runs elastic_worker.py processes against a store of its own."""
 
-    def __init__(self, test, n, nnodes, steps=150, env=None):
+    def __init__(self, test, n, nnodes, steps=150, env=None, store_process=False, replacement=0):
         self.dir = tempfile.mkdtemp(prefix="etjob-elastic-")
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
         s.close()
-        self.store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+        self.port = port
+        self.store_proc = None
+        if store_process:
+            # the launcher's own store (etjob.rdzv), in a process that a
+            # test kills and starts again (start_store)
+            test.addCleanup(self.kill_store)
+            self.start_store(replacement)
+            self.store = None
+        else:
+            self.store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
         self.env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python") + os.pathsep + HERE,
                         ETJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, PET_NNODES=nnodes, PET_RDZV_ID="test",
                         STEPS=str(steps), ETJOB_COLLECTIVE_TIMEOUT="3")
@@ -54,6 +63,22 @@ class Job:
             self.procs[name] = subprocess.Popen([sys.executable, os.path.join(HERE, "elastic_worker.py")],
                                                 env=dict(self.env, ETJOB_POD_NAME=name), stdout=out, stderr=err)
         return name
+
+    def start_store(self, replacement):
+        """start_store runs etjob.rdzv on the job's port, as a launcher
+        that replaces replacement others, and waits until it listens."""
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), ETJOB_RDZV_REPLACEMENT=str(replacement))
+        self.store_proc = subprocess.Popen([sys.executable, "-m", "etjob.rdzv", "--host", "127.0.0.1", "--port", str(self.port)],
+                                           env=env, stdout=subprocess.PIPE, text=True)
+        line = self.store_proc.stdout.readline()
+        assert "listening" in line, line
+
+    def kill_store(self):
+        """kill_store SIGKILLs the store process (the launcher's loss)."""
+        if self.store_proc is not None and self.store_proc.poll() is None:
+            self.store_proc.kill()
+            self.store_proc.wait()
+            self.store_proc.stdout.close()
 
     def close(self):
         for p in self.procs.values():
@@ -380,6 +405,50 @@ class InProcessRecoveryTest(Undisturbed, unittest.TestCase):
         self.assertEqual(set(codes.values()), {0}, again.dump())
         self.assertEqual(self.resumes(again)[0][1], stopped)
         self.assert_finished_like_undisturbed(again, list(again.procs))
+
+
+@unittest.skipIf(dist is None, "needs torch")
+class StoreLossTest(Undisturbed, unittest.TestCase):
+    """The launcher's rendezvous store killed mid-training and started again
+    (spec.recovery InProcess): no rank restarts, training goes on while the
+    store is away, and a newcomer that arrives as the new store starts joins
+    the members (it never opens a generation of its own beside them)."""
+
+    STEPS = 300  # at 0.1 s a step: the newcomer, importing torch on a loaded machine, comes before the end
+
+    def test_the_store_lost_and_replaced_training_goes_on(self):
+        job = self.job(3, "2:4", steps=self.STEPS, env={"STEP_SLEEP": "0.1"}, store_process=True)
+        job.wait_step(20)
+        pids = {n: p.pid for n, p in job.procs.items()}
+        lost = time.time()
+        job.kill_store()
+        time.sleep(3)
+        job.start_store(replacement=1)
+        back = time.time()  # it listens (its start, importing torch, takes seconds)
+        name = job.start()  # a newcomer, at once: before the members re-seeded the store
+        codes = job.wait_exit(list(job.procs), timeout=120)
+        self.assertEqual(set(codes.values()), {0}, job.dump())
+        self.assert_survivors_kept_their_process(job, ["w0", "w1", "w2"], pids)
+        during = [s for s in job.steps("w0") if lost < s[5] < back]
+        self.assertGreater(len(during), 5, "w0 did not train while the store was away:\n%s" % job.dump())
+        # the newcomer joined the members' generation line (world 4), from their state
+        first = job.steps(name)[0]
+        self.assertEqual(first[2], 4, job.dump())
+        self.assertGreater(first[0], 20, "the newcomer started at step %d, not from the members' state" % first[0])
+        for n in ("w0", "w1", "w2"):
+            self.assertTrue(any("store re-seeded" in l for l in job.lines(n, "err")), "%s:\n%s" % (n, job.dump()))
+        for gen, step, again in self.resumes(job):
+            self.assertLessEqual(again, 1, "generation %d resumed at %d, %d steps done again" % (gen, step, again))
+        self.assert_finished_like_undisturbed(job, list(job.procs))
+        print("\nstore lost for 3 s: w0 made %d steps meanwhile; the newcomer trained from step %d, %.2f s after the new store" % (
+            len(during), first[0], first[5] - back))
+
+    def test_a_newcomer_alone_in_a_replaced_store_opens_after_its_wait(self):
+        job = self.job(1, "1:4", env={"ETJOB_RESEED_SECONDS": "2"}, store_process=True, replacement=1)
+        began = time.time()
+        self.assertEqual(job.wait_exit(["w0"]), {"w0": 0}, job.dump())
+        self.assertTrue(any("no member re-seeded" in l for l in job.lines("w0", "err")), job.dump())
+        self.assertGreaterEqual(job.steps("w0")[0][5] - began, 2.0, job.dump())
 
 
 @unittest.skipIf(dist is None, "needs torch")

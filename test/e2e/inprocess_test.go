@@ -1,14 +1,18 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/demo"
@@ -23,6 +27,10 @@ import (
 //     gone, no notice): the 3 others train on in the same processes;
 //   - a join (a node added, the controller's replacement worker joins and
 //     takes the state by broadcast);
+//   - the launcher's pod deleted (--recovery=InProcess): the rendezvous store
+//     is gone, the workers train on, the controller replaces the launcher
+//     alone and the workers reconnect to its store: no worker restarts, no
+//     failure, no job restart (storeLoss);
 //   - a frozen node (SIGSTOP of every pod process, the node stays Ready and
 //     its connections open): the others go on without it after the
 //     collective timeout; thawed, the frozen rank comes back as a newcomer;
@@ -114,7 +122,7 @@ func TestInProcessStory(t *testing.T) {
 
 	run(e.bin, "submit", "etjob", "--name=inproc", "--workers=4", "--min-workers=2", "--max-workers=4", "--gpus=1",
 		"--spot-instance", "--image=etjob/digits:local", "--data-dir", repo+":/opt/etjob", "--data-dir", ckpt+":/ckpt",
-		"--checkpoint-dir=/ckpt", "-e", "PATH=/usr/bin:/bin", "-e", "PYTHONPATH=/opt/etjob/python", "-e", "EPOCHS="+strconv.Itoa(epochs),
+		"--checkpoint-dir=/ckpt", "--recovery=InProcess", "-e", "PATH=/usr/bin:/bin", "-e", "PYTHONPATH=/opt/etjob/python", "-e", "EPOCHS="+strconv.Itoa(epochs),
 		"-e", "ETJOB_COLLECTIVE_TIMEOUT=5", "python3 /opt/etjob/examples/digits/train_elastic.py")
 	waitTraining("the job started", 4, time.Time{})
 
@@ -128,6 +136,12 @@ func TestInProcessStory(t *testing.T) {
 	addedAt := time.Now()
 	run(e.local, "cluster", "add-node", "--spot")
 	join := waitTraining("after the replacement joined", 4, addedAt)
+
+	// The launcher's pod deleted (spec.recovery InProcess): its rendezvous
+	// store is gone; the workers train on in their generation, the
+	// controller replaces the launcher alone, and the workers reconnect to
+	// the new store (under the same name, at another address).
+	store := storeLoss(t, ctx, e, "inproc", logs)
 
 	// A frozen node: its processes stopped, its connections open.
 	pod, node = member()
@@ -196,6 +210,9 @@ func TestInProcessStory(t *testing.T) {
 	if j.Status.Failures != 0 {
 		t.Errorf("status.failures %d; want 0", j.Status.Failures)
 	}
+	if j.Status.Restarts != 0 || j.Status.LauncherReplacements != 1 {
+		t.Errorf("status.restarts %d, launcherReplacements %d; want 0 and 1 (the deleted launcher replaced alone)", j.Status.Restarts, j.Status.LauncherReplacements)
+	}
 	if j.Status.Preemptions < 1 {
 		t.Errorf("status.preemptions %d; want the noticed worker's exit 75 counted", j.Status.Preemptions)
 	}
@@ -212,7 +229,76 @@ func TestInProcessStory(t *testing.T) {
 	case math.Abs(acc-base.acc) > 0.01:
 		t.Errorf("final accuracy %.4f is not within 1 point of the undisturbed run's %.4f", acc, base.acc)
 	}
-	t.Logf("in-process story: hard kill → training again %.2fs after, join %.2fs, freeze %.2fs (collective timeout 5 s), notice %.2fs; %d pods, %d resumes, final accuracy %.4f after %d steps (undisturbed %.4f)",
-		hard.Seconds(), join.Seconds(), frozen.Seconds(), noticed.Seconds(), len(pids), len(resumes), acc, steps, base.acc)
+	t.Logf("in-process story: hard kill → training again %.2fs after, join %.2fs, store lost %.2fs (%d steps meanwhile, training %.2fs after the new store listened), freeze %.2fs (collective timeout 5 s), notice %.2fs; %d pods, %d resumes, final accuracy %.4f after %d steps (undisturbed %.4f)",
+		hard.Seconds(), join.Seconds(), store.away.Seconds(), store.during, store.after.Seconds(), frozen.Seconds(), noticed.Seconds(), len(pids), len(resumes), acc, steps, base.acc)
 	run(e.bin, "delete", "inproc")
+}
+
+// storeLost is what storeLoss measured.
+type storeLost struct {
+	away   time.Duration // from the delete to the new launcher's store listening
+	during int           // steps logged meanwhile
+	after  time.Duration // from the new store listening to the next step
+}
+
+// storeLoss deletes the job's launcher pod and waits until the replacement
+// launcher's store listens and the workers train after it. The job must
+// not restart (its workers keep their pods) and count no failure.
+func storeLoss(t *testing.T, ctx context.Context, e *e2eCluster, name string, logs func() []driver.LogLine) storeLost {
+	t.Helper()
+	cs, err := e.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	launcher := name + "-launcher"
+	old, err := cs.CoreV1().Pods("default").Get(ctx, launcher, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deletedAt := time.Now()
+	if err := cs.CoreV1().Pods("default").Delete(ctx, launcher, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var listening time.Time
+	waitFor(t, ctx, "the replacement launcher's store listening", 3*time.Minute, func() (bool, string) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, launcher, metav1.GetOptions{})
+		if err != nil || p.UID == old.UID {
+			return false, fmt.Sprintf("old launcher still there (%v)", err)
+		}
+		raw, err := cs.CoreV1().Pods("default").GetLogs(launcher, &corev1.PodLogOptions{}).DoRaw(ctx)
+		out := string(raw)
+		if err != nil || !strings.Contains(out, "listening") {
+			return false, fmt.Sprintf("phase %s, no listening line yet", p.Status.Phase)
+		}
+		if !strings.Contains(out, "(replacement 1)") {
+			t.Fatalf("the replacement launcher's store does not say it replaces one: %q", out)
+		}
+		listening = time.Now()
+		return true, ""
+	})
+	var got storeLost
+	got.away = listening.Sub(deletedAt)
+	waitFor(t, ctx, "a step after the new store", 3*time.Minute, func() (bool, string) {
+		got.during = 0
+		for _, l := range logs() {
+			if l.Kind != "step" {
+				continue
+			}
+			at := time.Unix(0, int64(l.T*1e9))
+			if at.After(deletedAt) && at.Before(listening) {
+				got.during++
+			}
+			if at.After(listening) && got.after == 0 {
+				got.after = at.Sub(listening)
+			}
+		}
+		return got.after > 0, "no step after the new store listened"
+	})
+	j := e.job(t, ctx, name)
+	if j.Status.Failures != 0 || j.Status.Restarts != 0 {
+		t.Fatalf("after the launcher's loss: failures %d, restarts %d; want 0 and 0", j.Status.Failures, j.Status.Restarts)
+	}
+	t.Logf("launcher deleted: its replacement's store listened %.2fs later, %d steps logged meanwhile, a step %.2fs after it",
+		got.away.Seconds(), got.during, got.after.Seconds())
+	return got
 }
