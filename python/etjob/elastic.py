@@ -727,7 +727,6 @@ class Context:
         self._watched = group
         if self._watcher is None:
             raw = dist.TCPStore(self.host, self.port, is_master=False, timeout=timedelta(seconds=30))
-            _keep_forever(raw)
             client = StoreClient(raw, self.host, self.port, limit=self.store_loss, on_connect=self._reseed)
             self._watcher = threading.Thread(target=self._watch_loop, args=(client,), name="etjob-heartbeat", daemon=True)
             self._watcher.start()
