@@ -33,14 +33,17 @@ if [ "$mode" = fast ]; then
   go test -count=1 ./hack/...
   step "unit tests, -short (the process-node and agent tests start the control plane: built once into the cache)"
   go test -short -count=1 ./api/... ./config/... ./internal/... ./pkg/... ./cmd/...
-  step "worker library tests on Debian's torch 1.13 (test_elastic beside the rest: both mostly wait)"
+  step "worker library tests on Debian's torch 1.13 (test_elastic and test_elastic_faults beside the rest: all mostly wait)"
   shards=$(mktemp -d)
-  ( PYTHONPATH="$PWD/python:$PWD/python/tests" /usr/bin/python3 -m unittest test_elastic > "$shards/elastic.log" 2>&1 ) &
-  elastic=$!
+  pids=()
+  for m in test_elastic test_elastic_faults; do
+    ( PYTHONPATH="$PWD/python:$PWD/python/tests" /usr/bin/python3 -m unittest "$m" > "$shards/$m.log" 2>&1 ) &
+    pids+=($!)
+  done
   rc=0
   PYTHONPATH="$PWD/python:$PWD/python/tests" /usr/bin/python3 -m unittest discover -s python/tests -t python/tests -p 'test_[!e]*.py' > "$shards/rest.log" 2>&1 || rc=1
-  wait "$elastic" || rc=1
-  cat "$shards/rest.log" "$shards/elastic.log"
+  for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+  cat "$shards/rest.log" "$shards/test_elastic.log" "$shards/test_elastic_faults.log"
   rm -rf "$shards"
   [ "$rc" = 0 ] || { echo "worker library tests failed (above)"; exit 1; }
   step "done"
