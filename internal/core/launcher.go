@@ -55,21 +55,10 @@ func (d *decision) handleLauncher() outcome {
 	if l.terminal && d.spec.Framework == etjobv1.FrameworkHorovod && d.horovodExitReleased(l) {
 		return d.releaseLauncher(l)
 	}
-	preempted := l.preempted || l.lost || !l.terminal
-	reason := l.preemptReason
-	if l.lost {
-		reason = l.lostReason
-	} else if !l.terminal {
-		reason = "NodeNotReady"
-	} else if !preempted {
-		reason = "exit code " + strconv.Itoa(int(l.exitCode))
-	}
+	reason, preempted := launcherLoss(l)
 	d.delete(l, reason)
 	if preempted {
 		d.countPreemption(l)
-	}
-	if why := logSummary(l.message); why != "" && !preempted {
-		reason += ": " + why
 	}
 	// DESIGN: losing the rendezvous store / horovodrun without warning counts
 	// against backoffLimit; a launcher whose node was noticed is a preemption
@@ -79,19 +68,50 @@ func (d *decision) handleLauncher() outcome {
 	}
 	msg := fmt.Sprintf("launcher %s lost (%s)", l.pod.Name, reason)
 	switch {
-	case !preempted && (l.exitCode == 126 || l.exitCode == 127):
-		// The shell's "not executable" and "not found": the launcher image
-		// lacks the command (horovodrun not installed). A retry cannot help.
-		d.fail(etjobv1.ReasonLauncherFailed, fmt.Sprintf("launcher %s could not run its command (exit code %d: the image does not have it, or it is not executable): %s",
-			l.pod.Name, l.exitCode, logSummary(l.message)))
-	case d.st.Failures > BackoffLimit(d.spec):
-		d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.st.Failures, BackoffLimit(d.spec)))
+	case d.launcherFailed(l, preempted, msg):
 	case preempted || d.spec.RestartPolicy == etjobv1.RestartPolicyOnFailure:
 		d.restart(msg)
 	default:
 		d.fail(etjobv1.ReasonLauncherFailed, msg+"; spec.restartPolicy is Never")
 	}
 	return ended
+}
+
+// launcherLoss says why a launcher that is terminal, lost or on a node
+// NotReady too long is gone, and whether its capacity was taken (a
+// preemption) rather than it failing on its own (its exit code, and the
+// lines of its log that say why).
+func launcherLoss(l *podView) (reason string, preempted bool) {
+	switch {
+	case l.lost:
+		return l.lostReason, true
+	case !l.terminal:
+		return "NodeNotReady", true
+	case l.preempted:
+		return l.preemptReason, true
+	}
+	reason = "exit code " + strconv.Itoa(int(l.exitCode))
+	if why := logSummary(l.message); why != "" {
+		reason += ": " + why
+	}
+	return reason, false
+}
+
+// launcherFailed fails the job, and reports true, when a launcher that
+// failed on its own (not preempted) cannot run its command (exit 126 or
+// 127, the shell's "not executable" and "not found": the image lacks it,
+// and no retry can help), or when its failure went past backoffLimit.
+func (d *decision) launcherFailed(l *podView, preempted bool, msg string) bool {
+	switch {
+	case !preempted && (l.exitCode == 126 || l.exitCode == 127):
+		d.fail(etjobv1.ReasonLauncherFailed, fmt.Sprintf("launcher %s could not run its command (exit code %d: the image does not have it, or it is not executable): %s",
+			l.pod.Name, l.exitCode, logSummary(l.message)))
+	case d.st.Failures > BackoffLimit(d.spec):
+		d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.st.Failures, BackoffLimit(d.spec)))
+	default:
+		return false
+	}
+	return true
 }
 
 // moveLauncher handles a reclamation notice on the launcher's node. The
@@ -158,37 +178,18 @@ func (d *decision) replaceLauncher(l *podView) outcome {
 	if !noticed && !l.terminal && !l.lost && !d.lostOnNotReadyNode(l) {
 		return proceed
 	}
-	preempted := noticed || l.preempted || l.lost || !l.terminal
-	reason := l.preemptReason
-	switch {
-	case noticed:
-		reason = l.noticeReason
-	case l.lost:
-		reason = l.lostReason
-	case !l.terminal:
-		reason = "NodeNotReady"
-	case !preempted:
-		reason = "exit code " + strconv.Itoa(int(l.exitCode))
-		if why := logSummary(l.message); why != "" {
-			reason += ": " + why
-		}
+	reason, preempted := l.noticeReason, true
+	msg := fmt.Sprintf("the node of launcher %s is being reclaimed (%s)", l.pod.Name, reason)
+	if !noticed {
+		reason, preempted = launcherLoss(l)
+		msg = fmt.Sprintf("launcher %s lost (%s)", l.pod.Name, reason)
 	}
 	d.delete(l, reason)
-	msg := fmt.Sprintf("launcher %s lost (%s)", l.pod.Name, reason)
-	if noticed {
-		msg = fmt.Sprintf("the node of launcher %s is being reclaimed (%s)", l.pod.Name, reason)
-	}
 	if preempted {
 		d.countPreemption(l)
 	} else {
 		d.countFailure(l)
-		switch {
-		case l.exitCode == 126 || l.exitCode == 127:
-			d.fail(etjobv1.ReasonLauncherFailed, fmt.Sprintf("launcher %s could not run its command (exit code %d: the image does not have it, or it is not executable): %s",
-				l.pod.Name, l.exitCode, logSummary(l.message)))
-			return ended
-		case d.st.Failures > BackoffLimit(d.spec):
-			d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.st.Failures, BackoffLimit(d.spec)))
+		if d.launcherFailed(l, false, msg) {
 			return ended
 		}
 	}
