@@ -130,6 +130,7 @@ type ElasticJobSpec struct {
 	// their own processes and outlive the rendezvous store, so a lost or
 	// noticed launcher is replaced alone, without a failure or a restart).
 	// +kubebuilder:default=Restart
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.recovery is immutable"
 	// +optional
 	Recovery Recovery `json:"recovery,omitempty"`
 

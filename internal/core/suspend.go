@@ -18,6 +18,7 @@ func (d *decision) suspend() {
 		d.event(false, etjobv1.EventSuspended, "job suspended: all pods released")
 	}
 	d.setHosts(nil)
+	d.st.LauncherReplacements = 0 // a resumed job's first launcher replaces none
 	d.st.StartTime = nil
 	d.st.BelowMinSince = nil
 	d.setCondition(etjobv1.ConditionSuspended, true, etjobv1.ReasonUserSuspended, "spec.suspend is true")

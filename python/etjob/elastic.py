@@ -370,9 +370,16 @@ class Context:
                         self._over = max(self._over, g.gen)  # its collectives end: run meets the others, and leaves
                     return
             g = self.group
-            if g is not None and not self.over(g.gen):
-                client.compare_set(k("g%d/close" % g.gen), "", str(g.size))
-            mine = max(self._seen, g.gen if g is not None else 0)
+            mine = self._seen
+            if g is not None and self.over(g.gen):
+                mine = max(mine, g.gen + 1)  # over: a newcomer must not walk into it and close it alone
+            elif g is not None:
+                # a read of the count before this (add 0) stores "0", which
+                # compare_set from "" would not replace
+                key = k("g%d/close" % g.gen)
+                if int(client.add(key, 0)) == 0:
+                    client.compare_set(key, "0", str(g.size))
+                mine = max(mine, g.gen)
             cur = int(client.add(k("gen"), 0))
             while cur < mine:
                 cur = int(client.compare_set(k("gen"), str(cur), str(mine)))
@@ -628,6 +635,7 @@ class Context:
         began = time.monotonic()
         seen, since, beat = 0, began, 0.0
         interval = max(self.heartbeat_timeout / 5.0, 0.05)
+        store = self.store.reconnects
         while time.monotonic() < deadline:
             now = time.monotonic()
             if now - beat >= interval:
@@ -635,6 +643,8 @@ class Context:
                 self._count(k + "cb", 1)
                 if self.ended(gen):  # the others took us for dead
                     return None
+            if self._store_changed(store, gen):
+                return None
             n = self._count(k + "n")
             if n != seen:
                 seen, since = n, now
@@ -678,16 +688,27 @@ class Context:
         newest = max(self._arrival_steps(gen, n), default=-1)
         raise BelowMin(gen, min(int(step), _STEP_MAX) > newest, n)
 
+    def _store_changed(self, since, gen):
+        """While generation gen forms: when this rank's store client
+        connected again since `since` (its reconnects then), the store may
+        be a new one that lost the arrivals: gen is ended, and the ranks
+        meet again in the next."""
+        if self.store.reconnects == since:
+            return False
+        self.end(gen, "the rendezvous store was lost while it formed")
+        return True
+
     def _await_close(self, gen, deadline):
         """_await_close waits for the closer; a closer that sends no
         heartbeat for heartbeat_timeout is gone, and the generation ends."""
         k = "g%d/" % gen
         beats, since = -1, time.monotonic()
+        store = self.store.reconnects
         while time.monotonic() < deadline:
             n = self._closed(gen)
             if n is not None:
                 return n
-            if self.ended(gen):
+            if self.ended(gen) or self._store_changed(store, gen):
                 return None
             b = self._count(k + "cb")
             now = time.monotonic()
@@ -707,9 +728,14 @@ class Context:
         k = "g%d/" % gen
         self._count(k + "joins", 1)
         beat, since = self._count(k + "hb0"), time.monotonic()
+        store = self.store.reconnects
         while time.monotonic() < deadline:
             if self.current() > gen:
                 return None
+            if self.store.reconnects != store:
+                # a new store: the request to join was in the old one
+                store = self.store.reconnects
+                self._count(k + "joins", 1)
             b = self._count(k + "hb0")
             if b != beat:
                 beat, since = b, time.monotonic()

@@ -37,7 +37,9 @@ def main(argv=None):
         replacement = int(os.environ.get("ETJOB_RDZV_REPLACEMENT") or "0")
     except ValueError:
         sys.exit("etjob.rdzv: ETJOB_RDZV_REPLACEMENT=%r is not a whole number" % os.environ["ETJOB_RDZV_REPLACEMENT"])
-    # Set before the line below: a worker that reads the key finds it.
+    # Set as the store starts to listen: a worker whose first calls came in
+    # the microseconds before it would read 0 (one rendezvous round trip
+    # after its handshake's: not seen in practice, and not excluded).
     store.add("etjob/store/replacement", replacement)
     print("etjob rendezvous store listening on %s:%d%s" % (
         args.host, args.port, " (replacement %d)" % replacement if replacement else ""), flush=True)

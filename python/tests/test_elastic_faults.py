@@ -93,8 +93,16 @@ class RendezvousCrashPointTest(Undisturbed, unittest.TestCase):
                 self.crash_at(spec, what)
 
     def crash_at(self, spec, what):
-        job = Job(self, 3, "1:4", steps=self.STEPS, env={"FAULT_AT": spec, "ETJOB_HEARTBEAT_TIMEOUT": "2"})
-        job.wait_step(10)
+        job = Job(self, 3, "1:4", steps=self.STEPS, env={"FAULT_AT": spec, "ETJOB_HEARTBEAT_TIMEOUT": "2",
+                                                       "STEP_SLEEP": "0.1"})
+        # all three train together first: with min 1 the first two may start
+        # without w2, and killing a w2 that never joined moves no generation
+        # (a CI run on a loaded machine, 60 steps of 20 ms: "the fault never
+        # fired"); 0.1 s a step leaves a slow w2 6 s to join
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not any(s[2] == 3 for s in job.steps("w2")):
+            time.sleep(0.05)
+        self.assertTrue(any(s[2] == 3 for s in job.steps("w2")), "%s: the three ranks never trained together:\n%s" % (spec, job.dump()))
         at = time.time()
         job.store.add("fault-armed", 1)
         job.procs["w2"].kill()

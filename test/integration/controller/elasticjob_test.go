@@ -384,6 +384,20 @@ func TestValidation(t *testing.T) {
 			t.Errorf("update of framework: %v", err)
 		}
 	})
+	t.Run("recovery is immutable, and InProcess needs torchrun", func(t *testing.T) {
+		j := create(t, newJob(ns, "recovery").Obj())
+		if j.Spec.Recovery != etjobv1.RecoveryRestart {
+			t.Errorf("spec.recovery defaults to %q, want Restart", j.Spec.Recovery)
+		}
+		j.Spec.Recovery = etjobv1.RecoveryInProcess
+		if err := k8s.Update(context.Background(), j); err == nil || !strings.Contains(err.Error(), "spec.recovery is immutable") {
+			t.Errorf("update of recovery: %v", err)
+		}
+		h := newJob(ns, "recovery-horovod").Framework(etjobv1.FrameworkHorovod).Recovery(etjobv1.RecoveryInProcess).Obj()
+		if err := k8s.Create(context.Background(), h); err == nil || !strings.Contains(err.Error(), "spec.recovery InProcess needs spec.framework torchrun") {
+			t.Errorf("create of an InProcess horovod job: %v", err)
+		}
+	})
 	t.Run("server-side apply of minReplicas above replicas is refused", func(t *testing.T) {
 		j := newJob(ns, "ssa").Replicas(1).Min(2).Obj()
 		j.ManagedFields = nil
