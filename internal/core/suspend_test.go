@@ -29,6 +29,19 @@ func TestDecideSuspend(t *testing.T) {
 			wantSummary:    etjobv1.ReasonUserSuspended,
 			wantEvents:     []wantEvent{normal(etjobv1.EventSuspended, "job suspended: all pods released")},
 		},
+		"suspend sets launcherReplacements back to 0: a resumed job's first launcher replaces none": {
+			job: base().Recovery(etjobv1.RecoveryInProcess).Suspend(true).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 1, LauncherReplacements: 2})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Obj(),
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+			},
+			nodes:          nodes("od", "n0"),
+			wantDelete:     []string{"j-launcher", "j-worker-0"},
+			wantCondTrue:   []string{etjobv1.ConditionSuspended},
+			wantCondReason: map[string]string{etjobv1.ConditionSuspended: etjobv1.ReasonUserSuspended},
+			wantSummary:    etjobv1.ReasonUserSuspended,
+			wantEvents:     []wantEvent{normal(etjobv1.EventSuspended, "job suspended: all pods released")},
+		},
 	})
 }
 
