@@ -75,7 +75,7 @@ import torch.distributed as dist
 
 from etjob import EXIT_CODE_PREEMPTED
 from etjob import stateio
-from etjob.storeclient import StoreClient, StoreLost
+from etjob.storeclient import StoreClient, StoreLost, new_client
 from etjob import supervisor as sup_module
 from etjob import torch as etorch
 
@@ -248,7 +248,7 @@ class Context:
                 sys.exit("etjob.elastic: ETJOB_RDZV_ENDPOINT is not set (host:port of the job's rendezvous store)")
             host, _, port = endpoint.rpartition(":")
             try:
-                store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=30))
+                store = new_client(host, int(port), timedelta(seconds=30))
             except RuntimeError as e:
                 sys.exit("etjob.elastic: no rendezvous store at %s (ETJOB_RDZV_ENDPOINT): %s; a torch %s client "
                          "cannot talk to a store of another torch major version: run the launcher and the workers "
@@ -487,7 +487,7 @@ class Context:
         with a store client of its own (returned too)."""
         setup = timedelta(seconds=self.setup_limit() - 5)
         ops = timedelta(seconds=self.collective_timeout + 600)
-        client = dist.TCPStore(self.host, self.port, is_master=False, timeout=setup)
+        client = new_client(self.host, self.port, setup)
         # torch 2.x's gloo waits for its peers' addresses up to the group's
         # timeout (1.13's, the store's): setup gets the short one, the
         # operations the long one after it.
@@ -752,7 +752,7 @@ class Context:
         starting the watcher thread on first use."""
         self._watched = group
         if self._watcher is None:
-            raw = dist.TCPStore(self.host, self.port, is_master=False, timeout=timedelta(seconds=30))
+            raw = new_client(self.host, self.port, timedelta(seconds=30))
             client = StoreClient(raw, self.host, self.port, limit=self.store_loss, on_connect=self._reseed)
             self._watcher = threading.Thread(target=self._watch_loop, args=(client,), name="etjob-heartbeat", daemon=True)
             self._watcher.start()

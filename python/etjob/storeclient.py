@@ -24,8 +24,10 @@ new server has none of the old counts.
 """
 
 import os
+import platform
 import socket
 import stat
+import struct
 import sys
 import threading
 import time
@@ -48,66 +50,100 @@ def _first_line(err):
     return (str(err).splitlines() or ["?"])[0]
 
 
-# torch 1.13's store client has a second connection (for watched keys) served
-# by a thread that polls it and, once the server is gone, spins on its end of
-# file for ever (a peek that returns 0, then the poll again). Measured on the
-# local cluster: after the launcher was replaced, every rank's old clients
-# kept ~6 threads busy and steps took 17 times longer. A client that can be
-# let go stops its thread when destroyed; those that cannot (a gloo group
-# holds its setup's client for its life on 1.13) get quieted: each of their
-# dead connections is replaced by one end of a socket pair that never
-# becomes readable, where the thread then sleeps. torch 2.x's client has no
+# torch 1.13's store client has a second connection (for watched keys, which
+# etjob never uses) served by a thread that polls it. Once the server is gone
+# that thread spins on the end of file for ever (a peek that returns 0, then
+# the poll again; measured on the local cluster: ~6 busy threads a rank, steps
+# 17 times longer), and on a reset instead it throws and the process aborts
+# (std::terminate, "Connection reset by peer", exit 134: a rank lost in a CI
+# run when the launcher was deleted). So on torch 1.13 that connection is
+# taken away as soon as a client is made: its fd gets one end of a socket pair
+# that never becomes readable, where the thread then waits for ever, and the
+# client is never destroyed (its destructor would wait for that thread).
+# The thread is found by what it waits in: poll(2) on two fds, a pipe and a
+# socket to the store's port (/proc/self/task/*/syscall and the pollfd array
+# in /proc/self/mem; x86-64's syscall numbers). torch 2.x's client has no
 # such connection.
-_SPINS_ON_EOF = not hasattr(dist.TCPStore, "check")
-_quieted = []            # the socket pairs put in place of dead connections (kept open)
+_OWN_THREAD_POLLS = not hasattr(dist.TCPStore, "check")
+_quieted = []            # the socket pairs put in place of those connections (kept open)
+_kept = []               # torch 1.13 clients replaced by a reconnect: never destroyed
 _clients = weakref.WeakSet()
+_POLL = 7                # poll(2) on x86-64
 
 
-def quiet_dead_connections(port):
-    """quiet_dead_connections replaces this process's dead connections to a
-    store server on port (the peer closed them) with sockets that never
-    become readable, on torch 1.13 (above). It returns how many."""
-    if not _SPINS_ON_EOF:
-        return 0
-    n = 0
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
+def _callback_sockets(port):
+    """The fds of the sockets to port that a thread of this process waits on
+    in poll(2) beside a pipe (torch 1.13's store-client threads)."""
+    out = []
+    for tid in os.listdir("/proc/self/task"):
         try:
-            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            with open("/proc/self/task/%s/syscall" % tid) as f:
+                parts = f.read().split()
+            if len(parts) < 3 or parts[0] != str(_POLL) or int(parts[2], 16) != 2:
                 continue
-            s = socket.socket(fileno=os.dup(fd))
-        except (OSError, ValueError):
+            with open("/proc/self/mem", "rb") as mem:
+                mem.seek(int(parts[1], 16))
+                pipe_fd, _, _, sock_fd, _, _ = struct.unpack("<ihhihh", mem.read(16))
+            if not stat.S_ISFIFO(os.fstat(pipe_fd).st_mode) or not stat.S_ISSOCK(os.fstat(sock_fd).st_mode):
+                continue
+            s = socket.socket(fileno=os.dup(sock_fd))
+        except (OSError, ValueError, OverflowError, struct.error):
             continue
         try:
-            dead = (s.family in (socket.AF_INET, socket.AF_INET6) and s.type == socket.SOCK_STREAM and
-                    s.getpeername()[1] == port and s.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"")
-        except OSError:  # not connected, or alive with nothing to read (BlockingIOError)
-            dead = False
+            if s.family in (socket.AF_INET, socket.AF_INET6) and s.getpeername()[1] == port:
+                out.append(sock_fd)
+        except OSError:
+            pass
         finally:
             s.close()
-        if dead:
+    return out
+
+
+def quiet_callback_connections(port, wait=0.0):
+    """quiet_callback_connections takes away, on torch 1.13, the watched-key
+    connections of this process's store clients of port (above), waiting up
+    to `wait` seconds for one to show (a client just made starts its thread).
+    It returns how many it took."""
+    if not _OWN_THREAD_POLLS or platform.machine() != "x86_64" or socket.getdefaulttimeout() is not None:
+        return 0  # (a default timeout would make the probing socket objects set O_NONBLOCK on the shared fds)
+    end = time.monotonic() + wait
+    n = 0
+    while True:
+        for fd in _callback_sockets(port):
             pair = socket.socketpair()
             _quieted.append(pair)
             os.dup2(pair[0].fileno(), fd)
             n += 1
-    return n
+        if n or time.monotonic() >= end:
+            return n
+        time.sleep(0.01)
+
+
+_make_lock = threading.Lock()
+
+
+def new_client(host, port, timeout):
+    """new_client makes a c10d store client of host:port (timeout: a
+    timedelta) and, on torch 1.13, takes its watched-key connection away
+    (above) before it can do harm."""
+    with _make_lock:
+        c = dist.TCPStore(host, port, is_master=False, timeout=timeout)
+        if _OWN_THREAD_POLLS:
+            _kept.append(c)
+            quiet_callback_connections(port, wait=1.0)
+    return c
 
 
 def _after_loss(origin):
     """_after_loss runs once a client found its server gone and connected
     again: every other client of this process connects again too (a cheap
-    call fails on a dead connection, which makes it connect again, and its
-    old client is let go), then the dead connections left (clients that
-    cannot be let go) are quieted."""
+    call fails on a dead connection, which makes it connect again)."""
     for c in list(_clients):
         if c is not origin:
             try:
                 c.add("etjob/store/replacement", 0)
             except Exception:  # noqa: BLE001 - that client's owner hears it on its own next call
                 pass
-    n = quiet_dead_connections(origin.port)
-    if n:
-        _log("quieted %d dead connections to the old store (torch 1.13's client threads spin on them)" % n)
 
 
 class StoreClient:
@@ -132,7 +168,7 @@ class StoreClient:
             socket.create_connection((self.host, self.port), timeout=max(self.retry, 0.1)).close()
         except OSError as e:
             raise RuntimeError("connect: %s" % e) from None
-        return dist.TCPStore(self.host, self.port, is_master=False, timeout=timedelta(seconds=self.timeout))
+        return new_client(self.host, self.port, timedelta(seconds=self.timeout))
 
     @property
     def raw(self):
@@ -195,7 +231,7 @@ class StoreClient:
                                  self.host, self.port, _first_line(err), _first_line(e), self.limit))
                         said = True
                     time.sleep(self.retry)
-            self._c = c  # the broken client is let go: on torch 1.13 that stops its thread
+            self._c = c  # the broken client is let go (torch 1.13's are kept: new_client)
             self.reconnects += 1
             if said:
                 _log("reconnected to the rendezvous store at %s:%s after %.1f s" % (self.host, self.port, time.monotonic() - began))
