@@ -210,7 +210,7 @@ class StoreClient:
         to the server now at host:port, waiting for it up to limit. It
         reports whether the server answered at the first try. No reference
         to the failed client is held here: replaced, it is destroyed at
-        once (on torch 1.13 that stops its thread, before any quieting)."""
+        once on torch 2.x (new_client keeps torch 1.13's)."""
         with self._lock:
             if self.reconnects != seen:
                 return True
