@@ -19,7 +19,8 @@ step() { printf '\n==> [%dm%02ds] %s\n' $(((SECONDS - began) / 60)) $(((SECONDS 
 # three shards at once: test_elastic, test_elastic_faults and the other
 # modules. Their workers mostly wait (steps that sleep, timeouts, process
 # starts): one after the other the three took 353 s on torch 1.13, at once
-# 140 s. Each shard's log is printed whole once all are done.
+# 154-181 s in clean-clone runs (torch 2.15: 242-275 s). Each shard's log is
+# printed whole once all are done.
 worker_tests() {
   local py=$1 shards rc=0 pids=() m
   shards=$(mktemp -d)

@@ -150,12 +150,11 @@ class StoreClient:
     """StoreClient is a c10d store client (add, set, get, compare_set)
     that connects again when its server goes (module docstring)."""
 
-    def __init__(self, client, host, port, limit=600.0, timeout=30.0, retry=1.0, on_connect=None, connect=None):
+    def __init__(self, client, host, port, limit=600.0, timeout=30.0, retry=1.0, on_connect=None):
         self._c = client
         self.host, self.port = host, port
         self.limit, self.timeout, self.retry = limit, timeout, retry
         self.on_connect = on_connect
-        self._connect = connect or self._tcp
         self._lock = threading.Lock()
         self.reconnects = 0
         _clients.add(self)
@@ -169,11 +168,6 @@ class StoreClient:
         except OSError as e:
             raise RuntimeError("connect: %s" % e) from None
         return new_client(self.host, self.port, timedelta(seconds=self.timeout))
-
-    @property
-    def raw(self):
-        """The c10d client in use now (a process group's setup takes one)."""
-        return self._c
 
     def add(self, key, delta):
         return self._call("add", key, delta)
@@ -218,7 +212,7 @@ class StoreClient:
             said = False
             while True:
                 try:
-                    c = self._connect()
+                    c = self._tcp()
                     break
                 except RuntimeError as e:
                     waited = time.monotonic() - began
