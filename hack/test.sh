@@ -16,21 +16,21 @@ began=$SECONDS
 step() { printf '\n==> [%dm%02ds] %s\n' $(((SECONDS - began) / 60)) $(((SECONDS - began) % 60)) "$*"; }
 # worker_tests runs the worker library's tests with one interpreter (the
 # tests start their workers with that same interpreter, sys.executable) in
-# three shards at once: test_elastic, test_elastic_faults and the other
-# modules. Their workers mostly wait (steps that sleep, timeouts, process
+# four shards at once: test_elastic, test_elastic_faults, test_elastic_ddp
+# and the other modules. Their workers mostly wait (steps that sleep, timeouts, process
 # starts): one after the other the three took 353 s on torch 1.13, at once
 # 154-181 s in clean-clone runs (torch 2.15: 242-275 s). Each shard's log is
 # printed whole once all are done.
 worker_tests() {
   local py=$1 shards rc=0 pids=() m
   shards=$(mktemp -d)
-  for m in test_elastic test_elastic_faults; do
+  for m in test_elastic test_elastic_faults test_elastic_ddp; do
     ( PYTHONPATH="$PWD/python:$PWD/python/tests" "$py" -m unittest "$m" > "$shards/$m.log" 2>&1 ) &
     pids+=($!)
   done
   PYTHONPATH="$PWD/python:$PWD/python/tests" "$py" -m unittest discover -s python/tests -t python/tests -p 'test_[!e]*.py' > "$shards/rest.log" 2>&1 || rc=1
   for m in "${pids[@]}"; do wait "$m" || rc=1; done
-  cat "$shards/rest.log" "$shards/test_elastic.log" "$shards/test_elastic_faults.log"
+  cat "$shards/rest.log" "$shards/test_elastic.log" "$shards/test_elastic_faults.log" "$shards/test_elastic_ddp.log"
   rm -rf "$shards"
   return $rc
 }
@@ -48,7 +48,7 @@ if [ "$mode" = fast ]; then
   go test -count=1 ./hack/...
   step "unit tests, -short (the process-node and agent tests start the control plane: built once into the cache)"
   go test -short -count=1 ./api/... ./config/... ./internal/... ./pkg/... ./cmd/...
-  step "worker library tests on Debian's torch 1.13 (test_elastic and test_elastic_faults beside the rest: all mostly wait)"
+  step "worker library tests on Debian's torch 1.13 (test_elastic, test_elastic_faults and test_elastic_ddp beside the rest: all mostly wait)"
   worker_tests /usr/bin/python3 || { echo "worker library tests failed (above)"; exit 1; }
   step "done"
   exit 0
@@ -79,7 +79,7 @@ step "fuzzing: every fuzz target for ${ETJOB_FUZZTIME:-10s} (their corpora ran w
 make --no-print-directory fuzz FUZZTIME="${ETJOB_FUZZTIME:-10s}"
 
 for lane in 1.13:/usr/bin/python3 "2.15:$TORCH2/bin/python3"; do
-  step "worker library tests on torch ${lane%%:*} (Python stdlib unittest; real torchrun, real gloo groups; three shards at once)"
+  step "worker library tests on torch ${lane%%:*} (Python stdlib unittest; real torchrun, real gloo groups; four shards at once)"
   t0=$SECONDS
   worker_tests "${lane#*:}" || { echo "worker library tests on torch ${lane%%:*} failed (above)"; exit 1; }
   echo "lane torch ${lane%%:*}: $((SECONDS - t0)) s"

@@ -962,6 +962,9 @@ class State:
     a rollback (after a failed collective) restores it."""
 
     def __init__(self, **items):
+        self._init(items, live=False)
+
+    def _init(self, items, live):
         objects = {k: v for k, v in items.items() if hasattr(v, "state_dict") and hasattr(v, "load_state_dict")}
         values = {k: v for k, v in items.items() if k not in objects}
         object.__setattr__(self, "_objects", objects)
@@ -973,7 +976,19 @@ class State:
         object.__setattr__(self, "_dir", None)
         object.__setattr__(self, "_saving", None)
         object.__setattr__(self, "_received", 0)  # bytes of state the last sync brought this rank
+        # live: the objects themselves are the commit (etjob.elastic's
+        # Optimizer changes them only once every rank agreed to step), so a
+        # commit copies nothing and a rollback restores nothing
+        object.__setattr__(self, "_live", live)
         self._keep()
+
+    @classmethod
+    def _live_state(cls, **items):
+        """_live_state is a State whose live objects are the commit (no copy
+        a commit, no rollback): the vote-then-step Optimizer's."""
+        state = object.__new__(cls)
+        state._init(items, live=True)
+        return state
 
     def __getattr__(self, name):
         d = object.__getattribute__(self, "_objects")
@@ -1008,9 +1023,9 @@ class State:
         return {"objects": {k: _clone(o.state_dict()) for k, o in self._objects.items()},
                 "values": _clone(self._values)}
 
-    def _load(self, snap):
+    def _load(self, snap, copy=True):
         for k, o in self._objects.items():
-            o.load_state_dict(_clone(snap["objects"][k]))
+            o.load_state_dict(_clone(snap["objects"][k]) if copy else snap["objects"][k])
         self._values.clear()
         self._values.update(_clone(snap["values"]))
 
@@ -1018,11 +1033,20 @@ class State:
         # the old commit goes before the new one is copied: two copies of
         # the state at once (the live one, the commit), not three
         object.__setattr__(self, "_kept", None)
-        object.__setattr__(self, "_kept", self._snapshot())
+        if not self._live:
+            object.__setattr__(self, "_kept", self._snapshot())
+
+    def _committed(self):
+        """_committed is the last commit: the kept copy, or (live) the
+        objects' own state dicts, not copied."""
+        if self._live:
+            return {"objects": {k: o.state_dict() for k, o in self._objects.items()}, "values": dict(self._values)}
+        return self._kept
 
     def restore(self):
-        """restore rolls back to the last commit."""
-        self._load(self._kept)
+        """restore rolls back to the last commit (nothing to do when live)."""
+        if not self._live:
+            self._load(self._kept)
 
     def step_of(self):
         return int(self._values.get("step", 0))
@@ -1036,15 +1060,30 @@ class State:
         ctx = self._ctx
         if ctx is None or ctx.group is None:
             return
-        g = ctx.group
+        flags = self._flags(ctx.group)
+        ctx.allreduce(flags, dist.ReduceOp.MAX, "commit")
+        self._act(flags)
+
+    def _flags(self, g, extra=0):
+        """_flags is this rank's part of a commit's vote: whether it leaves,
+        (rank 0) how many newcomers wait, whether a checkpoint is wanted, and
+        extra slots after those for the caller (all 0)."""
         # read by rank 0's watcher: no store call per step
+        ctx = self._ctx
         joins = ctx._joins[1] if g.rank == 0 and ctx._joins[0] == g.gen else 0
-        flags = torch.zeros(g.size + 2, dtype=torch.int64)
+        flags = torch.zeros(g.size + 2 + extra, dtype=torch.int64)
         sup = ctx.sup
         flags[g.rank] = 0 if sup.check_alive() else 1
         flags[g.size] = joins
         flags[g.size + 1] = 1 if sup.should_checkpoint() else 0
-        ctx.allreduce(flags, dist.ReduceOp.MAX, "commit")
+        return flags
+
+    def _act(self, flags):
+        """_act carries out a vote every rank took part in (flags, reduced
+        with MAX): leavers exit 75, too few left stops the job at this step,
+        a leave or a join ends the generation (MembershipChanged)."""
+        ctx = self._ctx
+        g, sup = ctx.group, ctx.sup
         leaving = int(flags[:g.size].sum())
         object.__setattr__(self, "checkpoint_wanted", bool(flags[g.size + 1]))
         if not leaving and not flags[g.size]:
@@ -1126,7 +1165,9 @@ class State:
         if saving is not None and saving.is_alive():
             return False
         object.__setattr__(self, "_dir", directory)
-        kept, gen = self._kept, self.generation
+        # live, the objects change at the next step: the writer gets a copy
+        # (the only one; training waits for that copy, never for the disk)
+        kept, gen = (_clone(self._committed()) if self._live else self._kept), self.generation
         step = int(kept["values"].get("step", 0))
 
         def fence():
@@ -1174,8 +1215,8 @@ class State:
         object.__setattr__(self, "_dir", directory)  # every rank: any may save a stop below min
         if ctx is not None and ctx.group is not None and ctx.group.rank != 0:
             return None
-        state = dict(self._kept)
-        state["step"] = int(self._kept["values"].get("step", 0))
+        state = dict(self._committed())
+        state["step"] = int(state["values"].get("step", 0))
         state["generation"] = self.generation
 
         def fence():
@@ -1229,7 +1270,7 @@ class State:
         current = int(steps[g.rank]) == newest
         mine = None
         if g.rank == src or current:
-            header, tensors = stateio.flatten(self._kept)
+            header, tensors = stateio.flatten(self._committed())
             mine = stateio.dumps(header)
         size = torch.zeros(1, dtype=torch.int64)
         if g.rank == src:
@@ -1282,10 +1323,13 @@ class State:
                     ctx._retire(sub)
         if g.rank != src and not current:
             snap = stateio.unflatten(header, tensors)
-            # the received tensors are the commit (this rank's older one is
-            # let go first); the objects load copies of them
-            object.__setattr__(self, "_kept", snap)
-            self._load(snap)
+            if self._live:
+                self._load(snap, copy=False)  # the objects copy them in
+            else:
+                # the received tensors are the commit (this rank's older one
+                # is let go first); the objects load copies of them
+                object.__setattr__(self, "_kept", snap)
+                self._load(snap)
             object.__setattr__(self, "_received", total)
         return src
 
@@ -1337,6 +1381,23 @@ def _run(fn, state, *args, **kwargs):
     object.__setattr__(state, "_ctx", ctx)
     survivor, changed = False, False
     while True:
+        _meet(ctx, state, survivor, changed)
+        survivor, changed = True, False
+        try:
+            return fn(state, *args, **kwargs)
+        except CollectiveError as e:
+            _log("rolling back to step %d: %s" % (state._committed()["values"].get("step", 0), e))
+            state.restore()
+        except MembershipChanged:
+            changed = True
+
+
+def _meet(ctx, state, survivor, changed):
+    """_meet meets the others in a new generation and brings this rank to
+    the newest commit any member holds (State._sync), again until a sync
+    succeeds; it returns the generation. survivor and changed are
+    Context.rendezvous's."""
+    while True:
         began = time.monotonic()
         try:
             g = ctx.rendezvous(survivor, changed, state.step_of())
@@ -1362,14 +1423,7 @@ def _run(fn, state, *args, **kwargs):
             g.gen, g.rank, g.size, os.getpid(), state.step_of(), how, time.monotonic() - began))
         if g.rank == 0:
             print("resume step=%d world=%d generation=%d t=%.3f" % (state.step_of(), g.size, g.gen, time.time()), flush=True)
-        survivor = True
-        try:
-            return fn(state, *args, **kwargs)
-        except CollectiveError as e:
-            _log("rolling back to step %d: %s" % (state._kept["values"].get("step", 0), e))
-            state.restore()
-        except MembershipChanged:
-            changed = True
+        return g
 
 
 def allreduce_(tensor, op=dist.ReduceOp.SUM):
@@ -1414,5 +1468,8 @@ def supervisor():
     return _context().sup
 
 
+# DDP and the vote-then-step optimizer (etjob.ddp), under this module's name
+from etjob.ddp import DistributedDataParallel, Optimizer  # noqa: E402 - after what it uses
+
 __all__ = ["State", "run", "allreduce_", "broadcast_", "allreduce_gradients", "rank", "size", "supervisor",
-           "CollectiveError", "MembershipChanged", "EXIT_CODE_PREEMPTED"]
+           "DistributedDataParallel", "Optimizer", "CollectiveError", "MembershipChanged", "EXIT_CODE_PREEMPTED"]

@@ -14,7 +14,10 @@ FAULT_AT=ACTION:REGEX[:add] (the rendezvous' crash-point tests) kills
 on a key matching REGEX (with a non-zero delta, with :add) returns, once in the
 whole job, once the test armed it (the store's `fault-armed` above 0).
 END_EVERY=K: rank 0 ends its generation every K steps (as a failure would)
-and prints `resources gen=G threads=T fds=F rss_mb=M` at each new one."""
+and prints `resources gen=G threads=T fds=F rss_mb=M` at each new one.
+API=vote trains the same model through etjob.elastic.DistributedDataParallel
+and Optimizer (torch's DDP, vote then step) instead of `run` and State:
+the same step lines, the same final model."""
 
 import faulthandler
 import os
@@ -91,6 +94,8 @@ def main():
     gens = {"last": 0}
     background = os.environ.get("CHECKPOINT_ASYNC") == "1"
     every = int(os.environ.get("CHECKPOINT_EVERY", "25"))  # 0: only the library's own (a stop below min)
+    if os.environ.get("API") == "vote":
+        return vote(model, opt, sampler, x, y, batch, total, pause, ckdir, every, background)
     if ckdir:
         state.load_checkpoint(ckdir)
 
@@ -131,6 +136,38 @@ def main():
     print("ledger ok" if not problems else "ledger problems=%s" % "; ".join(problems), flush=True)
     w = model.weight.detach().reshape(-1).tolist()
     print("done step=%d pid=%d weight=%s" % (state.step, os.getpid(), ",".join("%.6f" % v for v in w)), flush=True)
+
+
+def vote(model, opt, sampler, x, y, batch, total, pause, ckdir, every, background):
+    """The same training through DDP and the vote-then-step Optimizer."""
+    ddp = elastic.DistributedDataParallel(model)
+    opt = elastic.Optimizer(opt, ddp, sampler=sampler)
+    if ckdir:
+        opt.load_checkpoint(ckdir)
+    for step in opt.steps(total):
+        rank, world = elastic.rank(), elastic.size()
+        idx = sampler.batch(rank, world)
+        opt.zero_grad()
+        # DDP averages over the ranks: each rank's share of the global
+        # batch's sum, times the world, is the run API's gradient
+        loss = ((ddp(x[idx]).squeeze(1) - y[idx]) ** 2).sum() * world / batch
+        loss.backward()
+        time.sleep(pause)
+        if not opt.step():
+            continue
+        sys.stdout.write("step=%d rank=%d world=%d gen=%d pid=%d t=%.3f\n" % (
+            step + 1, rank, world, elastic._ctx.group.gen if elastic._ctx.group else 0, os.getpid(), time.time()))
+        sys.stdout.flush()
+        if ckdir and every and elastic.rank() == 0 and (step + 1) % every == 0:
+            if background:
+                opt.checkpoint_async(ckdir, done=lambda path, took: print(
+                    "checkpoint %s in %.1f s" % (os.path.basename(path), took), flush=True))
+            else:
+                opt.checkpoint(ckdir)
+    problems = etorch.check_ledger(sampler.ledger, len(y), batch)
+    print("ledger ok" if not problems else "ledger problems=%s" % "; ".join(problems), flush=True)
+    w = model.weight.detach().reshape(-1).tolist()
+    print("done step=%d pid=%d weight=%s" % (opt.step_count, os.getpid(), ",".join("%.6f" % v for v in w)), flush=True)
 
 
 if __name__ == "__main__":

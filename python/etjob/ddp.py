@@ -1,0 +1,404 @@
+"""DDP and vote-then-step for etjob.elastic (public names in etjob.elastic).
+
+A DDP script adopts in-process recovery with a few changed lines and no
+re-indent (docs/worker-library.md shows the diff of examples/gpt):
+
+    model = elastic.DistributedDataParallel(model)
+    opt = elastic.Optimizer(torch.optim.AdamW(model.parameters()), model, sampler=sampler)
+    opt.load_checkpoint(checkpoint_dir)
+    for step in opt.steps(total):           # the agreed step; a failed one comes again
+        rank, world = elastic.rank(), elastic.size()
+        ...forward on this rank's share of the global batch...
+        opt.zero_grad()
+        loss.backward()                     # torch's DDP: buckets, overlap
+        opt.step()                          # steps only once every rank agreed
+
+How:
+
+* `DistributedDataParallel` is torch's own DDP (its buckets, and their
+  all-reduce overlapped with the backward pass), one per generation, with a
+  communication hook that sends each bucket through the generation's gloo
+  group and hands DDP a future this module completes: when the all-reduce is
+  done, or at once when it failed, when another rank ended the generation or
+  when it ran past its deadline (Context.timeout_for its bytes). A failed
+  bucket is abandoned, never waited for; DDP gets zeros for it and the
+  backward pass returns. DDP's own process group is a local group of one (the
+  hook does every cross-rank reduction), so DDP never runs a collective of
+  its own that could not be bounded: not at construction (the state is
+  already the same on every rank after the generation's sync) and not when
+  it rebuilds its buckets in its second iteration. Each rank's bucket layout
+  goes into the vote, so ranks whose buckets differ are found, not averaged.
+* `Optimizer.step()` is the vote: one small all-reduce (who leaves, who
+  joins, whether a checkpoint is wanted, whether a rank's gradients failed,
+  the bucket layout). Only when every rank took part and none failed does
+  every rank step the wrapped optimizer and count the step. A failed step
+  changed nothing: no copy of the model and optimizer is kept per step, and
+  nothing is rolled back. A rank whose vote failed after another's succeeded
+  is one step behind; the next generation's sync brings it to the newest.
+* `Optimizer.steps(total)` yields the agreed step; between two steps it
+  meets the others in a new generation when one is needed (a failure, a
+  leave, a join), brings every rank to the newest commit (a joiner's state
+  by broadcast, as tensors) and gives DDP the new group.
+
+The step is the library's: a skipped step is yielded again. A learning rate
+set from the step (or a scheduler stepped only when `opt.step()` returns
+True) stays right; anything else the loop changes per step is not rolled
+back when a step is skipped.
+"""
+
+import collections
+import threading
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as _TorchDDP
+
+from etjob import elastic
+
+_MOD = 2**61 - 1  # the bucket layout's hash stays an int64
+
+
+class _Item:
+    __slots__ = ("work", "fut", "buf", "deadline", "done")
+
+    def __init__(self, work, fut, buf, deadline):
+        self.work, self.fut, self.buf, self.deadline, self.done = work, fut, buf, deadline, False
+
+
+class _Buckets:
+    """_Buckets is one generation's communication hook: each bucket's
+    all-reduce is launched at once (DDP's overlap) and waited for by a
+    thread of its own (a blocking wait, the GIL let go); a watchdog fails
+    the buckets in flight when the generation ended or a deadline passed.
+    Once failed, every bucket completes at once with zeros."""
+
+    def __init__(self, ctx, group):
+        self.ctx, self.group = ctx, group
+        self.failed = None
+        self.layout = 0
+        self._cv = threading.Condition()
+        self._queue = collections.deque()  # launched, not yet waited for
+        self._pending = []                 # not yet completed
+        self._closed = False
+        for target, name in ((self._waiter, "etjob-ddp-wait"), (self._watchdog, "etjob-ddp-watch")):
+            threading.Thread(target=target, name="%s-%d" % (name, group.gen), daemon=True).start()
+
+    def hook(self, _state, bucket):
+        buf = bucket.buffer()
+        self.layout = (self.layout * 1000003 + buf.numel() + 1) % _MOD
+        fut = torch.futures.Future()
+        if self.failed is not None:
+            fut.set_result(torch.zeros_like(buf))
+            return fut
+        g = self.group
+        buf.div_(g.size)  # DDP's mean over the ranks
+        try:
+            work = g.pg.allreduce([buf])
+        except RuntimeError as e:
+            self._fail("bucket all-reduce failed: %s" % (str(e).splitlines() or ["?"])[0], end=True)
+            fut.set_result(torch.zeros_like(buf))
+            return fut
+        nbytes = buf.numel() * buf.element_size()
+        item = _Item(work, fut, buf, time.monotonic() + self.ctx.timeout_for(nbytes))
+        with self._cv:
+            self._queue.append(item)
+            self._pending.append(item)
+            self._cv.notify_all()
+        return fut
+
+    def _waiter(self):
+        while True:
+            with self._cv:
+                while not self._queue and not self._closed:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                item = self._queue.popleft()
+            err = None
+            try:
+                item.work.wait()  # lets go of the GIL; ends at once on torch 2.x once the group is aborted
+            except RuntimeError as e:
+                err = (str(e).splitlines() or ["?"])[0]
+            if err is not None:
+                self._fail("bucket all-reduce failed: %s" % err, end=True)
+                continue
+            with self._cv:
+                if item.done:
+                    continue
+                item.done = True
+                self._pending.remove(item)
+            item.fut.set_result(item.buf)
+
+    def _watchdog(self):
+        while True:
+            with self._cv:
+                if self._closed:
+                    return
+                self._cv.wait(0.05 if self._pending else None)
+                pending = list(self._pending)
+            if not pending:
+                continue
+            gen = self.group.gen
+            if self.ctx.over(gen):
+                self._fail("another rank ended generation %d" % gen)
+            elif time.monotonic() > min(i.deadline for i in pending):
+                self._fail("a bucket's all-reduce ran past its deadline", end=True)
+
+    def _fail(self, why, end=False):
+        """_fail completes every bucket in flight with zeros (DDP's backward
+        pass returns; the vote then skips the step) and, when this rank found
+        the failure, ends the generation."""
+        with self._cv:
+            first = self.failed is None
+            if first:
+                self.failed = why
+            items, self._pending = self._pending, []
+            for i in items:
+                i.done = True
+            if items:
+                self.group.work = items[0].work  # in flight: _retire parks its group
+        for i in items:
+            i.fut.set_result(torch.zeros_like(i.buf))
+        if first and end:
+            try:
+                self.ctx.end(self.group.gen, why)
+            except Exception as e:  # noqa: BLE001 - the vote fails on this rank anyway
+                elastic._log("ending generation %d: %s" % (self.group.gen, e))
+
+    def reset(self):
+        """reset starts a step's layout over (after its vote)."""
+        self.layout = 0
+
+    def close(self):
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+
+
+_local = {}
+
+
+def _local_group():
+    """_local_group is a process group of one, on this process alone: DDP's
+    own group (its construction and bucket rebuild run no cross-rank
+    collective on it). One for the process's life."""
+    if "pg" not in _local:
+        store = dist.HashStore()
+        backend = dist.ProcessGroupGloo(store, 0, 1, timedelta(seconds=60))
+        if isinstance(backend, dist.ProcessGroup):
+            _local["pg"] = backend  # torch 1.13: a gloo group is a ProcessGroup
+        else:
+            # torch 2.x: a gloo group is a backend of a ProcessGroup
+            pg = dist.ProcessGroup(store, 0, 1)
+            pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+            pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend)
+            _local["pg"] = pg
+    return _local["pg"]
+
+
+class DistributedDataParallel(nn.Module):
+    """DistributedDataParallel wraps module in torch's DDP, rebuilt for each
+    generation, its buckets' all-reduces bounded and abandoned on a failure
+    (module docstring). Its state_dict is DDP's (`module.` before each
+    key). Keyword arguments go to torch's DDP (bucket_cap_mb, ...), except
+    process_group, broadcast_buffers (always False: buffers are part of the
+    state every rank already holds) and gradient_as_bucket_view (False: an
+    abandoned all-reduce may still write into its bucket)."""
+
+    def __init__(self, module, **ddp_kwargs):
+        super().__init__()
+        for bad in ("process_group", "broadcast_buffers", "gradient_as_bucket_view", "device_mesh"):
+            if bad in ddp_kwargs:
+                raise TypeError("etjob.elastic.DistributedDataParallel: %s is etjob's to set" % bad)
+        self.module = module
+        object.__setattr__(self, "_kwargs", ddp_kwargs)
+        object.__setattr__(self, "_ddp", None)
+        object.__setattr__(self, "_buckets", None)
+
+    def _bind(self, ctx, group):
+        """_bind builds torch's DDP for generation group."""
+        old = self._buckets
+        if old is not None:
+            old.close()
+        buckets = _Buckets(ctx, group)
+        kwargs = dict(self._kwargs, process_group=_local_group(), broadcast_buffers=False)
+        ddp = _TorchDDP(self.module, **kwargs)
+        ddp.register_comm_hook(None, buckets.hook)
+        object.__setattr__(self, "_ddp", ddp)
+        object.__setattr__(self, "_buckets", buckets)
+
+    def forward(self, *args, **kwargs):
+        ddp = self._ddp
+        ctx = elastic._ctx
+        if ddp is None or not torch.is_grad_enabled() or ctx is None or ctx.group is None \
+                or self._buckets.group is not ctx.group:
+            return self.module(*args, **kwargs)
+        return ddp(*args, **kwargs)
+
+
+class Optimizer(torch.optim.Optimizer):
+    """Optimizer wraps a torch optimizer: step() steps it only once every
+    rank agreed (the vote; module docstring) and returns whether it did.
+    model is the etjob.elastic.DistributedDataParallel it trains; the
+    keyword arguments are more of the state a joiner gets and a checkpoint
+    holds: objects with state_dict/load_state_dict (an ElasticSampler,
+    committed at each agreed step) or plain values. The step is the
+    library's (`steps`)."""
+
+    def __init__(self, optimizer, model, **state):  # noqa: super().__init__ not called: a wrapper
+        if isinstance(optimizer, Optimizer):
+            raise TypeError("etjob.elastic.Optimizer: the optimizer is wrapped already")
+        for name in ("model", "optimizer", "step"):
+            if name in state:
+                raise TypeError("etjob.elastic.Optimizer: %r is a name of etjob's state" % name)
+        self.optimizer = optimizer
+        self.model = model
+        module = model.module if isinstance(model, DistributedDataParallel) else model
+        self._state = elastic.State._live_state(model=module, optimizer=optimizer, step=0, **state)
+        self._ctx = None
+        self._meet = True     # a new generation is needed before the next step
+        self._survivor = False
+        self._changed = False
+        self._acting = None   # the last vote's leave or join, carried out before the next step
+
+    # torch.optim.Optimizer's attributes are the wrapped one's (schedulers read them)
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    @property
+    def defaults(self):
+        return self.optimizer.defaults
+
+    @property
+    def state(self):
+        return self.optimizer.state
+
+    def __repr__(self):
+        return "etjob.elastic.Optimizer(%r)" % (self.optimizer,)
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict):
+        self.optimizer.load_state_dict(state_dict)
+
+    def zero_grad(self, set_to_none=True):
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def add_param_group(self, param_group):
+        self.optimizer.add_param_group(param_group)
+
+    # -- the steps --------------------------------------------------------
+
+    @property
+    def step_count(self):
+        """step_count is the number of agreed steps (the state's step)."""
+        return self._state.step_of()
+
+    @property
+    def checkpoint_wanted(self):
+        """Whether a rank's node asked for a checkpoint (its agent's early
+        warning), agreed at the last vote."""
+        return self._state.checkpoint_wanted
+
+    def steps(self, total):
+        """steps yields the agreed step until total: each step once it is
+        this rank's turn to do it, again when it was skipped (a failure).
+        Between two steps it meets the others in a new generation when one
+        is needed."""
+        while True:
+            if self._acting is not None:
+                flags, self._acting = self._acting, None
+                try:
+                    self._state._act(flags)  # a leaver exits 75 here, a stop below min too
+                except elastic.MembershipChanged:
+                    self._meet, self._changed = True, True
+            if self._meet:
+                self._generation()
+            step = self._state.step_of()
+            if step >= total:
+                return
+            yield step
+
+    def _generation(self):
+        ctx = self._ctx
+        if ctx is None:
+            ctx = self._ctx = elastic._context()
+            object.__setattr__(self._state, "_ctx", ctx)
+        g = elastic._meet(ctx, self._state, self._survivor, self._changed)
+        self._survivor, self._changed, self._meet = True, False, False
+        if isinstance(self.model, DistributedDataParallel):
+            self.model._bind(ctx, g)
+
+    def step(self, closure=None):
+        """step votes, then steps the wrapped optimizer when every rank took
+        part and none failed; it returns whether it stepped. A leave or a
+        join it agreed on is carried out before the next step (a leaver
+        exits 75 there: its last step's loop body runs to its end)."""
+        if closure is not None:
+            raise TypeError("etjob.elastic.Optimizer.step: a closure is not supported (the vote is one per step)")
+        state, ctx = self._state, self._ctx
+        if ctx is None or ctx.group is None or self._meet:
+            raise RuntimeError("etjob.elastic.Optimizer.step outside `for step in opt.steps(total)`")
+        g = ctx.group
+        buckets = self.model._buckets if isinstance(self.model, DistributedDataParallel) else None
+        flags = state._flags(g, extra=3)
+        x = g.size + 2
+        failed = buckets is not None and buckets.failed is not None
+        layout = buckets.layout if buckets is not None else 0
+        flags[x] = 1 if failed else 0
+        flags[x + 1], flags[x + 2] = layout, -layout
+        try:
+            ctx.allreduce(flags, dist.ReduceOp.MAX, "vote")
+        except elastic.CollectiveError as e:
+            elastic._log("step %d skipped: %s" % (state.step_of(), e))
+            self._meet = True
+            return False
+        finally:
+            if buckets is not None:
+                buckets.reset()
+        if flags[x]:
+            if failed:
+                elastic._log("step %d skipped: %s" % (state.step_of(), buckets.failed))
+            self._meet = True
+            return False
+        if int(flags[x + 1]) != -int(flags[x + 2]):
+            ctx.end(g.gen, "the ranks' DDP buckets differ")
+            raise RuntimeError("etjob.elastic: the ranks' DDP buckets differ (parameters, their order or "
+                               "bucket_cap_mb differ between ranks): their gradients cannot be averaged")
+        self.optimizer.step()
+        for o in state._objects.values():
+            if o is not self.optimizer and o is not state._objects["model"] and callable(getattr(o, "commit", None)):
+                o.commit()
+        state._values["step"] = state.step_of() + 1
+        state.commits += 1
+        object.__setattr__(state, "checkpoint_wanted", bool(flags[g.size + 1]))
+        if int(flags[:g.size].sum()) or flags[g.size]:
+            # a leave or a join: carried out between this step and the
+            # next (steps), once the loop's body has finished this one
+            self._acting = flags[:x]
+        return True
+
+    # -- disk -------------------------------------------------------------
+
+    def load_checkpoint(self, directory):
+        """load_checkpoint loads the newest checkpoint of directory (before
+        the first step); False when there is none."""
+        return self._state.load_checkpoint(directory)
+
+    def checkpoint_async(self, directory, done=None):
+        """checkpoint_async: State.checkpoint_async of the last agreed step
+        (rank 0; a copy of the state is taken here, the disk is written in
+        the background)."""
+        return self._state.checkpoint_async(directory, done)
+
+    def checkpoint(self, directory):
+        """checkpoint: State.checkpoint of the last agreed step (rank 0)."""
+        return self._state.checkpoint(directory)
+
+    def flush(self, timeout=None):
+        return self._state.flush(timeout)

@@ -1,0 +1,32 @@
+"""etjob.elastic's DDP and vote-then-step Optimizer (etjob.ddp) under the
+faults of test_elastic: the same worker (elastic_worker.py with API=vote:
+torch's DDP, its buckets through bounded all-reduces, the optimizer stepped
+only once every rank agreed), the same real gloo groups and TCPStore, the
+same checks (no survivor restarted, the ledger exact, every rank ends with
+the undisturbed run's model)."""
+
+import unittest
+
+import test_elastic as te
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class VoteRecoveryTest(te.Undisturbed, unittest.TestCase):
+    def job(self, n, nnodes, **kw):
+        kw["env"] = dict(kw.get("env") or {}, API="vote")
+        return te.Job(self, n, nnodes, **kw)
+
+    test_hard_kill_survivors_go_on_in_process = te.InProcessRecoveryTest.test_hard_kill_survivors_go_on_in_process
+    test_frozen_rank_is_left_behind_then_fenced = te.InProcessRecoveryTest.test_frozen_rank_is_left_behind_then_fenced
+    test_joiner_takes_the_state_by_broadcast = te.InProcessRecoveryTest.test_joiner_takes_the_state_by_broadcast
+    test_sigterm_leaves_at_a_commit = te.InProcessRecoveryTest.test_sigterm_leaves_at_a_commit
+    test_below_min_everyone_stops_at_one_step_and_resumes_from_disk = \
+        te.InProcessRecoveryTest.test_below_min_everyone_stops_at_one_step_and_resumes_from_disk
+    test_below_min_after_a_hard_loss_the_newest_commit_is_saved = \
+        te.InProcessRecoveryTest.test_below_min_after_a_hard_loss_the_newest_commit_is_saved
+    stop_below_min_and_resume = te.InProcessRecoveryTest.stop_below_min_and_resume
+    resume_from_disk = te.InProcessRecoveryTest.resume_from_disk
+
+
+if __name__ == "__main__":
+    unittest.main()
