@@ -126,6 +126,17 @@ bench-generations: ## What each etjob.elastic generation leaves behind (threads,
 	PYTHONPATH="$$PWD/python:$$PWD/python/tests" /usr/bin/python3 python/tests/bench_generations.py --gens 200
 	PYTHONPATH="$$PWD/python:$$PWD/python/tests" "$$(hack/install-torch2.sh)/bin/python3" python/tests/bench_generations.py --gens 200
 
+# TORCHFT_MINUTES of hard kills (one every TORCHFT_EVERY seconds, the rank
+# started again after TORCHFT_RESTART_DELAY) in `make bench-torchft`.
+TORCHFT_MINUTES ?= 10
+TORCHFT_EVERY ?= 30
+TORCHFT_RESTART_DELAY ?= 5
+
+.PHONY: bench-torchft
+bench-torchft: ## Head to head on the GPT example (torch 2.15, gloo): plain DDP, torchft 0.2.0 and etjob.elastic; step time vs DDP, then a hard kill every TORCHFT_EVERY s for TORCHFT_MINUTES (docs/benchmarks.md).
+	hack/install-deps.sh
+	hack/bench-torchft.py --python "$$(hack/install-torch2.sh)/bin/python3" --fault-minutes $(TORCHFT_MINUTES) --every $(TORCHFT_EVERY) --restart-delay $(TORCHFT_RESTART_DELAY)
+
 # FAULTS_MINUTES of faults per mode (a kill or a join every FAULTS_EVERY) in
 # `make bench-faults`, for each of FAULTS_MODES.
 FAULTS_MINUTES ?= 10

@@ -1463,6 +1463,30 @@ def size():
     return c.group.size if c and c.group else 1
 
 
+def get_rank():
+    """get_rank is torch.distributed's name for rank()."""
+    return rank()
+
+
+def get_world_size():
+    """get_world_size is torch.distributed's name for size()."""
+    return size()
+
+
+def init_process_group(backend="gloo", **kwargs):
+    """init_process_group is torch.distributed's call, kept so that a DDP
+    script adopts etjob.elastic by its import line: it forms no group (the
+    ranks meet in Optimizer.steps, and again after every membership change)
+    and only checks the backend. gloo is the one built (on CPU, or on CUDA
+    tensors); the others are refused by name."""
+    if backend not in ("gloo", dist.Backend.GLOO):
+        raise ValueError("etjob.elastic.init_process_group: backend %r is not supported yet (gloo is); "
+                         "docs/status.md says what is missing for NCCL" % (backend,))
+    unknown = set(kwargs) - {"init_method", "timeout", "world_size", "rank", "store", "group_name", "pg_options", "device_id"}
+    if unknown:
+        raise TypeError("etjob.elastic.init_process_group: unexpected %s" % ", ".join(sorted(unknown)))
+
+
 def supervisor():
     """supervisor is this pod's etjob.supervisor.Supervisor (notices, progress)."""
     return _context().sup
@@ -1472,4 +1496,5 @@ def supervisor():
 from etjob.ddp import DistributedDataParallel, Optimizer  # noqa: E402 - after what it uses
 
 __all__ = ["State", "run", "allreduce_", "broadcast_", "allreduce_gradients", "rank", "size", "supervisor",
+           "get_rank", "get_world_size", "init_process_group",
            "DistributedDataParallel", "Optimizer", "CollectiveError", "MembershipChanged", "EXIT_CODE_PREEMPTED"]
