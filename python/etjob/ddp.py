@@ -47,6 +47,7 @@ back when a step is skipped.
 """
 
 import collections
+import os
 import threading
 import time
 from datetime import timedelta
@@ -58,7 +59,8 @@ from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
 from etjob import elastic
 
-_MOD = 2**61 - 1  # the bucket layout's hash stays an int64
+_MOD = 2**61 - 1
+_DDP_ARGS = _TorchDDP.__init__.__code__.co_varnames  # the bucket layout's hash stays an int64
 
 
 class _Item:
@@ -75,8 +77,9 @@ class _Buckets:
     the buckets in flight when the generation ended or a deadline passed.
     Once failed, every bucket completes at once with zeros."""
 
-    def __init__(self, ctx, group):
+    def __init__(self, ctx, group, pg, transport):
         self.ctx, self.group = ctx, group
+        self.pg, self.transport = pg, transport  # the data group the buckets cross (the generation's gloo group, or its own)
         self.failed = None
         self.layout = 0
         self._cv = threading.Condition()
@@ -96,7 +99,7 @@ class _Buckets:
         g = self.group
         buf.div_(g.size)  # DDP's mean over the ranks
         try:
-            work = g.pg.allreduce([buf])
+            work = self.pg.allreduce([buf])
         except RuntimeError as e:
             self._fail("bucket all-reduce failed: %s" % (str(e).splitlines() or ["?"])[0], end=True)
             fut.set_result(torch.zeros_like(buf))
@@ -119,6 +122,15 @@ class _Buckets:
                 item = self._queue.popleft()
             err = None
             try:
+                if self.transport.polled:
+                    # NCCL: wait() and the work's future return at enqueue,
+                    # is_completed() says when the reduction is done
+                    nap = 0.0002
+                    while not item.work.is_completed() and not item.done:
+                        time.sleep(nap)
+                        nap = min(nap * 1.5, 0.002)
+                    if item.done:
+                        continue
                 item.work.wait()  # lets go of the GIL; ends at once on torch 2.x once the group is aborted
             except RuntimeError as e:
                 err = (str(e).splitlines() or ["?"])[0]
@@ -158,7 +170,7 @@ class _Buckets:
             items, self._pending = self._pending, []
             for i in items:
                 i.done = True
-            if items:
+            if items and self.pg is self.group.pg:
                 self.group.work = items[0].work  # in flight: _retire parks its group
         for i in items:
             i.fut.set_result(torch.zeros_like(i.buf))
@@ -176,6 +188,63 @@ class _Buckets:
         with self._cv:
             self._closed = True
             self._cv.notify_all()
+
+
+class _GlooTransport:
+    """The buckets cross the generation's own gloo group (CPU tensors, or
+    CUDA tensors through gloo)."""
+
+    name = "gloo"
+    polled = False  # a work's wait() returns once it is done
+
+    def group(self, ctx, g):
+        return g.pg
+
+    def release(self, pg, gen):
+        pass  # the generation's group: Context retires it
+
+
+class _NCCLTransport:
+    """The buckets cross an NCCL communicator of their own, a new one each
+    generation (the old one aborted: its GPU memory freed, its kernels in
+    flight ended). NCCL completes a work's wait() and future when the work
+    is enqueued, so completion is polled (is_completed). Its own error
+    handling must not end the process: TORCH_NCCL_ASYNC_ERROR_HANDLING is
+    0 unless set (the watchdog here ends a generation on a failure or a
+    deadline, and the communicator is aborted). Not run on a GPU by the
+    tests: docs/status.md."""
+
+    name = "nccl"
+    polled = True
+
+    def group(self, ctx, g):
+        store = dist.PrefixStore(ctx._k("g%d/data/" % g.gen), ctx._client())
+        opts = dist.ProcessGroupNCCL.Options()
+        if hasattr(opts, "config"):
+            opts.config.blocking = False  # abort() never waits for a hung communicator
+        return dist.ProcessGroupNCCL(store, g.rank, g.size, opts)
+
+    def release(self, pg, gen):
+        try:
+            pg.abort()
+        except RuntimeError as e:
+            elastic._log("abort of generation %d's data group: %s" % (gen, (str(e).splitlines() or ["?"])[0]))
+
+
+# The data group's transport, by init_process_group's backend name (the
+# tests add a fake one).
+TRANSPORTS = {"gloo": _GlooTransport, "nccl": _NCCLTransport}
+_transport = {"now": _GlooTransport()}
+
+
+def use(backend):
+    """use makes backend (a name of TRANSPORTS) the data group's transport."""
+    if backend not in TRANSPORTS:
+        raise ValueError("etjob.elastic.init_process_group: backend %r is not supported (%s are)" % (
+            backend, ", ".join(sorted(TRANSPORTS))))
+    if backend == "nccl":
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
+    _transport["now"] = TRANSPORTS[backend]()
 
 
 _local = {}
@@ -210,7 +279,7 @@ class DistributedDataParallel(nn.Module):
 
     def __init__(self, module, **ddp_kwargs):
         super().__init__()
-        for bad in ("process_group", "broadcast_buffers", "gradient_as_bucket_view", "device_mesh"):
+        for bad in ("process_group", "broadcast_buffers", "forward_sync_buffers", "gradient_as_bucket_view", "device_mesh"):
             if bad in ddp_kwargs:
                 raise TypeError("etjob.elastic.DistributedDataParallel: %s is etjob's to set" % bad)
         self.module = module
@@ -223,8 +292,13 @@ class DistributedDataParallel(nn.Module):
         old = self._buckets
         if old is not None:
             old.close()
-        buckets = _Buckets(ctx, group)
-        kwargs = dict(self._kwargs, process_group=_local_group(), broadcast_buffers=False)
+            if old.pg is not old.group.pg:
+                old.transport.release(old.pg, old.group.gen)
+        transport = _transport["now"]
+        buckets = _Buckets(ctx, group, transport.group(ctx, group), transport)
+        kwargs = dict(self._kwargs, process_group=_local_group())
+        # buffers are not synced per forward (torch 2.x renamed the switch)
+        kwargs["forward_sync_buffers" if "forward_sync_buffers" in _DDP_ARGS else "broadcast_buffers"] = False
         ddp = _TorchDDP(self.module, **kwargs)
         ddp.register_comm_hook(None, buckets.hook)
         object.__setattr__(self, "_ddp", ddp)

@@ -482,6 +482,13 @@ class Context:
             want, survivor = None, False
         sys.exit("etjob.elastic: no generation with %d members formed in %.0f s" % (self.min, self.join_timeout))
 
+    def _client(self):
+        """_client is a new store client (a data group's setup)."""
+        client = new_client(self.host, self.port, timedelta(seconds=self.setup_limit()))
+        if not _ABORTABLE:
+            _keep_forever(client)
+        return client
+
     def _make_pg(self, key, rank, n):
         """_make_pg makes a gloo group of n ranks over the store prefix key,
         with a store client of its own (returned too)."""
@@ -1477,11 +1484,14 @@ def init_process_group(backend="gloo", **kwargs):
     """init_process_group is torch.distributed's call, kept so that a DDP
     script adopts etjob.elastic by its import line: it forms no group (the
     ranks meet in Optimizer.steps, and again after every membership change)
-    and only checks the backend. gloo is the one built (on CPU, or on CUDA
-    tensors); the others are refused by name."""
-    if backend not in ("gloo", dist.Backend.GLOO):
-        raise ValueError("etjob.elastic.init_process_group: backend %r is not supported yet (gloo is); "
-                         "docs/status.md says what is missing for NCCL" % (backend,))
+    and chooses the transport of DistributedDataParallel's buckets: gloo
+    (the generation's own group; CPU or CUDA tensors) or nccl (a
+    communicator of their own each generation; the votes, the state's sync
+    and the heartbeats stay on gloo and the store). Others are refused by
+    name."""
+    from etjob import ddp
+
+    ddp.use(str(backend))
     unknown = set(kwargs) - {"init_method", "timeout", "world_size", "rank", "store", "group_name", "pg_options", "device_id"}
     if unknown:
         raise TypeError("etjob.elastic.init_process_group: unexpected %s" % ", ".join(sorted(unknown)))

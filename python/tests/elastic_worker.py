@@ -15,7 +15,7 @@ on a key matching REGEX (with a non-zero delta, with :add) returns, once in the
 whole job, once the test armed it (the store's `fault-armed` above 0).
 END_EVERY=K: rank 0 ends its generation every K steps (as a failure would)
 and prints `resources gen=G threads=T fds=F rss_mb=M` at each new one.
-API=vote trains the same model through etjob.elastic.DistributedDataParallel
+API=vote (FAKE_NCCL=1: with tests/fake_nccl.py's transport) trains the same model through etjob.elastic.DistributedDataParallel
 and Optimizer (torch's DDP, vote then step) instead of `run` and State:
 the same step lines, the same final model."""
 
@@ -139,7 +139,13 @@ def main():
 
 
 def vote(model, opt, sampler, x, y, batch, total, pause, ckdir, every, background):
-    """The same training through DDP and the vote-then-step Optimizer."""
+    """The same training through DDP and the vote-then-step Optimizer
+    (FAKE_NCCL=1: its buckets through the fake NCCL transport)."""
+    if os.environ.get("FAKE_NCCL") == "1":
+        import fake_nccl
+
+        fake_nccl.install()
+        elastic.init_process_group("fake-nccl")
     ddp = elastic.DistributedDataParallel(model)
     opt = elastic.Optimizer(opt, ddp, sampler=sampler)
     if ckdir:

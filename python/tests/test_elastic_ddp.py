@@ -28,5 +28,28 @@ class VoteRecoveryTest(te.Undisturbed, unittest.TestCase):
     resume_from_disk = te.InProcessRecoveryTest.resume_from_disk
 
 
+@unittest.skipIf(te.dist is None, "needs torch")
+class FakeNCCLTest(te.Undisturbed, unittest.TestCase):
+    """The buckets through tests/fake_nccl.py's transport (a fake NCCL on
+    CPU: a communicator a generation, aborted when it ends; wait() returns
+    at enqueue, only is_completed() tells): the replicas end equal to the
+    undisturbed run (they diverge when the library trusts wait()), and a
+    hard kill aborts the old communicator and makes a new one, in the same
+    processes."""
+
+    def job(self, n, nnodes, **kw):
+        kw["env"] = dict(kw.get("env") or {}, API="vote", FAKE_NCCL="1")
+        self.last = te.Job(self, n, nnodes, **kw)
+        return self.last
+
+    def test_hard_kill_aborts_the_communicator_and_goes_on(self):
+        te.InProcessRecoveryTest.test_hard_kill_survivors_go_on_in_process(self)
+        job = self.last
+        for n in ("w0", "w1", "w2"):
+            self.assertIn("fake-nccl: aborted 1", job.lines(n, "err"), "%s:\n%s" % (n, job.dump()))
+
+    test_joiner_takes_the_state_by_broadcast = te.InProcessRecoveryTest.test_joiner_takes_the_state_by_broadcast
+
+
 if __name__ == "__main__":
     unittest.main()
