@@ -1,0 +1,825 @@
+"""etjob.elastic's generations: the rendezvous store's protocol, the
+heartbeats and the bounded collectives (one concern of etjob.elastic; its
+docstring and docs/worker-library.md say what they do).
+
+Context is one rank's view of the job: it agrees generations with the others
+in the store (counters only), watches the next rank's heartbeats, and runs
+this rank's collectives with deadlines, abandoned on a failure. Group is one
+generation."""
+
+import ctypes
+import os
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from etjob import EXIT_CODE_PREEMPTED
+from etjob.storeclient import StoreClient, new_client
+
+
+class CollectiveError(RuntimeError):
+    """A collective of this generation failed, timed out or was abandoned:
+    `run` rolls back to the last commit and meets the others again."""
+
+
+class MembershipChanged(Exception):
+    """Raised by State.commit when members leave or join at this commit: the
+    step is committed, `run` meets the others in the next generation."""
+
+
+class BelowMin(Exception):
+    """Raised by Context.rendezvous when the survivors of a hard loss stayed
+    below the minimum for $ETJOB_BELOW_MIN_SECONDS: every rank that arrived
+    stops (exit 75); the one holding the newest commit (the lowest such rank)
+    saves it first (saver)."""
+
+    def __init__(self, gen, saver, arrived):
+        super().__init__("generation %d: %d arrived, below the minimum" % (gen, arrived))
+        self.gen, self.saver, self.arrived = gen, saver, arrived
+
+
+# The store protocol's version (the keys of Context's docstring): ranks of
+# one job that speak another, or run another torch, refuse to go on.
+PROTOCOL = 2
+# Added to a generation's close count when its closer stops it below min.
+_STOP = 1 << 40
+# A rank's arrival code (g<G>/m<i>): 1 + (its old rank, or _MEMBER_LATE for a
+# former member that comes back as a newcomer, or _NEWCOMER) + its committed
+# step (at most _STEP_MAX) times 2^33.
+_NEWCOMER, _STEP_SHIFT = 1 << 32, 33
+_MEMBER_LATE = _NEWCOMER - 1
+_MEMBER_MASK = (1 << _STEP_SHIFT) - 1
+_STEP_MAX = (1 << 30) - 1
+
+
+def _env_float(name, default):
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        sys.exit("etjob.elastic: %s=%r is not a number of seconds" % (name, os.environ.get(name)))
+
+
+def _log(msg):
+    sys.stderr.write("etjob.elastic: %s t=%.3f\n" % (msg, time.time()))
+    sys.stderr.flush()
+
+
+def _raise_fd_limit():
+    """On a torch whose gloo groups cannot be aborted (1.13) every generation
+    left behind keeps its sockets (+6 fds and +4 threads a generation,
+    measured): the soft limit on open files goes up to the hard one."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+def _fatal(msg):
+    """_fatal ends this rank with msg (exit 1): a mistake no retry mends."""
+    sys.exit("etjob.elastic: " + msg)
+
+
+def _torch_minor():
+    return ".".join(torch.__version__.split("+")[0].split(".")[:2])
+
+
+def _keep_forever(obj):
+    """_keep_forever leaks obj on purpose: a gloo group is never destroyed,
+    not when abandoned and not at exit. torch 1.13's gloo has no abort, its
+    destructor waits for work in flight, and a peer's closed connection in a
+    group being torn down ends the process (std::terminate)."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+class Group:
+    """Group is one generation: its number, this rank, its size, its gloo
+    group (and, where groups can be aborted, the store client of its setup)."""
+
+    def __init__(self, gen, rank, size, pg, ids, client=None):
+        self.gen, self.rank, self.size, self.pg, self.ids = gen, rank, size, pg, ids
+        self.client = client
+        self.work = None  # the work in flight, while this rank waits for it (or after it gave up on it)
+
+
+# torch 2.x's gloo groups have abort(), which ends their work in flight and
+# their connections: a generation left behind is aborted and let go. torch
+# 1.13's have none, and are leaked instead (_keep_forever).
+_ABORTABLE = hasattr(dist.ProcessGroupGloo, "abort")
+_SET_TIMEOUT = hasattr(dist.ProcessGroupGloo, "set_timeout")
+
+
+class Context:
+    """Context talks to the rendezvous store and runs this rank's collectives.
+
+    Store keys, under etjob/elastic/<rendezvous id>/, all counters (store.add):
+      gen            the newest generation (a counter; 0: none yet)
+      g<G>/n         arrivals in generation G; g<G>/m<i> who came i-th (1 +
+                     the old rank, + 2^32 for a newcomer)
+      g<G>/close     added once by the first arrival: how many are in G
+                     (+ 2^40 when it stopped G below min)
+      g<G>/cb        the closer's heartbeats while it waits to close G: the
+                     others end G when they stop (no single closer stalls it)
+      g<G>/pg/       the gloo group's own keys
+      g<G>/end       >0 once G is over (a failure, a leave, a join, a timeout)
+      g<G>/leave     how many members of G leave at its last commit
+      g<G>/joins     how many newcomers wait for G+1
+      g<G>/hb<r>     rank r's heartbeats in G (its watcher adds one a beat)
+      kinds, kind<i> the protocol and torch versions seen in the job;
+      proto/<kind>   how many ranks registered that kind (protocol 2 on)
+      lineage        in a store that replaced one: "members" once a member
+                     re-seeded it, "newcomers" once newcomers gave up
+                     waiting for that and opened generation 1 (set once)
+    and, outside the job's prefix:
+      etjob/store/id           a token naming this store (set once)
+      etjob/store/replacement  >0: the store replaces one (etjob.rdzv)
+
+    `gen` is a hint: the newest generation is the first from it whose `end`
+    is 0, so ending a generation is the one store call `g<G>/end`, and a rank
+    that dies between that call and the hint's bump stalls no one.
+
+    The store may be lost and replaced (spec.recovery InProcess): the ranks
+    train on in their generation (its gloo group needs no store), their
+    store clients connect again (etjob.storeclient) and each re-seeds the
+    new store with what it knows (_reseed): its generation, closed with its
+    size, before the `gen` hint, so that a newcomer joins the members
+    instead of opening a generation beside them. A newcomer in a replaced
+    store waits up to $ETJOB_RESEED_SECONDS (15 s) for that before it opens
+    generation 1 (the members are gone, or all frozen: those then exit 75).
+
+    Liveness is the heartbeats, not the collectives' pace: each rank's
+    watcher thread (a store client of its own, off the training's path)
+    beats every heartbeat_timeout/5 seconds, watches the next rank's beats
+    and ends the generation when they stop for heartbeat_timeout
+    ($ETJOB_HEARTBEAT_TIMEOUT, 5 s): a dead or frozen rank is found in about
+    that long, whatever its collectives move. A collective waits for live
+    peers up to collective_timeout ($ETJOB_COLLECTIVE_TIMEOUT, 300 s) plus
+    its bytes at $ETJOB_MIN_BANDWIDTH_MBPS: a peer that is slow (loading a
+    multi-GB state, a long step) is a straggler, not a failure.
+    """
+
+    def __init__(self, store=None, prefix=None, ident=None, min_size=None, max_size=None, sup=None):
+        endpoint = os.environ.get("ETJOB_RDZV_ENDPOINT") or os.environ.get("PET_RDZV_ENDPOINT", "")
+        self.collective_timeout = _env_float("ETJOB_COLLECTIVE_TIMEOUT", "300")
+        self.heartbeat_timeout = _env_float("ETJOB_HEARTBEAT_TIMEOUT", "5")
+        # A collective's deadline grows with the bytes it moves, at this
+        # slowest rate a healthy group is expected to keep (bytes/s): a 4 GB
+        # state broadcast or gradient all-reduce is not taken for a frozen
+        # peer. The default, 50 MB/s, is a slow network; gloo on loopback
+        # moved ~1 GB/s on this project's 2-core machines.
+        self.min_bandwidth = _env_float("ETJOB_MIN_BANDWIDTH_MBPS", "50") * 1e6
+        self.settle = _env_float("ETJOB_SETTLE_SECONDS", "0.5")
+        self.join_timeout = _env_float("ETJOB_JOIN_TIMEOUT", "600")
+        # survivors of a hard loss below minReplicas wait this long for
+        # replacements, then the newest commit is saved and every rank exits 75
+        self.below_min_wait = _env_float("ETJOB_BELOW_MIN_SECONDS", "60")
+        # a newcomer ends a generation whose rank 0 sent no heartbeat for
+        # this long: its members are gone (the whole job lost at once)
+        self.stale = _env_float("ETJOB_STALE_SECONDS", str(3 * self.heartbeat_timeout))
+        self.poll = 0.01
+        if store is None:
+            if not endpoint:
+                sys.exit("etjob.elastic: ETJOB_RDZV_ENDPOINT is not set (host:port of the job's rendezvous store)")
+            host, _, port = endpoint.rpartition(":")
+            try:
+                store = new_client(host, int(port), timedelta(seconds=30))
+            except RuntimeError as e:
+                sys.exit("etjob.elastic: no rendezvous store at %s (ETJOB_RDZV_ENDPOINT): %s; a torch %s client "
+                         "cannot talk to a store of another torch major version: run the launcher and the workers "
+                         "on one torch" % (endpoint, (str(e).splitlines() or ["?"])[0], torch.__version__))
+        # how long a lost store is waited for; how long a newcomer in a
+        # replaced store waits for the members to re-seed it
+        self.store_loss = _env_float("ETJOB_STORE_LOSS_SECONDS", "600")
+        self.reseed_wait = _env_float("ETJOB_RESEED_SECONDS", str(self.stale))
+        self.host, self.port = store.host, store.port
+        self._reseed_lock = threading.RLock()
+        self._store_since = time.monotonic()  # when this rank connected to the store it uses now
+        self._store_id = None    # the token of that store (etjob/store/id)
+        self._member_of = None   # the token of the store this rank last became a member in
+        self._orphaned = False   # the job went on without this rank while its store was replaced
+        self.store = StoreClient(store, self.host, self.port, limit=self.store_loss, on_connect=self._reseed)
+        rid = os.environ.get("PET_RDZV_ID") or os.environ.get("ETJOB_RDZV_ID") or "default"
+        self.prefix = prefix if prefix is not None else "etjob/elastic/%s/" % rid
+        self.id = ident or os.environ.get("ETJOB_POD_NAME") or "%s-%d" % (os.uname().nodename, os.getpid())
+        lo, _, hi = os.environ.get("PET_NNODES", "1:1000000").partition(":")
+        self.min = min_size if min_size is not None else int(lo or 1)
+        self.max = max_size if max_size is not None else int(hi or lo or 1000000)
+        self.sup = sup
+        self.group = None
+        self._over = -1         # the newest generation the watcher saw ended
+        self._joins = (0, 0)    # (generation, newcomers waiting for it), rank 0's watcher
+        self._watcher = None
+        self.watching = True    # False while rank 0 saves a stop: the others are gone on purpose
+        self._seen = 0          # the newest generation this rank has seen (current() walks on from it)
+        self._parked = []       # aborted groups whose work is still in flight (_retire)
+        self._kinds_seen = 0    # how many kinds check_kinds last saw
+        self._was_member = False  # this rank has been a member of a generation: it holds a commit
+        if not _ABORTABLE:
+            _raise_fd_limit()
+        self.kind = "p%d-torch%s" % (PROTOCOL, _torch_minor())
+        self._handshake(_env_float("ETJOB_STORE_PROBE_SECONDS", "15"))
+
+    # -- store helpers ----------------------------------------------------
+
+    def _k(self, key):
+        return self.prefix + key
+
+    def _count(self, key, delta=0):
+        return int(self.store.add(self._k(key), delta))
+
+    def current(self):
+        """current is the newest generation: the first one not over, walking
+        on from the `gen` hint (and from what this rank saw before)."""
+        g = max(self._count("gen"), self._seen)
+        while self.ended(g):
+            g += 1
+        self._seen = g
+        return g
+
+    def _handshake(self, limit):
+        """_handshake registers this rank's kind (the store protocol and torch
+        versions) and refuses to go on when the job has ranks of another
+        kind. Its first store call is bounded: a torch 1.13 client waits for
+        ever on a torch 2.x store's reply."""
+        got = []
+
+        def probe():
+            try:
+                got.append(self._count("proto/" + self.kind, 1))
+            except Exception as e:  # noqa: BLE001 - said below
+                got.append(e)
+
+        t = threading.Thread(target=probe, name="etjob-store-probe", daemon=True)
+        t.start()
+        t.join(limit)
+        if not got:
+            _fatal("the rendezvous store at %s:%s did not answer in %.0f s. A torch 1.13 client (this worker runs "
+                   "torch %s) gets no reply from a store served by torch 2.x: run the launcher and the workers on "
+                   "one torch" % (self.host, self.port, limit, torch.__version__))
+        if isinstance(got[0], Exception):
+            _fatal("the rendezvous store at %s:%s: %s" % (self.host, self.port, (str(got[0]).splitlines() or ["?"])[0]))
+        if got[0] == 1:
+            i = self._count("kinds", 1)
+            self.store.set(self._k("kind%d" % i), self.kind)
+        self._store_id = self._name_store(self.store)
+        self.check_kinds()
+
+    @staticmethod
+    def _name_store(client):
+        """The token naming the store client talks to: the first client to
+        ask sets it (any store: the launcher's etjob.rdzv or a test's)."""
+        mine = "%d-%d-%d" % (os.getpid(), time.time_ns(), id(client))
+        return client.compare_set("etjob/store/id", "", mine).decode()
+
+    def _reseed(self, client):
+        """_reseed runs on every new connection of a store client (this
+        rank's or its watcher's): when the store is a new one, the job's
+        keys are gone, and this rank puts back what it knows. All of it is
+        idempotent, so it is done on every reconnect, to an old store too:
+        its kind; its running generation, closed with its size (a newcomer
+        then asks to join it instead of closing it alone); the `gen` hint,
+        raised to the newest generation it has seen. In a store that
+        replaced one it first claims the store's lineage for the members: a
+        rank that finds it claimed by newcomers (none of the members came
+        back within their wait) was left behind and exits 75 at its next
+        rendezvous."""
+        with self._reseed_lock:
+            self._store_since = time.monotonic()
+            ident = self._name_store(client)
+            self._store_id = ident
+            k = self._k
+            if int(client.add(k("proto/" + self.kind), 0)) == 0 and int(client.add(k("proto/" + self.kind), 1)) == 1:
+                i = int(client.add(k("kinds"), 1))
+                client.set(k("kind%d" % i), self.kind)
+            if not self._was_member:
+                return
+            if self._member_of != ident and int(client.add("etjob/store/replacement", 0)) > 0:
+                lineage = client.compare_set(k("lineage"), "", "members").decode()
+                if lineage != "members":
+                    _log("the rendezvous store was replaced and the job went on without this rank (its newcomers "
+                         "opened generation 1 after %.0f s without a member): this rank leaves" % self.reseed_wait)
+                    self._orphaned = True
+                    g = self.group
+                    if g is not None:
+                        self._over = max(self._over, g.gen)  # its collectives end: run meets the others, and leaves
+                    return
+            g = self.group
+            mine = self._seen
+            if g is not None and self.over(g.gen):
+                mine = max(mine, g.gen + 1)  # over: a newcomer must not walk into it and close it alone
+            elif g is not None:
+                # a read of the count before this (add 0) stores "0", which
+                # compare_set from "" would not replace
+                key = k("g%d/close" % g.gen)
+                if int(client.add(key, 0)) == 0:
+                    client.compare_set(key, "0", str(g.size))
+                mine = max(mine, g.gen)
+            cur = int(client.add(k("gen"), 0))
+            while cur < mine:
+                cur = int(client.compare_set(k("gen"), str(cur), str(mine)))
+            _log("store re-seeded: generation %s, hint %d" % (g.gen if g is not None else "none", mine))
+
+    def _awaiting_members(self):
+        """Whether a newcomer that finds no generation must wait before it
+        opens the first: the store replaced one, and the members may still
+        come to re-seed it (up to reseed_wait after this rank connected).
+        Once it gave up waiting, it claims the store's lineage for the
+        newcomers; a member that claimed it first makes it wait for the
+        `gen` hint instead."""
+        if int(self.store.add("etjob/store/replacement", 0)) <= 0:
+            return False
+        if time.monotonic() - self._store_since < self.reseed_wait:
+            return True
+        lineage = self.store.compare_set(self._k("lineage"), "", "newcomers").decode()
+        if lineage == "members":
+            return True
+        _log("no member re-seeded the replaced rendezvous store in %.0f s: opening generation 1" % self.reseed_wait)
+        return False
+
+    def check_kinds(self):
+        """check_kinds exits, naming both, when this rank's kind (protocol
+        and torch versions) is not the job's: the first kind registered. A
+        rank of another kind that comes later is refused at its own check;
+        the members it would have joined go on (said once)."""
+        n = self._count("kinds")
+        if n <= 1 or n == self._kinds_seen:
+            return
+        self._kinds_seen = n
+        # (no Store.check on torch 1.13: an empty value is a missing one)
+        job = self.store.compare_set(self._k("kind1"), "", "").decode()
+        if not job:
+            return  # its registrant is still writing it (or died doing so): the next check reads it
+        if job != self.kind and not self._was_member:
+            _fatal("ranks of one job must run one etjob.elastic protocol and one torch: this job's ranks are %s, "
+                   "this rank is %s (torch %s)" % (job, self.kind, torch.__version__))
+        _log("a rank of another kind (protocol or torch) tried to join this %s job: it is refused" % job)
+
+    def ended(self, gen):
+        return self._count("g%d/end" % gen) > 0
+
+    def end(self, gen, why):
+        """end marks generation gen over; the first to end it opens gen+1."""
+        self._over = max(self._over, gen)
+        if self._count("g%d/end" % gen, 1) == 1:
+            self._count("gen", 1)
+            _log("generation %d ended (%s)" % (gen, why))
+
+    # -- rendezvous -------------------------------------------------------
+
+    def rendezvous(self, survivor, changed=False, step=0):
+        """rendezvous meets the others in a new generation and returns it.
+        A survivor (a member of the generation that just ended) joins the
+        next one at once; a newcomer waits for one that is open. After a
+        membership change at a commit (changed) the lowest staying rank ends
+        the generation; the others wait for that, up to the collective
+        timeout. step is this rank's committed step. Raises BelowMin when
+        survivors stayed below the minimum (State and run handle it)."""
+        prev = self.group
+        self.group = None
+        self._retire(prev)
+        self.check_kinds()
+        began = time.monotonic()
+        deadline = began + self.join_timeout
+        want = prev.gen + 1 if (prev is not None and survivor) else None
+        scanned = prev.gen + 1 if prev is not None else None
+        while time.monotonic() < deadline:
+            if self._orphaned:
+                _log("leaving: the job went on without this rank while its rendezvous store was replaced")
+                sys.exit(EXIT_CODE_PREEMPTED)
+            gen = self.current()
+            if scanned is not None:
+                # a generation this rank missed may have been stopped below
+                # min (it was frozen, or slow): then it stops too
+                for g in range(scanned, gen):
+                    self._late_for_stop(g, self._closed(g) or 0, step)
+                scanned = max(scanned, gen)
+            if want is not None and gen < want:
+                # the generation we were in may not be marked over yet (our
+                # own failure): end it, which opens the next.
+                if changed and time.monotonic() < began + self.heartbeat_timeout:
+                    time.sleep(self.poll)
+                    continue
+                self.end(want - 1, "a collective failed" if not changed else "its membership changed")
+                continue
+            if gen == 0:
+                if self._awaiting_members():
+                    time.sleep(self.poll * 5)
+                    continue
+                self.end(gen, "opened by a newcomer")  # none yet: open the first
+                continue
+            got = self._join(gen, prev if survivor else None, deadline, step)
+            if got is not None:
+                self.group = got
+                return got
+            # late (or fenced: our generation went on without us): join the
+            # next generation as a newcomer, which takes the state by broadcast
+            want, survivor = None, False
+        sys.exit("etjob.elastic: no generation with %d members formed in %.0f s" % (self.min, self.join_timeout))
+
+    def _client(self):
+        """_client is a new store client (a data group's setup)."""
+        client = new_client(self.host, self.port, timedelta(seconds=self.setup_limit()))
+        if not _ABORTABLE:
+            _keep_forever(client)
+        return client
+
+    def _make_pg(self, key, rank, n):
+        """_make_pg makes a gloo group of n ranks over the store prefix key,
+        with a store client of its own (returned too)."""
+        setup = timedelta(seconds=self.setup_limit() - 5)
+        ops = timedelta(seconds=self.collective_timeout + 600)
+        client = new_client(self.host, self.port, setup)
+        # torch 2.x's gloo waits for its peers' addresses up to the group's
+        # timeout (1.13's, the store's): setup gets the short one, the
+        # operations the long one after it.
+        got = []
+
+        def make():
+            try:
+                pg = dist.ProcessGroupGloo(dist.PrefixStore(self._k(key), client), rank, n,
+                                           setup if _SET_TIMEOUT else ops)
+                if not _ABORTABLE:
+                    _keep_forever(pg)  # even when it came too late: its destructor must never run
+                got.append(pg)
+            except Exception as e:  # noqa: BLE001 - raised below
+                got.append(e)
+
+        # In a thread, waited for up to setup: gloo's own wait for a dead
+        # peer's address is not always bounded by it (a torch 1.13 rank
+        # waited past 60 s once, in a clean run), and a rank must never be.
+        t = threading.Thread(target=make, name="etjob-group-setup", daemon=True)
+        t.start()
+        t.join(setup.total_seconds() + 5)
+        if not got:
+            _keep_forever(client)  # the setup may still use it
+            raise RuntimeError("no group of %d after %.0f s (a member gone)" % (n, setup.total_seconds() + 5))
+        if isinstance(got[0], Exception):
+            raise got[0]
+        pg = got[0]
+        if _SET_TIMEOUT:
+            pg.set_timeout(ops)
+        if not _ABORTABLE:
+            _keep_forever(client)
+        return pg, client
+
+    def subgroup(self, ranks, tag):
+        """subgroup makes a group of this generation's ranks (sorted; this
+        rank among them) under tag: a sync to the ranks behind broadcasts in
+        it. Retire it after use."""
+        g = self._live()
+        try:
+            pg, client = self._make_pg("g%d/sub-%s/" % (g.gen, tag), ranks.index(g.rank), len(ranks))
+        except RuntimeError as e:
+            self.end(g.gen, "group setup for %s failed: %s" % (tag, (str(e).splitlines() or ["?"])[0]))
+            raise CollectiveError("%s in generation %d: group setup failed" % (tag, g.gen)) from None
+        return Group(g.gen, ranks.index(g.rank), len(ranks), pg, ranks, client)
+
+    def _retire(self, group):
+        """_retire aborts a generation's gloo group that this rank left
+        (torch 2.x) and lets it go once no work of it is in flight: its
+        threads, sockets and memory are freed. A group whose work waits for
+        a frozen peer is parked until that work ends (its destructor would
+        block until then); each retire lets go of the parked ones that
+        ended. On torch 1.13 groups are leaked (docs/worker-library.md
+        measures it)."""
+        if group is not None and _ABORTABLE and group.pg is not None:
+            try:
+                group.pg.abort()
+            except RuntimeError as e:
+                _log("abort of generation %d's group: %s" % (group.gen, (str(e).splitlines() or ["?"])[0]))
+            self._parked.append((group.pg, group.client, group.work))
+            group.pg, group.client, group.work = None, None, None
+        self._parked = [p for p in self._parked if p[2] is not None and not p[2].is_completed()]
+
+    def _join(self, gen, prev, deadline, step=0):
+        """_join arrives in generation gen; None when it closed without us."""
+        k = "g%d/" % gen
+        closed = self._closed(gen)
+        if closed is not None:
+            self._late_for_stop(gen, closed, step)
+            return self._wait_next(gen, deadline)
+        i = self._count(k + "n", 1)
+        # Counters only: a blocking get of a key a dead rank never wrote, or a
+        # wait that times out, leaves a torch 1.13 store client out of step.
+        # A rank that was ever a member holds a commit: it says so even when
+        # it comes back as a newcomer (late, fenced), for the stop below min.
+        # The step is clamped to the code's 30 bits (it orders savers only).
+        member = prev.rank if prev is not None else (_MEMBER_LATE if self._was_member else _NEWCOMER)
+        code = 1 + member + (min(max(int(step), 0), _STEP_MAX) << _STEP_SHIFT)
+        self._count(k + "m%d" % i, code)
+        if i == 1:
+            n = self._close(gen, prev, deadline)
+        else:
+            n = self._await_close(gen, deadline)
+        if n is not None and i > n % _STOP:
+            self._late_for_stop(gen, n, step)
+        stop = n is not None and n >= _STOP
+        if stop:
+            n -= _STOP
+        if n is None or i > n:
+            return self._wait_next(gen, deadline)
+        members = []
+        until = time.monotonic() + self.heartbeat_timeout
+        for j in range(1, n + 1):
+            code = self._count(k + "m%d" % j)
+            while code == 0 and time.monotonic() < until:
+                time.sleep(self.poll)
+                code = self._count(k + "m%d" % j)
+            if code == 0:
+                self.end(gen, "arrival %d never said who it is" % j)
+                return self._wait_next(gen, deadline)
+            # newcomers after survivors, survivors by their old rank
+            members.append(((code - 1) & _MEMBER_MASK, j, (code - 1) >> _STEP_SHIFT))
+        if stop:
+            # below min: the member with the newest commit (the lowest such
+            # rank) saves it; everyone stops
+            saver = min((m for m in members if m[0] != _NEWCOMER), key=lambda m: (-m[2], m[0]))
+            raise BelowMin(gen, saver[1] == i, n)
+        members.sort()
+        rank = [m[1] for m in members].index(i)
+        try:
+            # _make_pg gives the group a store client of its own (gloo's
+            # setup waits on keys of peers that may be dead, and a timeout
+            # there must not hurt ours) and bounds the setup; the group's own
+            # timeout per operation is beyond any of ours, which decide first.
+            pg, client = self._make_pg(k + "pg/", rank, n)
+        except RuntimeError as e:
+            self.end(gen, "group setup failed: %s" % e)
+            return self._wait_next(gen, deadline)
+        group = Group(gen, rank, n, pg, [m[1] for m in members], client)
+        self._was_member = True
+        self._member_of = self._store_id
+        self._watch(group)
+        return group
+
+    def _closed(self, gen):
+        """The close count of generation gen once its closer closed it (+
+        _STOP when stopped below min), else None."""
+        n = self._count("g%d/close" % gen)
+        return n if n > 0 else None
+
+    def _close(self, gen, prev, deadline):
+        """The first arrival closes the generation: once everyone expected
+        arrived, or `settle` seconds after the last arrival (a member lost
+        without notice never comes). While it waits it beats (g<G>/cb), so
+        that the others end the generation if it dies or freezes. A closer
+        whose arrivals include a survivor and stayed below the minimum for
+        below_min_wait stops the generation (close + _STOP)."""
+        k = "g%d/" % gen
+        expected = None
+        before = gen - 1
+        if before > 0:
+            size = self._count("g%d/close" % before) % _STOP
+            if size > 0:
+                expected = size - self._count("g%d/leave" % before) + self._count("g%d/joins" % before)
+        expected = min(expected, self.max) if expected else None
+        began = time.monotonic()
+        seen, since, beat = 0, began, 0.0
+        interval = max(self.heartbeat_timeout / 5.0, 0.05)
+        store = self.store.reconnects
+        while time.monotonic() < deadline:
+            now = time.monotonic()
+            if now - beat >= interval:
+                beat = now
+                self._count(k + "cb", 1)
+                if self.ended(gen):  # the others took us for dead
+                    return None
+            if self._store_changed(store, gen):
+                return None
+            n = self._count(k + "n")
+            if n != seen:
+                seen, since = n, now
+            # never below the minimum: `expected` after a stop below min
+            # is the stopped generation's few
+            if n >= self.min and (n >= self.max or (expected is not None and n >= expected) or
+                                  now - since >= self.settle):
+                n = min(n, self.max)
+                self._count(k + "close", n)
+                return n
+            if n < self.min and now - began >= self.below_min_wait and self._has_survivor(gen, n):
+                self._count(k + "close", n + _STOP)
+                _log("generation %d: %d arrived in %.0f s, below the minimum %d: stopping" % (gen, n, now - began, self.min))
+                return n + _STOP
+            time.sleep(self.poll)
+        return None
+
+    def _has_survivor(self, gen, n):
+        """Whether one of generation gen's first n arrivals said it holds a
+        commit of the job's state (a survivor, or a former member that came
+        back late)."""
+        return any(self._arrival_steps(gen, n))
+
+    def _arrival_steps(self, gen, n):
+        """The committed steps of generation gen's first n arrivals that hold
+        a commit (not newcomers)."""
+        out = []
+        for j in range(1, n + 1):
+            code = self._count("g%d/m%d" % (gen, j))
+            if code and (code - 1) & _MEMBER_MASK != _NEWCOMER:
+                out.append((code - 1) >> _STEP_SHIFT)
+        return out
+
+    def _late_for_stop(self, gen, closed, step):
+        """A former member that comes to a generation stopped below min
+        after it closed stops too (exit 75, BelowMin): it saves its commit
+        only when it is newer than every arrival's (the saver's)."""
+        if closed < _STOP or not self._was_member:
+            return
+        n = closed % _STOP
+        newest = max(self._arrival_steps(gen, n), default=-1)
+        raise BelowMin(gen, min(int(step), _STEP_MAX) > newest, n)
+
+    def _store_changed(self, since, gen):
+        """While generation gen forms: when this rank's store client
+        connected again since `since` (its reconnects then), the store may
+        be a new one that lost the arrivals: gen is ended, and the ranks
+        meet again in the next."""
+        if self.store.reconnects == since:
+            return False
+        self.end(gen, "the rendezvous store was lost while it formed")
+        return True
+
+    def _await_close(self, gen, deadline):
+        """_await_close waits for the closer; a closer that sends no
+        heartbeat for heartbeat_timeout is gone, and the generation ends."""
+        k = "g%d/" % gen
+        beats, since = -1, time.monotonic()
+        store = self.store.reconnects
+        while time.monotonic() < deadline:
+            n = self._closed(gen)
+            if n is not None:
+                return n
+            if self.ended(gen) or self._store_changed(store, gen):
+                return None
+            b = self._count(k + "cb")
+            now = time.monotonic()
+            if b != beats:
+                beats, since = b, now
+            elif now - since > self.heartbeat_timeout:
+                self.end(gen, "its closer sent no heartbeat for %.1f s" % (now - since))
+                return None
+            time.sleep(self.poll)
+        return None
+
+    def _wait_next(self, gen, deadline):
+        """A newcomer to a closed generation asks to join and waits until it
+        ends: the members let it in at their next commit. A generation whose
+        rank 0 stops beating (its members are gone) is ended after `stale`
+        seconds ($ETJOB_STALE_SECONDS, 3 heartbeat timeouts)."""
+        k = "g%d/" % gen
+        self._count(k + "joins", 1)
+        beat, since = self._count(k + "hb0"), time.monotonic()
+        store = self.store.reconnects
+        while time.monotonic() < deadline:
+            if self.current() > gen:
+                return None
+            if self.store.reconnects != store:
+                # a new store: the request to join was in the old one
+                store = self.store.reconnects
+                self._count(k + "joins", 1)
+            b = self._count(k + "hb0")
+            if b != beat:
+                beat, since = b, time.monotonic()
+            elif time.monotonic() - since > self.stale:
+                self.end(gen, "no heartbeat of its rank 0 for %.0f s" % (time.monotonic() - since))
+                return None
+            time.sleep(self.poll * 5)
+        return None
+
+    # -- heartbeats -------------------------------------------------------
+
+    def _watch(self, group):
+        """_watch makes group the one the watcher beats for and watches,
+        starting the watcher thread on first use."""
+        self._watched = group
+        if self._watcher is None:
+            raw = new_client(self.host, self.port, timedelta(seconds=30))
+            client = StoreClient(raw, self.host, self.port, limit=self.store_loss, on_connect=self._reseed)
+            self._watcher = threading.Thread(target=self._watch_loop, args=(client,), name="etjob-heartbeat", daemon=True)
+            self._watcher.start()
+
+    def _watch_loop(self, client):
+        """The watcher: every beat it adds one to this rank's heartbeat, reads
+        whether the generation ended and how many newcomers wait, and ends the
+        generation when the next rank's heartbeats stopped for
+        heartbeat_timeout (each dead rank has a live predecessor that sees
+        it, as long as one rank lives). Its store client is its own: a
+        training thread's store call never waits behind it."""
+        interval = max(self.heartbeat_timeout / 5.0, 0.05)
+        tick = min(interval, 0.1)  # how soon a rank waiting in a collective hears that another ended it
+        seen_for, last, since, beat = None, None, 0.0, 0.0
+        said = None  # the store error last logged: said once, not every tick
+        while True:
+            time.sleep(tick)
+            g = self._watched
+            try:
+                k = self.prefix + "g%d/" % g.gen
+                if int(client.add(k + "end", 0)) > 0:
+                    self._over = max(self._over, g.gen)
+                if time.monotonic() - beat < interval:
+                    continue
+                beat = time.monotonic()
+                client.add(k + "hb%d" % g.rank, 1)
+                if g.rank == 0:
+                    self._joins = (g.gen, int(client.add(k + "joins", 0)))
+                if g.size > 1 and self._over < g.gen and self.watching:
+                    nxt = (g.rank + 1) % g.size
+                    beats = int(client.add(k + "hb%d" % nxt, 0))
+                    now = time.monotonic()
+                    if seen_for is not g or beats != last:
+                        seen_for, last, since = g, beats, now
+                    elif now - since > self.heartbeat_timeout:
+                        if int(client.add(k + "end", 1)) == 1:
+                            client.add(self.prefix + "gen", 1)
+                            _log("generation %d ended (rank %d sent no heartbeat for %.1f s)" % (g.gen, nxt, now - since))
+                        self._over = max(self._over, g.gen)
+                said = None
+            except Exception as e:  # noqa: BLE001 - the store unreachable (the training's own calls say so), or worse: said, never fatal to the watcher
+                first = (str(e).splitlines() or ["?"])[0]
+                if first != said:
+                    _log("heartbeat: %s" % first)
+                    said = first
+
+    def over(self, gen):
+        """over: whether generation gen ended, as the watcher last saw it
+        (no store call)."""
+        return self._over >= gen
+
+    # -- collectives ------------------------------------------------------
+
+    def timeout_for(self, nbytes):
+        """timeout_for is the deadline of a collective that moves nbytes: the
+        collective timeout plus the time those bytes take at min_bandwidth."""
+        return self.collective_timeout + nbytes / self.min_bandwidth
+
+    def wait(self, work, what, nbytes=0, extra=0.0):
+        """wait returns once work is done; it raises CollectiveError when the
+        work failed, when the generation was ended by someone else, or after
+        timeout_for(nbytes) + extra seconds (the work is then abandoned,
+        never waited for)."""
+        g = self.group
+        g.work = work  # a rank that gives up on it leaves it to _retire
+        limit = self.timeout_for(nbytes) + extra
+        start = time.monotonic()
+        # Completion is polled, never a callback on the work's future: a
+        # Python callback run by gloo's thread crashed a rank that woke from
+        # a freeze (SIGSEGV in Event.set, torch 1.13, a CI run), and NCCL
+        # completes a work's future when it is enqueued, not when it is done.
+        nap = 0.0002
+        while not work.is_completed():
+            time.sleep(nap)
+            nap = min(nap * 1.5, 0.02)
+            if self.over(g.gen):
+                raise CollectiveError("%s in generation %d: another rank ended it" % (what, g.gen))
+            if time.monotonic() - start > limit:
+                self.end(g.gen, "%s took more than %.1f s" % (what, limit))
+                raise CollectiveError("%s in generation %d: no answer in %.1f s" % (what, g.gen, limit))
+        g.work = None
+        try:
+            work.wait()  # done: returns at once, or raises the work's error
+        except RuntimeError as err:
+            first = (str(err).splitlines() or ["?"])[0]
+            self.end(g.gen, "%s failed: %s" % (what, first))
+            raise CollectiveError("%s in generation %d failed: %s" % (what, g.gen, first)) from None
+
+    def allreduce(self, tensor, op=dist.ReduceOp.SUM, what="all-reduce"):
+        g = self._live()
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = op
+        self.wait(g.pg.allreduce([tensor], opts), what, _nbytes(tensor))
+        return tensor
+
+    def broadcast(self, tensor, src, what="broadcast"):
+        g = self._live()
+        opts = dist.BroadcastOptions()
+        opts.rootRank, opts.rootTensor = src, 0
+        self.wait(g.pg.broadcast([tensor], opts), what, _nbytes(tensor))
+        return tensor
+
+    def wait_all(self, what, nbytes, extra=0.0):
+        """wait_all is a barrier of this generation (a one-element
+        all-reduce) whose deadline counts nbytes moved by others first, and
+        extra seconds (their group's setup)."""
+        g = self._live()
+        opts = dist.AllreduceOptions()
+        self.wait(g.pg.allreduce([torch.zeros(1)], opts), what, nbytes, extra)
+
+    def setup_limit(self):
+        """How long a group's setup may take (_make_pg)."""
+        return max(2 * self.heartbeat_timeout, 10) + 5
+
+    def _live(self):
+        if self.group is None:
+            raise CollectiveError("no generation: call this inside the function etjob.elastic.run wraps")
+        return self.group
+
+
+def _nbytes(tensor):
+    return tensor.numel() * tensor.element_size()

@@ -1,0 +1,441 @@
+"""etjob.elastic's state: what survives a failure in memory, its commits,
+its transfer to the ranks behind (as tensors, etjob.stateio) and its
+checkpoints (one concern of etjob.elastic)."""
+
+import copy
+import os
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from etjob import stateio
+from etjob import torch as etorch
+from etjob.generations import CollectiveError, MembershipChanged, _env_float, _log
+
+_writers = set()  # background checkpoint threads (State.checkpoint_async); flushed at exit
+
+
+def _clone(obj):
+    """_clone is copy.deepcopy for a state: its tensors are copied by torch
+    (clone, which lets go of the GIL while it copies, so the heartbeat thread
+    beats through a multi-GB commit; a deepcopy holds it), containers are
+    rebuilt, other values deep-copied."""
+    return stateio.map_tensors(obj, lambda t: t.detach().clone(), copy.deepcopy)
+
+
+def _too_big(nbytes):
+    """_too_big says why a peer's state of nbytes is refused: larger than
+    this machine's available memory (MemAvailable), so that a forged size
+    does not make every rank allocate it; "" when it fits."""
+    try:
+        with open("/proc/meminfo") as f:
+            avail = next(int(l.split()[1]) * 1024 for l in f if l.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return ""
+    if nbytes > avail:
+        return "a state of %d MB, more than the %d MB of memory available" % (nbytes >> 20, avail >> 20)
+    return ""
+
+
+class State:
+    """State is what survives a failure in memory: objects with state_dict /
+    load_state_dict (a model, an optimizer, an ElasticSampler) and plain
+    values (the step), read and written as attributes. commit() keeps a copy;
+    a rollback (after a failed collective) restores it."""
+
+    def __init__(self, **items):
+        self._init(items, live=False)
+
+    def _init(self, items, live):
+        objects = {k: v for k, v in items.items() if hasattr(v, "state_dict") and hasattr(v, "load_state_dict")}
+        values = {k: v for k, v in items.items() if k not in objects}
+        object.__setattr__(self, "_objects", objects)
+        object.__setattr__(self, "_values", values)
+        object.__setattr__(self, "_kept", None)
+        object.__setattr__(self, "_ctx", None)
+        object.__setattr__(self, "checkpoint_wanted", False)
+        object.__setattr__(self, "commits", 0)
+        object.__setattr__(self, "_dir", None)
+        object.__setattr__(self, "_saving", None)
+        object.__setattr__(self, "_received", 0)  # bytes of state the last sync brought this rank
+        # live: the objects themselves are the commit (etjob.elastic's
+        # Optimizer changes them only once every rank agreed to step), so a
+        # commit copies nothing and a rollback restores nothing
+        object.__setattr__(self, "_live", live)
+        self._keep()
+
+    @classmethod
+    def _live_state(cls, **items):
+        """_live_state is a State whose live objects are the commit (no copy
+        a commit, no rollback): the vote-then-step Optimizer's."""
+        state = object.__new__(cls)
+        state._init(items, live=True)
+        return state
+
+    def __getattr__(self, name):
+        d = object.__getattribute__(self, "_objects")
+        if name in d:
+            return d[name]
+        v = object.__getattribute__(self, "_values")
+        if name in v:
+            return v[name]
+        raise AttributeError(name)
+
+    def __setattr__(self, name, value):
+        if name in self._objects:
+            raise AttributeError("%s is an object of the state; load into it instead" % name)
+        if name in ("checkpoint_wanted", "commits"):
+            object.__setattr__(self, name, value)
+        else:
+            self._values[name] = value
+
+    @property
+    def rank(self):
+        return self._ctx.group.rank if self._ctx and self._ctx.group else 0
+
+    @property
+    def world(self):
+        return self._ctx.group.size if self._ctx and self._ctx.group else 1
+
+    @property
+    def generation(self):
+        return self._ctx.group.gen if self._ctx and self._ctx.group else 0
+
+    def _snapshot(self):
+        return {"objects": {k: _clone(o.state_dict()) for k, o in self._objects.items()},
+                "values": _clone(self._values)}
+
+    def _load(self, snap, copy=True):
+        for k, o in self._objects.items():
+            o.load_state_dict(_clone(snap["objects"][k]) if copy else snap["objects"][k])
+        self._values.clear()
+        self._values.update(_clone(snap["values"]))
+
+    def _keep(self):
+        # the old commit goes before the new one is copied: two copies of
+        # the state at once (the live one, the commit), not three
+        object.__setattr__(self, "_kept", None)
+        if not self._live:
+            object.__setattr__(self, "_kept", self._snapshot())
+
+    def _committed(self):
+        """_committed is the last commit: the kept copy, or (live) the
+        objects' own state dicts, not copied."""
+        if self._live:
+            return {"objects": {k: o.state_dict() for k, o in self._objects.items()}, "values": dict(self._values)}
+        return self._kept
+
+    def restore(self):
+        """restore rolls back to the last commit (nothing to do when live)."""
+        if not self._live:
+            self._load(self._kept)
+
+    def step_of(self):
+        return int(self._values.get("step", 0))
+
+    def commit(self):
+        """commit keeps this step in memory and agrees with the others on who
+        leaves and who joins. It raises MembershipChanged when the membership
+        changes here (run handles it); a leaver exits 75 inside it."""
+        self._keep()
+        self.commits += 1
+        ctx = self._ctx
+        if ctx is None or ctx.group is None:
+            return
+        flags = self._flags(ctx.group)
+        ctx.allreduce(flags, dist.ReduceOp.MAX, "commit")
+        self._act(flags)
+
+    def _flags(self, g, extra=0):
+        """_flags is this rank's part of a commit's vote: whether it leaves,
+        (rank 0) how many newcomers wait, whether a checkpoint is wanted, and
+        extra slots after those for the caller (all 0)."""
+        # read by rank 0's watcher: no store call per step
+        ctx = self._ctx
+        joins = ctx._joins[1] if g.rank == 0 and ctx._joins[0] == g.gen else 0
+        flags = torch.zeros(g.size + 2 + extra, dtype=torch.int64)
+        sup = ctx.sup
+        flags[g.rank] = 0 if sup.check_alive() else 1
+        flags[g.size] = joins
+        flags[g.size + 1] = 1 if sup.should_checkpoint() else 0
+        return flags
+
+    def _act(self, flags):
+        """_act carries out a vote every rank took part in (flags, reduced
+        with MAX): leavers exit 75, too few left stops the job at this step,
+        a leave or a join ends the generation (MembershipChanged)."""
+        ctx = self._ctx
+        g, sup = ctx.group, ctx.sup
+        leaving = int(flags[:g.size].sum())
+        object.__setattr__(self, "checkpoint_wanted", bool(flags[g.size + 1]))
+        if not leaving and not flags[g.size]:
+            return
+        staying = [r for r in range(g.size) if not flags[r]]
+        if leaving and len(staying) < ctx.min:
+            # Too few would be left: everyone stops at this step, agreed by
+            # the all-reduce above; rank 0 writes it to disk (the job resumes
+            # from it), however long that takes, then ends the generation.
+            # The others go at once: a barrier behind the save timed out
+            # when the save took longer than a collective may, the
+            # generation ended, and the fence then refused the checkpoint.
+            if g.rank == 0:
+                # the others exit now: their heartbeats stop on purpose, and
+                # must not end the generation (the fence would refuse the save)
+                ctx.watching = False
+                self._stop_checkpoint()
+                # over: the job's next pods open a new generation at once
+                ctx.end(g.gen, "stopped below min")
+                _log("stop step=%d: %d of %d leave, below min %d" % (self.step_of(), leaving, g.size, ctx.min))
+                print("stop step=%d reason=%s t=%.3f" % (self.step_of(), sup.reason() or "peer", time.time()), flush=True)
+            sup.exit_preempted()
+        if flags[g.rank]:
+            _log("leaving at step %d (%s)" % (self.step_of(), sup.reason()))
+            sup.exit_preempted()
+        if g.rank == staying[0]:
+            # The leavers are counted before the generation ends, so that
+            # the next one's closer expects the right number.
+            if leaving:
+                ctx._count("g%d/leave" % g.gen, leaving)
+            ctx.end(g.gen, "%d leave, %d join at step %d" % (leaving, int(flags[g.size]), self.step_of()))
+        raise MembershipChanged()
+
+    # -- disk -------------------------------------------------------------
+
+    def _stop_below_min(self, ctx, stop):
+        """After a hard loss below the minimum: the saver writes the newest
+        commit, ends the generation (the job's next pods open a new one at
+        once) and every rank exits 75."""
+        sup = ctx.sup
+        if stop.saver:
+            self._stop_checkpoint()
+            ctx.end(stop.gen, "stopped below min after a loss")
+            print("stop step=%d reason=%s t=%.3f" % (self.step_of(), "below-min", time.time()), flush=True)
+        _log("stop step=%d: %d left after a loss, below min %d" % (self.step_of(), stop.arrived, ctx.min))
+        sup.exit_preempted()
+
+    def _stop_checkpoint(self):
+        d = self._dir or os.environ.get("ETJOB_CHECKPOINT_DIR")
+        if not d:
+            _log("no checkpoint directory (ETJOB_CHECKPOINT_DIR, or one given to checkpoint_async/checkpoint): "
+                 "the stop's commit of step %d is not saved" % self.step_of())
+        if d:
+            self.flush()  # a background save of an older commit lands first
+            try:
+                self.checkpoint(d)
+            except Exception as e:  # noqa: BLE001 - the stop still exits 75
+                _log("checkpoint before the stop failed, the job resumes from the previous one: %s" % e)
+
+    def checkpoint_async(self, directory, done=None):
+        """checkpoint_async hands the last commit to a background writer (rank
+        0; the others return False) and returns True at once: training never
+        waits for the disk. The commit is not copied: a commit replaces the
+        kept snapshot instead of changing it, so the writer holds the one it
+        was given (one extra copy of the state in memory at most, once a newer
+        commit exists). One save at a time: while one is being written a new
+        request returns False and nothing is queued. A save that fails, or
+        that would move `latest` back, or whose generation ended while this
+        rank did not go on (a rank that woke from a freeze), is logged and
+        dropped, never raised. done(path, seconds), when given, is called
+        from the writer once the checkpoint landed. Saves in flight are
+        finished before the process exits (flush)."""
+        ctx = self._ctx
+        # every rank remembers the directory: any may save a stop below min
+        object.__setattr__(self, "_dir", directory)
+        if ctx is not None and ctx.group is not None and ctx.group.rank != 0:
+            return False
+        saving = self._saving
+        if saving is not None and saving.is_alive():
+            return False
+        object.__setattr__(self, "_dir", directory)
+        # live, the objects change at the next step: the writer gets a copy
+        # (the only one; training waits for that copy, never for the disk)
+        kept, gen = (_clone(self._committed()) if self._live else self._kept), self.generation
+        step = int(kept["values"].get("step", 0))
+
+        def fence():
+            if ctx is not None and ctx.group is not None and ctx.group.gen == gen and ctx.ended(gen):
+                raise etorch.CheckpointError(0, "generation %d ended while this rank did not go on: fenced" % gen)
+            latest = etorch.latest_step(directory)
+            if latest is not None and latest > step:
+                raise etorch.CheckpointError(0, "latest is at step %d already: never moved back" % latest)
+
+        def write():
+            began = time.monotonic()
+            try:
+                state = dict(kept, step=step, generation=gen)
+                path = etorch.save_checkpoint(directory, state, before_commit=fence)
+            except Exception as e:  # noqa: BLE001 - a background save is never fatal
+                _log("checkpoint of step %d not written: %s" % (step, e))
+                return
+            if done is not None:
+                try:
+                    done(path, time.monotonic() - began)
+                except Exception as e:  # noqa: BLE001
+                    _log("checkpoint of step %d written; its callback failed: %s" % (step, e))
+
+        t = threading.Thread(target=write, name="etjob-checkpoint-%d" % step, daemon=True)
+        object.__setattr__(self, "_saving", t)
+        _writers.add(t)
+        t.start()
+        return True
+
+    def flush(self, timeout=None):
+        """flush waits for the background save in flight, if any (True when
+        none is left)."""
+        t = self._saving
+        if t is not None:
+            t.join(timeout)
+            return not t.is_alive()
+        return True
+
+    def checkpoint(self, directory):
+        """checkpoint writes the last commit to disk (rank 0; others return
+        None). It is fenced: once this rank's generation is over it does not
+        rename the file into place, so a rank that wakes from a freeze cannot
+        put an old state back under `latest`."""
+        ctx = self._ctx
+        object.__setattr__(self, "_dir", directory)  # every rank: any may save a stop below min
+        if ctx is not None and ctx.group is not None and ctx.group.rank != 0:
+            return None
+        state = dict(self._committed())
+        state["step"] = int(state["values"].get("step", 0))
+        state["generation"] = self.generation
+
+        def fence():
+            if ctx is not None and ctx.group is not None and ctx.ended(ctx.group.gen):
+                raise etorch.CheckpointError(0, "generation %d is over: this rank is fenced" % ctx.group.gen)
+
+        return etorch.save_checkpoint(directory, state, before_commit=fence)
+
+    def load_checkpoint(self, directory):
+        """load_checkpoint loads the newest checkpoint of directory (written by
+        checkpoint) and keeps it as the commit; False when there is none."""
+        got = etorch.load_checkpoint(directory)
+        if got is None:
+            return False
+        self._load(got)
+        object.__setattr__(self, "_dir", directory)
+        self._keep()
+        return True
+
+    # -- sync -------------------------------------------------------------
+
+    @staticmethod
+    def _refuse(ctx, g, src, why):
+        """_refuse ends the generation over a state that rank src sent and
+        this rank will not take, so that no one waits for it in the chunks
+        that follow, and raises CollectiveError (run meets the others again)."""
+        ctx.end(g.gen, "rank %d's state refused: %s" % (src, why))
+        raise CollectiveError("sync: rank %d sent %s" % (src, why))
+
+    def _sync(self):
+        """After a rendezvous: every rank takes the newest commit any member
+        holds, from the lowest rank holding it, as tensors (etjob.stateio: a
+        JSON header, then the tensors' bytes in chunks of at most
+        $ETJOB_SYNC_CHUNK_MB, 64), never as a pickle: reading a peer's state
+        runs none of its code. Each chunk is its own bounded collective, so
+        a multi-GB state is never taken for a frozen peer and the sender
+        starts at once (it serialises nothing). Only the ranks behind (an
+        older step, or another layout) receive the bytes, into new tensors
+        that then become their commit: by broadcast when every other rank
+        is behind, else in a group of the sender and them; the ranks
+        already current wait in one small all-reduce whose deadline counts
+        those bytes."""
+        ctx, g = self._ctx, self._ctx.group
+        steps = torch.full((g.size,), -1, dtype=torch.int64)
+        steps[g.rank] = self.step_of()
+        ctx.allreduce(steps, dist.ReduceOp.MAX, "sync")
+        newest = int(steps.max())
+        if int(steps.min()) == newest:
+            return None
+        src = int((steps == newest).nonzero()[0])
+        current = int(steps[g.rank]) == newest
+        mine = None
+        if g.rank == src or current:
+            header, tensors = stateio.flatten(self._committed())
+            mine = stateio.dumps(header)
+        size = torch.zeros(1, dtype=torch.int64)
+        if g.rank == src:
+            size[0] = len(mine)
+        ctx.broadcast(size, src, "sync header size")
+        n = int(size[0])
+        if not 0 < n <= stateio.MAX_HEADER:
+            self._refuse(ctx, g, src, "a state header of %d bytes (at most %d)" % (n, stateio.MAX_HEADER))
+        raw = torch.frombuffer(bytearray(mine), dtype=torch.uint8) if g.rank == src else torch.empty(n, dtype=torch.uint8)
+        ctx.broadcast(raw, src, "sync header")
+        if g.rank != src:
+            try:
+                got = stateio.loads(raw.numpy().tobytes())
+            except stateio.FormatError as e:
+                self._refuse(ctx, g, src, str(e))
+            if current and stateio.dumps(got) != mine:
+                current = False  # the same step, another layout: take it as new
+            if not current:
+                too_big = _too_big(got["nbytes"])
+                if too_big:
+                    self._refuse(ctx, g, src, too_big)
+                tensors = stateio.allocate(got)
+            header = got
+        need = torch.zeros(g.size, dtype=torch.int64)
+        need[g.rank] = 1 if g.rank != src and not current else 0
+        ctx.allreduce(need, dist.ReduceOp.MAX, "sync who is behind")
+        behind = [r for r in range(g.size) if need[r]]
+        total = header["nbytes"]
+        if len(behind) == g.size - 1:
+            self._move(ctx, src, tensors, total)
+        else:
+            sub, main = None, ctx.group
+            try:
+                if g.rank == src or g.rank in behind:
+                    # a group of the sender and the ranks behind: a
+                    # broadcast's work completes on its own (gloo's send and
+                    # recv complete only inside a blocking wait, which could
+                    # not be abandoned)
+                    ranks = sorted([src] + behind)
+                    sub = ctx.subgroup(ranks, "sync")
+                    ctx.group = sub
+                    self._move(ctx, ranks.index(src), tensors, total)
+                    ctx.group = main
+                # the others wait here for the bytes they do not take (and
+                # the sender's group for them to be read, before its retire)
+                ctx.wait_all("sync to %d rank(s) behind" % len(behind), total * len(behind), ctx.setup_limit())
+            finally:
+                ctx.group = main
+                if sub is not None:
+                    ctx._retire(sub)
+        if g.rank != src and not current:
+            snap = stateio.unflatten(header, tensors)
+            if self._live:
+                self._load(snap, copy=False)  # the objects copy them in
+            else:
+                # the received tensors are the commit (this rank's older one
+                # is let go first); the objects load copies of them
+                object.__setattr__(self, "_kept", snap)
+                self._load(snap)
+            object.__setattr__(self, "_received", total)
+        return src
+
+    @staticmethod
+    def _move(ctx, src, tensors, total):
+        """_move broadcasts the state's bytes from src over ctx's group,
+        chunk by chunk, each a bounded collective."""
+        g = ctx.group
+        views = stateio.byte_views(tensors)
+        chunk = max(int(_env_float("ETJOB_SYNC_CHUNK_MB", "64") * 2**20), 1)
+        buf = None
+        for start in range(0, total, chunk):
+            end = min(start + chunk, total)
+            what = "sync state %d-%d of %d MB" % (start >> 20, end >> 20, total >> 20)
+            pieces = list(stateio.segments(views, start, end))
+            if len(pieces) == 1:  # inside one tensor: its bytes move in place
+                v, b, e, _ = pieces[0]
+                ctx.broadcast(v[b:e], src, what)
+                continue
+            if buf is None:
+                buf = torch.empty(min(chunk, total), dtype=torch.uint8)
+            part = stateio.pack(views, start, end, buf) if g.rank == src else buf[:end - start]
+            ctx.broadcast(part, src, what)
+            if g.rank != src:
+                stateio.unpack(views, start, end, part)
