@@ -72,10 +72,14 @@ class Run:
             port = free_port()
             lighthouse = os.path.join(os.path.dirname(self.py), "torchft_lighthouse")
             self.service([lighthouse, "--bind", "[::]:%d" % port, "--min_replicas", "1", "--quorum_tick_ms", "100",
-                          "--join_timeout_ms", str(int(args.join_ms))], "lighthouse")
+                          "--join_timeout_ms", str(int(args.join_ms)), "--heartbeat_timeout_ms", str(int(args.detect * 1000))], "lighthouse")
             self.env.update(TORCHFT_LIGHTHOUSE="http://localhost:%d" % port, NUM_REPLICA_GROUPS=str(args.ranks),
-                            TORCHFT_TIMEOUT_S=str(args.detect), TORCHFT_QUORUM_TIMEOUT_S=str(args.detect * 6),
-                            TORCHFT_CONNECT_TIMEOUT_S=str(args.detect * 2), TORCHFT_MIN_REPLICAS="1")
+                            TORCHFT_MIN_REPLICAS="1")
+            # torchft's Manager reads these itself (its defaults: 60 s each)
+            for name, seconds in (("TIMEOUT", args.detect), ("QUORUM_TIMEOUT", args.detect * 6),
+                                  ("CONNECT_TIMEOUT", args.detect * 2)):
+                self.env["TORCHFT_%s_SEC" % name] = str(seconds)
+            self.env.update(kv.split("=", 1) for kv in args.torchft_env.split(",") if kv)
         time.sleep(2)
 
     def service(self, cmd, name):
@@ -213,6 +217,7 @@ def main():
     p.add_argument("--detect", type=float, default=5, help="the failure detection deadline (s) both get")
     p.add_argument("--join-ms", type=float, default=1000, help="torchft lighthouse's join timeout (ms)")
     p.add_argument("--modes", default="ddp,etjob,torchft")
+    p.add_argument("--torchft-env", default="", help="more env for torchft's ranks, e.g. TORCHFT_DDP=pure,TORCHFT_PG=baby")
     p.add_argument("--python", default=os.path.join(os.path.expanduser("~"), ".cache/etjob/torch2/venv-2.15.0/bin/python3"))
     args = p.parse_args()
     modes = args.modes.split(",")
