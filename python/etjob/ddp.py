@@ -263,7 +263,9 @@ def _local_group():
             # torch 2.x: a gloo group is a backend of a ProcessGroup
             pg = dist.ProcessGroup(store, 0, 1)
             pg._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
-            pg._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend)
+            # gloo takes CUDA tensors too: DDP checks a GPU model's shapes on it
+            for device in ("cpu", "cuda"):
+                pg._register_backend(torch.device(device), dist.ProcessGroup.BackendType.GLOO, backend)
             _local["pg"] = pg
     return _local["pg"]
 

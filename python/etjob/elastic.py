@@ -277,8 +277,16 @@ def supervisor():
     return _context().sup
 
 
-# DDP and the vote-then-step optimizer (etjob.ddp), under this module's name
-from etjob.ddp import DistributedDataParallel, Optimizer  # noqa: E402 - after what it uses
+# DDP and the vote-then-step optimizer, under this module's name: etjob.ddp
+# imports this module, so they are looked up when first asked for (PEP 562),
+# and either module may be imported first.
+def __getattr__(name):
+    if name in ("DistributedDataParallel", "Optimizer"):
+        from etjob import ddp
+
+        return getattr(ddp, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
 
 __all__ = ["State", "run", "allreduce_", "broadcast_", "allreduce_gradients", "rank", "size", "supervisor",
            "get_rank", "get_world_size", "init_process_group",

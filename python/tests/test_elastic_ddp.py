@@ -5,6 +5,9 @@ only once every rank agreed), the same real gloo groups and TCPStore, the
 same checks (no survivor restarted, the ledger exact, every rank ends with
 the undisturbed run's model)."""
 
+import os
+import subprocess
+import sys
 import unittest
 
 import test_elastic as te
@@ -49,6 +52,32 @@ class FakeNCCLTest(te.Undisturbed, unittest.TestCase):
             self.assertIn("fake-nccl: aborted 1", job.lines(n, "err"), "%s:\n%s" % (n, job.dump()))
 
     test_joiner_takes_the_state_by_broadcast = te.InProcessRecoveryTest.test_joiner_takes_the_state_by_broadcast
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class ImportAndDeviceTest(unittest.TestCase):
+    """Two faults hack/gpu-check.sh found on a GPU, kept found on CPU."""
+
+    def test_either_module_may_be_imported_first(self):
+        # etjob.ddp imported before etjob.elastic was a circular import
+        for first in ("etjob.ddp", "etjob.elastic"):
+            got = subprocess.run([sys.executable, "-c", "import %s; from etjob.elastic import DistributedDataParallel, "
+                                  "Optimizer; from etjob.elastic import *; print(Optimizer.__module__)" % first],
+                                 env=dict(os.environ, PYTHONPATH=os.path.join(te.REPO, "python")), capture_output=True, text=True,
+                                 timeout=60)
+            self.assertEqual(got.stdout.strip(), "etjob.ddp", "importing %s first:\n%s" % (first, got.stderr))
+
+    @unittest.skipIf(not hasattr(te.dist.ProcessGroup, "_register_backend"), "torch 1.13: gloo groups take CUDA tensors")
+    def test_ddp_own_group_takes_cuda_tensors(self):
+        # torch 2.x: DDP checks a GPU model's shapes on its own group, which
+        # had a backend for the CPU alone ("No backend type associated with
+        # device type cuda")
+        import torch
+
+        from etjob import ddp
+
+        pg = ddp._local_group()
+        self.assertIs(pg._get_backend(torch.device("cuda")), pg._get_backend(torch.device("cpu")))
 
 
 if __name__ == "__main__":
