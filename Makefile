@@ -133,7 +133,7 @@ TORCHFT_EVERY ?= 30
 TORCHFT_RESTART_DELAY ?= 5
 
 .PHONY: bench-torchft
-bench-torchft: ## Head to head on the GPT example (torch 2.15, gloo): plain DDP, torchft 0.2.0 and etjob.elastic; step time vs DDP, then a hard kill every TORCHFT_EVERY s for TORCHFT_MINUTES (docs/benchmarks.md).
+bench-torchft: ## Head to head on the GPT example (torch 2.15, gloo): plain DDP, torchft 0.2.0 (its DDP, and its pure DDP) and etjob.elastic; step time vs DDP, then a hard kill every TORCHFT_EVERY s for TORCHFT_MINUTES (docs/benchmarks.md).
 	hack/install-deps.sh
 	hack/bench-torchft.py --python "$$(hack/install-torch2.sh)/bin/python3" --fault-minutes $(TORCHFT_MINUTES) --every $(TORCHFT_EVERY) --restart-delay $(TORCHFT_RESTART_DELAY)
 

@@ -4,19 +4,25 @@ the same small GPT (examples/gpt) with the same ranks and schedule.
 
     hack/bench-torchft.py [--ranks 3] [--steady-steps 150] [--rounds 2]
                           [--fault-minutes 10] [--every 30] [--restart-delay 5]
-                          [--modes ddp,etjob,torchft] [--python PY]
+                          [--modes ddp,etjob,torchft,torchft-pure] [--python PY]
 
 1. Steady state: each mode trains --steady-steps steps with no fault, the
    modes one after the other, --rounds times (interleaved, so that a noisy
    neighbour falls on every mode alike): the median step time of each (the
    gaps between the first lines of successive steps, the first 20 steps
    left out) and its ratio to plain DDP in the same round.
-2. Faults (etjob and torchft): every --every seconds one rank is killed
+   torchft runs its DistributedDataParallel (DDP's buckets, its comm hook);
+   torchft-pure its PureDistributedDataParallel (an all-reduce a gradient):
+   0.2.0's DistributedDataParallel ends the surviving processes at a hard
+   kill (an AssertionError in its comm hook after gloo's "Connection reset
+   by peer"), its pure one does not.
+2. Faults (etjob and the torchft modes): every --every seconds one rank is killed
    (SIGKILL; the ranks in turn: 1, 2, 0, ...) and started again by this
    harness --restart-delay seconds later, for --fault-minutes. Reported: the
    share of the wall time spent training (1 - the pauses over the wall
-   time), the pause at each fault (from the last step before the kill to
-   the first after it, less one median step: p50 and max) and the steps
+   time: every gap between new steps longer than 3 median steps, less one
+   step), the pause at each fault (the longest such gap from its kill to
+   the next: the loss or the replacement's join; p50 and max) and the steps
    done again (a step logged once the job had gone past it).
 
 Plain DDP gets no faults: it has no recovery (torchrun would restart every
@@ -68,7 +74,7 @@ class Run:
             self.service([self.py, "-m", "etjob.rdzv", "--host", "127.0.0.1", "--port", str(port)], "store")
             self.env.update(ETJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, PET_NNODES="1:%d" % args.ranks,
                             PET_RDZV_ID="bench", ETJOB_HEARTBEAT_TIMEOUT=str(args.detect))
-        elif mode == "torchft":
+        elif mode in ("torchft", "torchft-pure"):
             port = free_port()
             lighthouse = os.path.join(os.path.dirname(self.py), "torchft_lighthouse")
             self.service([lighthouse, "--bind", "[::]:%d" % port, "--min_replicas", "1", "--quorum_tick_ms", "100",
@@ -79,6 +85,8 @@ class Run:
             for name, seconds in (("TIMEOUT", args.detect), ("QUORUM_TIMEOUT", args.detect * 6),
                                   ("CONNECT_TIMEOUT", args.detect * 2)):
                 self.env["TORCHFT_%s_SEC" % name] = str(seconds)
+            if mode == "torchft-pure":
+                self.env["TORCHFT_DDP"] = "pure"
             self.env.update(kv.split("=", 1) for kv in args.torchft_env.split(",") if kv)
         time.sleep(2)
 
@@ -91,7 +99,7 @@ class Run:
         self.started += 1
         name = "r%d-%d" % (i, self.started)
         env = dict(self.env)
-        script = {"ddp": "train.py", "etjob": "train_elastic.py", "torchft": "train_torchft.py"}[self.mode]
+        script = {"ddp": "train.py", "etjob": "train_elastic.py"}.get(self.mode, "train_torchft.py")
         if self.mode == "ddp":
             env.update(RANK=str(i), LOCAL_RANK=str(i))
         elif self.mode == "etjob":
@@ -194,14 +202,15 @@ def faults(args, mode, root, step_time):
     finally:
         run.close()
     lines = [(t, s) for t, s in run.steps() if t >= began]
-    f = firsts(lines)
+    f = [t for _, t in firsts(lines)]
+    # a gap between new steps longer than 3 steps is paused time (less one
+    # step); a fault's pause is the longest such gap from its kill to the
+    # next kill (the loss, then the replacement's join)
+    gaps = [(a, b - a - step_time) for a, b in zip(f, f[1:]) if b - a > 3 * step_time]
     pauses = []
-    for k in kills:
-        before = max((t for _, t in f if t <= k), default=None)
-        after = min((t for _, t in f if t > k), default=None)
-        if before is not None and after is not None:
-            pauses.append(max(after - before - step_time, 0.0))
-    trained = 1 - sum(pauses) / wall
+    for k, nxt in zip(kills, kills[1:] + [float("inf")]):
+        pauses.append(max([g for a, g in gaps if k - 3 * step_time <= a < nxt] or [0.0]))
+    trained = 1 - sum(g for _, g in gaps) / wall
     return {"wall": wall, "faults": len(kills), "pauses": pauses, "trained": trained, "redone": redone(lines),
             "steps": max((s for _, s in lines), default=0) - min((s for _, s in lines), default=0), "dir": run.dir}
 
@@ -216,7 +225,7 @@ def main():
     p.add_argument("--restart-delay", type=float, default=5)
     p.add_argument("--detect", type=float, default=5, help="the failure detection deadline (s) both get")
     p.add_argument("--join-ms", type=float, default=1000, help="torchft lighthouse's join timeout (ms)")
-    p.add_argument("--modes", default="ddp,etjob,torchft")
+    p.add_argument("--modes", default="ddp,etjob,torchft,torchft-pure")
     p.add_argument("--torchft-env", default="", help="more env for torchft's ranks, e.g. TORCHFT_DDP=pure,TORCHFT_PG=baby")
     p.add_argument("--python", default=os.path.join(os.path.expanduser("~"), ".cache/etjob/torch2/venv-2.15.0/bin/python3"))
     args = p.parse_args()

@@ -31,9 +31,10 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from torchft import DistributedDataParallel, Manager, ProcessGroupBabyGloo, ProcessGroupGloo
+from torchft import DistributedDataParallel, Manager, ProcessGroupGloo
 from torchft.ddp import PureDistributedDataParallel
 from torchft.optim import OptimizerWrapper
+from torchft.process_group import ProcessGroupBabyGloo
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt import GPT, args, batch, corpus, evaluate, log, lr_at  # noqa: E402
@@ -84,8 +85,8 @@ def main():
         loss = ddp(x, y)
         loss.backward()
         opt.step()
-        if manager.current_step() > step:  # committed
-            log(step + 1, rank or 0, world, loss)
+        if manager.current_step() > step:  # committed; a healed replica jumps to the quorum's step
+            log(manager.current_step(), rank or 0, world, loss)
     if manager.participating_rank() == 0:
         print("final loss=%.4f steps=%d" % (evaluate(model, data, a), a.steps), flush=True)
     manager.shutdown(wait=False)
