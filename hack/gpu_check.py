@@ -66,7 +66,9 @@ class _Gen:
 
 class _Ctx:
     """the parts of etjob.generations.Context the transport reads: a key
-    prefix and a store client"""
+    prefix, a store client and the collective timeout"""
+
+    collective_timeout = 300
 
     def __init__(self, store):
         self.store = store

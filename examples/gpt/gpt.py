@@ -113,7 +113,7 @@ def batch(data, a, step, rank, world):
     train = data[: len(data) * 9 // 10]
     g = torch.Generator().manual_seed(a.seed * 1000003 + step)
     starts = torch.randint(0, len(train) - a.block - 1, (a.batch,), generator=g)
-    if a.batch % world:
+    if a.batch % world:  # --batch 12: 1, 2, 3, 4, 6 or 12 ranks (PET_NNODES' maximum at most 12, a divisor)
         sys.exit("examples/gpt: a global batch of %d does not split over %d ranks" % (a.batch, world))
     share = a.batch // world
     mine = starts[rank * share:(rank + 1) * share]

@@ -17,8 +17,9 @@ How:
 
 * `DistributedDataParallel` is torch's own DDP (its buckets, and their
   all-reduce overlapped with the backward pass), one per generation, with a
-  communication hook that sends each bucket through the generation's gloo
-  group and hands DDP a future this module completes: when the all-reduce is
+  communication hook that sends each bucket through the generation's data
+  group (its gloo group, or an NCCL communicator of its own:
+  init_process_group) and hands DDP a future this module completes: when the all-reduce is
   done, or at once when it failed, when another rank ended the generation or
   when it ran past its deadline (Context.timeout_for its bytes). A failed
   bucket is abandoned, never waited for; DDP gets zeros for it and the
@@ -27,7 +28,8 @@ How:
   its own that could not be bounded: not at construction (the state is
   already the same on every rank after the generation's sync) and not when
   it rebuilds its buckets in its second iteration. Each rank's bucket layout
-  goes into the vote, so ranks whose buckets differ are found, not averaged.
+  (which parameters, in which order, in which bucket) goes into the vote, so
+  ranks whose buckets differ are found, not averaged crosswise.
 * `Optimizer.step()` is the vote: one small all-reduce (who leaves, who
   joins, whether a checkpoint is wanted, whether a rank's gradients failed,
   the bucket layout). Only when every rank took part and none failed does
@@ -59,8 +61,8 @@ from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
 from etjob import elastic
 
-_MOD = 2**61 - 1
-_DDP_ARGS = _TorchDDP.__init__.__code__.co_varnames  # the bucket layout's hash stays an int64
+_MOD = 2**61 - 1  # the bucket layout's hash stays an int64
+_DDP_ARGS = _TorchDDP.__init__.__code__.co_varnames
 
 
 class _Item:
@@ -77,8 +79,9 @@ class _Buckets:
     the buckets in flight when the generation ended or a deadline passed.
     Once failed, every bucket completes at once with zeros."""
 
-    def __init__(self, ctx, group, pg, transport):
+    def __init__(self, ctx, group, pg, transport, index):
         self.ctx, self.group = ctx, group
+        self.index = index  # id(parameter) -> its place in the module
         self.pg, self.transport = pg, transport  # the data group the buckets cross (the generation's gloo group, or its own)
         self.failed = None
         self.layout = 0
@@ -91,7 +94,10 @@ class _Buckets:
 
     def hook(self, _state, bucket):
         buf = bucket.buffer()
-        self.layout = (self.layout * 1000003 + buf.numel() + 1) % _MOD
+        layout = (self.layout * 1000003 + buf.numel() + 1) % _MOD
+        for p in bucket.parameters():  # which parameters, in which order: a rank's own bucket order
+            layout = (layout * 1000003 + self.index.get(id(p), -1) + 2) % _MOD
+        self.layout = layout
         fut = torch.futures.Future()
         if self.failed is not None:
             fut.set_result(torch.zeros_like(buf))
@@ -222,12 +228,15 @@ class _NCCLTransport:
         opts = dist.ProcessGroupNCCL.Options()
         if hasattr(opts, "config"):
             opts.config.blocking = False  # abort() never waits for a hung communicator
+        if hasattr(opts, "_timeout"):
+            # NCCL's own bound (the library's deadline, by the bytes, is shorter)
+            opts._timeout = timedelta(seconds=ctx.collective_timeout + 600)
         return dist.ProcessGroupNCCL(store, g.rank, g.size, opts)
 
     def release(self, pg, gen):
         try:
             pg.abort()
-        except RuntimeError as e:
+        except (RuntimeError, AttributeError) as e:
             elastic._log("abort of generation %d's data group: %s" % (gen, (str(e).splitlines() or ["?"])[0]))
 
 
@@ -243,6 +252,9 @@ def use(backend):
         raise ValueError("etjob.elastic.init_process_group: backend %r is not supported (%s are)" % (
             backend, ", ".join(sorted(TRANSPORTS))))
     if backend == "nccl":
+        if not dist.is_nccl_available() or not hasattr(dist.ProcessGroupNCCL, "abort"):
+            raise ValueError("etjob.elastic.init_process_group: backend 'nccl' needs a torch with NCCL whose "
+                             "ProcessGroupNCCL can abort (torch %s has not)" % torch.__version__)
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
     _transport["now"] = TRANSPORTS[backend]()
 
@@ -275,29 +287,49 @@ class DistributedDataParallel(nn.Module):
     generation, its buckets' all-reduces bounded and abandoned on a failure
     (module docstring). Its state_dict is DDP's (`module.` before each
     key). Keyword arguments go to torch's DDP (bucket_cap_mb, ...), except
-    process_group, broadcast_buffers (always False: buffers are part of the
-    state every rank already holds) and gradient_as_bucket_view (False: an
-    abandoned all-reduce may still write into its bucket)."""
+    process_group and device_mesh (DDP's own group is a local one),
+    broadcast_buffers / forward_sync_buffers (always False: buffers are part
+    of the state every rank already holds) and gradient_as_bucket_view
+    (False: an abandoned all-reduce may still write into its bucket), which
+    are refused, and find_unused_parameters, static_graph and
+    skip_all_reduce_unused_params, refused when true: DDP finds unused
+    parameters over its own group, here this rank alone, so a parameter
+    unused on one rank would miss the others' average there. Every rank
+    uses every parameter at every step."""
 
     def __init__(self, module, **ddp_kwargs):
         super().__init__()
         for bad in ("process_group", "broadcast_buffers", "forward_sync_buffers", "gradient_as_bucket_view", "device_mesh"):
             if bad in ddp_kwargs:
                 raise TypeError("etjob.elastic.DistributedDataParallel: %s is etjob's to set" % bad)
+        for bad in ("find_unused_parameters", "static_graph", "skip_all_reduce_unused_params"):
+            if ddp_kwargs.get(bad):
+                raise TypeError("etjob.elastic.DistributedDataParallel: %s=True is not supported (DDP would find "
+                                "unused parameters on this rank alone, and ranks would step apart): every rank "
+                                "must use every parameter" % bad)
         self.module = module
         object.__setattr__(self, "_kwargs", ddp_kwargs)
         object.__setattr__(self, "_ddp", None)
         object.__setattr__(self, "_buckets", None)
 
-    def _bind(self, ctx, group):
-        """_bind builds torch's DDP for generation group."""
+    def _unbind(self):
+        """_unbind lets go of the last generation's DDP and buckets: their
+        threads end and a data group of their own (NCCL) is aborted, before
+        the next rendezvous and when the loop ends."""
         old = self._buckets
+        object.__setattr__(self, "_ddp", None)
+        object.__setattr__(self, "_buckets", None)
         if old is not None:
             old.close()
             if old.pg is not old.group.pg:
                 old.transport.release(old.pg, old.group.gen)
+
+    def _bind(self, ctx, group):
+        """_bind builds torch's DDP for generation group."""
+        self._unbind()
         transport = _transport["now"]
-        buckets = _Buckets(ctx, group, transport.group(ctx, group), transport)
+        index = {id(p): i for i, p in enumerate(self.module.parameters())}
+        buckets = _Buckets(ctx, group, transport.group(ctx, group), transport, index)
         kwargs = dict(self._kwargs, process_group=_local_group())
         # buffers are not synced per forward (torch 2.x renamed the switch)
         kwargs["forward_sync_buffers" if "forward_sync_buffers" in _DDP_ARGS else "broadcast_buffers"] = False
@@ -310,7 +342,7 @@ class DistributedDataParallel(nn.Module):
         ddp = self._ddp
         ctx = elastic._ctx
         if ddp is None or not torch.is_grad_enabled() or ctx is None or ctx.group is None \
-                or self._buckets.group is not ctx.group:
+                or self._buckets is None or self._buckets.group is not ctx.group:
             return self.module(*args, **kwargs)
         return ddp(*args, **kwargs)
 
@@ -327,13 +359,15 @@ class Optimizer(torch.optim.Optimizer):
     def __init__(self, optimizer, model, **state):  # noqa: super().__init__ not called: a wrapper
         if isinstance(optimizer, Optimizer):
             raise TypeError("etjob.elastic.Optimizer: the optimizer is wrapped already")
+        if not isinstance(model, DistributedDataParallel):
+            raise TypeError("etjob.elastic.Optimizer: model must be an etjob.elastic.DistributedDataParallel (whose "
+                            "buckets average the gradients), not %s" % type(model).__name__)
         for name in ("model", "optimizer", "step"):
             if name in state:
                 raise TypeError("etjob.elastic.Optimizer: %r is a name of etjob's state" % name)
         self.optimizer = optimizer
         self.model = model
-        module = model.module if isinstance(model, DistributedDataParallel) else model
-        self._state = elastic.State._live_state(model=module, optimizer=optimizer, step=0, **state)
+        self._state = elastic.State._live_state(model=model.module, optimizer=optimizer, step=0, **state)
         self._ctx = None
         self._meet = True     # a new generation is needed before the next step
         self._survivor = False
@@ -397,6 +431,7 @@ class Optimizer(torch.optim.Optimizer):
                 self._generation()
             step = self._state.step_of()
             if step >= total:
+                self.model._unbind()
                 return
             yield step
 
@@ -405,10 +440,10 @@ class Optimizer(torch.optim.Optimizer):
         if ctx is None:
             ctx = self._ctx = elastic._context()
             object.__setattr__(self._state, "_ctx", ctx)
+        self.model._unbind()  # the old generation's data group goes before the rendezvous
         g = elastic._meet(ctx, self._state, self._survivor, self._changed)
         self._survivor, self._changed, self._meet = True, False, False
-        if isinstance(self.model, DistributedDataParallel):
-            self.model._bind(ctx, g)
+        self.model._bind(ctx, g)
 
     def step(self, closure=None):
         """step votes, then steps the wrapped optimizer when every rank took
@@ -421,7 +456,7 @@ class Optimizer(torch.optim.Optimizer):
         if ctx is None or ctx.group is None or self._meet:
             raise RuntimeError("etjob.elastic.Optimizer.step outside `for step in opt.steps(total)`")
         g = ctx.group
-        buckets = self.model._buckets if isinstance(self.model, DistributedDataParallel) else None
+        buckets = self.model._buckets
         flags = state._flags(g, extra=3)
         x = g.size + 2
         failed = buckets is not None and buckets.failed is not None

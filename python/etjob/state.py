@@ -312,11 +312,12 @@ class State:
     def load_checkpoint(self, directory):
         """load_checkpoint loads the newest checkpoint of directory (written by
         checkpoint) and keeps it as the commit; False when there is none."""
+        # every rank remembers the directory, a fresh run too: any may save a stop below min
+        object.__setattr__(self, "_dir", directory)
         got = etorch.load_checkpoint(directory)
         if got is None:
             return False
         self._load(got)
-        object.__setattr__(self, "_dir", directory)
         self._keep()
         return True
 

@@ -80,5 +80,49 @@ class ImportAndDeviceTest(unittest.TestCase):
         self.assertIs(pg._get_backend(torch.device("cuda")), pg._get_backend(torch.device("cpu")))
 
 
+@unittest.skipIf(te.dist is None, "needs torch")
+class RefusalTest(unittest.TestCase):
+    """What would make the ranks step apart is refused by name, at once."""
+
+    def test_unused_parameters_refused(self):
+        import torch
+
+        from etjob import ddp
+
+        for name in ("find_unused_parameters", "static_graph"):
+            with self.assertRaisesRegex(TypeError, name + "=True is not supported"):
+                ddp.DistributedDataParallel(torch.nn.Linear(2, 2), **{name: True})
+        ddp.DistributedDataParallel(torch.nn.Linear(2, 2), find_unused_parameters=False)
+
+    def test_optimizer_needs_the_elastic_ddp(self):
+        import torch
+
+        from etjob import ddp
+
+        model = torch.nn.Linear(2, 2)
+        with self.assertRaisesRegex(TypeError, "model must be an etjob.elastic.DistributedDataParallel.*Linear"):
+            ddp.Optimizer(torch.optim.SGD(model.parameters(), lr=0.1), model)
+
+    def test_nccl_refused_where_torch_has_none(self):
+        from etjob import ddp
+
+        if te.dist.is_nccl_available() and hasattr(te.dist.ProcessGroupNCCL, "abort"):
+            self.skipTest("this torch has NCCL")
+        with self.assertRaisesRegex(ValueError, "backend 'nccl' needs a torch with NCCL"):
+            ddp.use("nccl")
+
+    def test_an_empty_checkpoint_directory_is_remembered(self):
+        # the rank that saves a stop below min may be any: a fresh run's
+        # ranks all know where (the directory had no checkpoint yet)
+        import tempfile
+
+        import torch
+
+        d = tempfile.mkdtemp(prefix="etjob-ddp-")
+        state = te.elastic.State(model=torch.nn.Linear(2, 2), step=0)
+        self.assertFalse(state.load_checkpoint(d))
+        self.assertEqual(state._dir, d)
+
+
 if __name__ == "__main__":
     unittest.main()
