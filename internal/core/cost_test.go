@@ -105,10 +105,13 @@ func TestBill(t *testing.T) {
 			// A settled status first (what the pass before wrote), with the
 			// bill of the case: only the bill's own rules then say whether
 			// it is brought up to date.
-			settled := core.Decide(core.Snapshot{Job: j, Pods: tc.pods, Nodes: ns}, t0.Add(-10*time.Minute))
+			// The launcher (a torchrun job's rendezvous store) is there: a job
+			// with members and no launcher has lost its store (storeGone).
+			pods := append([]*corev1.Pod{MakeLauncher(job.Obj()).Ready("od").Obj()}, tc.pods...)
+			settled := core.Decide(core.Snapshot{Job: j, Pods: pods, Nodes: ns}, t0.Add(-10*time.Minute))
 			j.Status = settled.Status
 			j.Status.Cost = tc.prev
-			plan := core.Decide(core.Snapshot{Job: j, Pods: tc.pods, Nodes: ns}, t0)
+			plan := core.Decide(core.Snapshot{Job: j, Pods: pods, Nodes: ns}, t0)
 			if diff := cmp.Diff(tc.want, plan.Status.Cost); diff != "" {
 				t.Errorf("status.cost (-want +got):\n%s", diff)
 			}

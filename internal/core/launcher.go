@@ -19,6 +19,10 @@ import (
 // while the launcher moves (moveLauncher).
 func (d *decision) handleLauncher() outcome {
 	l := d.launcher
+	if why := d.storeGone(l); why != "" {
+		d.restart(why + ": the rendezvous store is lost; restarting from the last checkpoint with a new launcher")
+		return ended
+	}
 	if l == nil {
 		// horovodrun starts once its workers are there (startHorovodLauncher).
 		if !d.restarting && d.spec.Framework != etjobv1.FrameworkHorovod {
@@ -57,13 +61,13 @@ func (d *decision) handleLauncher() outcome {
 	}
 	reason, preempted := launcherLoss(l)
 	d.delete(l, reason)
+	// Losing the launcher with its node (the rendezvous store, horovodrun) is
+	// not the training's fault: a preemption, never a failure. Only its own
+	// exit code counts against backoffLimit (and not when its node was
+	// noticed, or the last pass was moving it: its node went first).
 	if preempted {
 		d.countPreemption(l)
-	}
-	// DESIGN: losing the rendezvous store / horovodrun without warning counts
-	// against backoffLimit; a launcher whose node was noticed is a preemption
-	// only (its node went before the move finished).
-	if !l.noticed && !d.launcherMoving() {
+	} else if !l.noticed && !d.launcherMoving() {
 		d.countFailure(l)
 	}
 	msg := fmt.Sprintf("launcher %s lost (%s)", l.pod.Name, reason)
@@ -75,6 +79,32 @@ func (d *decision) handleLauncher() outcome {
 		d.fail(etjobv1.ReasonLauncherFailed, msg+"; spec.restartPolicy is Never")
 	}
 	return ended
+}
+
+// storeGone says why a torchrun job under spec.recovery Restart lost its
+// rendezvous store while it had members, or "": its launcher's pod was
+// deleted by someone else than etjob (a user, or the pod garbage collector
+// once its node object went: no grace period, no notice), or is gone
+// altogether. The workers' torchrun agents cannot go on without their store
+// (a new launcher's store is empty), so the job restarts at once from its
+// checkpoint, before the workers fail on their own: like a lost node, not a
+// failure. etjob's own deletions of a launcher restart the job in the same
+// pass (its members are then gone) or come from a spec.recovery InProcess
+// job (replaceLauncher), and horovod jobs have no launcher before their
+// members (startHorovodLauncher).
+func (d *decision) storeGone(l *podView) string {
+	if d.restarting || d.spec.Recovery == etjobv1.RecoveryInProcess || d.spec.Framework == etjobv1.FrameworkHorovod ||
+		len(d.s.Job.Status.Membership.Hosts) == 0 {
+		return ""
+	}
+	switch {
+	case l == nil:
+		return fmt.Sprintf("the launcher is gone while %d workers were members (its pod deleted, or removed with its node)",
+			len(d.s.Job.Status.Membership.Hosts))
+	case l.deleting:
+		return fmt.Sprintf("launcher %s deleted while %d workers were members", l.pod.Name, len(d.s.Job.Status.Membership.Hosts))
+	}
+	return ""
 }
 
 // launcherLoss says why a launcher that is terminal, lost or on a node

@@ -36,7 +36,7 @@ func TestDecideLauncher(t *testing.T) {
 				normal(etjobv1.EventMembershipChanged, "generation 3: 0 members"),
 			},
 		},
-		"a preempted launcher restarts the job even under restartPolicy Never": {
+		"a launcher lost with its node restarts the job even under restartPolicy Never: a preemption, not a failure": {
 			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2})).Obj(),
 			pods: []*corev1.Pod{
 				MakeLauncher(base().Obj()).Ready("gone").Obj(),
@@ -46,11 +46,62 @@ func TestDecideLauncher(t *testing.T) {
 			nodes:           nodes("n0", "n1"),
 			wantDelete:      []string{"j-launcher", "j-worker-0", "j-worker-1"},
 			wantRestarts:    1,
-			wantFailures:    1,
 			wantPreemptions: 1,
 			wantCondReason:  map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonRestarting},
 			wantSummary:     "Restarting",
 			wantEvents:      []wantEvent{warning(etjobv1.EventRestarting, "restarting the job (restart 1): launcher j-launcher lost (NodeLost)")},
+		},
+		"a launcher deleted by someone else while its workers are members restarts the job at once, not a failure": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2,
+				Membership: etjobv1.MembershipStatus{Generation: 2, Hosts: []string{"j-worker-0:1", "j-worker-1:1"}}})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Deleting(t0).Obj(),
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+				MakeWorker(base().Obj(), 1).Ready("n1").Obj(),
+			},
+			nodes:          nodes("od", "n0", "n1"),
+			wantDelete:     []string{"j-worker-0", "j-worker-1"},
+			wantGeneration: 3,
+			wantRestarts:   1,
+			wantCondReason: map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonRestarting},
+			wantSummary:    "Restarting",
+			wantEvents: []wantEvent{
+				warning(etjobv1.EventRestarting, "restarting the job (restart 1): launcher j-launcher deleted while 2 workers were members: the rendezvous store is lost"),
+				normal(etjobv1.EventMembershipChanged, "generation 3: 0 members"),
+			},
+		},
+		"a launcher gone while its workers are members (deleted with no grace period) restarts the job, not a failure": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2,
+				Membership: etjobv1.MembershipStatus{Generation: 2, Hosts: []string{"j-worker-0:1", "j-worker-1:1"}}})).Obj(),
+			pods: []*corev1.Pod{
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+				MakeWorker(base().Obj(), 1).Ready("n1").Obj(),
+			},
+			nodes:          nodes("n0", "n1"),
+			wantDelete:     []string{"j-worker-0", "j-worker-1"},
+			wantGeneration: 3,
+			wantRestarts:   1,
+			wantCondReason: map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonRestarting},
+			wantSummary:    "Restarting",
+			wantEvents: []wantEvent{
+				warning(etjobv1.EventRestarting, "restarting the job (restart 1): the launcher is gone while 2 workers were members"),
+				normal(etjobv1.EventMembershipChanged, "generation 3: 0 members"),
+			},
+		},
+		"a new job's launcher is created beside its workers: no members, no store lost": {
+			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2})).Obj(),
+			pods: []*corev1.Pod{
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+				MakeWorker(base().Obj(), 1).Ready("n1").Obj(),
+			},
+			nodes:          nodes("n0", "n1"),
+			wantLauncher:   true,
+			wantCreate:     []int32{2},
+			wantHosts:      []string{"j-worker-0:1", "j-worker-1:1"},
+			wantGeneration: 1,
+			wantCondTrue:   []string{etjobv1.ConditionResizing},
+			wantSummary:    "Resizing",
+			wantEvents:     []wantEvent{normal(etjobv1.EventMembershipChanged, "generation 1: 2 members")},
 		},
 		"a notice on the launcher's node tells every ready worker to checkpoint and stop": {
 			job: base().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3,

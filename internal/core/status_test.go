@@ -49,7 +49,7 @@ func TestLastCheckpointAndNoticeWindow(t *testing.T) {
 	job.Status = plan.Status
 	pods[1] = MakeWorker(job, 1).Ready("n1").Annotation(etjobv1.AnnotationCheckpoint, ckpt(50, 2)).Obj()
 	pods[2] = MakeWorker(job, 0).Ready("n0").Annotation(etjobv1.AnnotationCheckpoint, ckpt(20, 1)).Obj()
-	plan = core.Decide(core.Snapshot{Job: job, Pods: pods[1:], Nodes: nodes}, t0.Add(time.Minute))
+	plan = core.Decide(core.Snapshot{Job: job, Pods: pods, Nodes: nodes}, t0.Add(time.Minute))
 	if plan.Status.LastCheckpoint.Step != 50 || meta.IsStatusConditionTrue(plan.Status.Conditions, etjobv1.ConditionCheckpointTooSlow) {
 		t.Errorf("after a fast checkpoint: %+v %+v", plan.Status.LastCheckpoint, plan.Status.Conditions)
 	}
