@@ -32,7 +32,8 @@ func (r *runner) check(runErr error) {
 	counts := r.counts()
 	var kinds []string
 	for _, k := range []string{KindNotice, KindHard, KindBurst, KindBurstBelowMin, KindReconfLoss, KindCancel,
-		KindRestartController, KindRestartAgent, KindRestartAPIServer, KindAddNode, KindDrought} {
+		KindRestartController, KindRestartAgent, KindRestartAPIServer, KindAPIServerDownScaleOut, KindLauncherLost,
+		KindAddNode, KindDrought} {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, counts[k]))
 	}
 	missing := []string{}

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/demo"
@@ -36,6 +37,9 @@ const (
 	// MinMembershipChanges is how many membership generations a run must
 	// go through.
 	MinMembershipChanges = 25
+	// APIServerDown is how long the kube-apiserver stays down in the middle
+	// of a scale-out.
+	APIServerDown = 30 * time.Second
 )
 
 // Options configure a chaos run.
@@ -277,6 +281,10 @@ func (r *runner) fault(ctx context.Context, i int, st Step) error {
 		ferr = r.restart(ctx, &f, "etjob-controller")
 	case KindRestartAPIServer:
 		ferr = r.restart(ctx, &f, "kube-apiserver")
+	case KindAPIServerDownScaleOut:
+		ferr = r.apiServerDownScaleOut(ctx, &f)
+	case KindLauncherLost:
+		ferr = r.launcherLost(ctx, &f)
 	case KindRestartAgent:
 		victims, err := r.victims(ctx, 1, false)
 		if err != nil {
@@ -500,6 +508,84 @@ func (r *runner) waitNode(ctx context.Context, node string, marked bool) error {
 	})
 }
 
+// apiServerDownScaleOut scales the job out by one worker (a spot node added
+// for it first), stops the kube-apiserver for APIServerDown once the
+// controller created the new worker's pod, starts it again, waits until the
+// job trains at the larger size and scales it back in.
+func (r *runner) apiServerDownScaleOut(ctx context.Context, f *Fault) error {
+	name, err := r.Cluster.AddNode(ctx, "", true)
+	if err != nil {
+		return err
+	}
+	f.Nodes = []string{name}
+	if err := r.scale(ctx, desiredWorkers+1); err != nil {
+		return err
+	}
+	if err := r.d.WaitFor(ctx, "the scale-out's new worker pod", time.Minute, func() (bool, error) {
+		n, err := r.livePods(ctx, etjobv1.RoleWorker)
+		return err == nil && len(n) > desiredWorkers, nil
+	}); err != nil {
+		return err
+	}
+	down := time.Now()
+	if err := r.Cluster.RestartComponentAfter(ctx, "kube-apiserver", APIServerDown); err != nil {
+		return err
+	}
+	f.Note = fmt.Sprintf("scaled out to %d (node %s added); the kube-apiserver down %s from the new worker's creation, ready again after %s",
+		desiredWorkers+1, name, APIServerDown, time.Since(down).Round(100*time.Millisecond))
+	if err := r.settleAt(ctx, down, 5*time.Minute, desiredWorkers+1); err != nil {
+		return fmt.Errorf("after the kube-apiserver came back: %w", err)
+	}
+	return r.scale(ctx, desiredWorkers)
+}
+
+// scale sets the job's spec.replicas.
+func (r *runner) scale(ctx context.Context, n int32) error {
+	return r.d.WaitFor(ctx, fmt.Sprintf("spec.replicas set to %d", n), time.Minute, func() (bool, error) {
+		j, err := r.d.Get(ctx)
+		if err != nil {
+			return false, nil
+		}
+		old := j.DeepCopy()
+		j.Spec.Replicas = n
+		return r.d.Client.Patch(ctx, j, client.MergeFrom(old)) == nil, nil
+	})
+}
+
+// launcherLost deletes the launcher's pod with no grace period, as the pod
+// garbage collector does once a lost node's object is gone: its rendezvous
+// store goes with it.
+func (r *runner) launcherLost(ctx context.Context, f *Fault) error {
+	pods, err := r.livePods(ctx, etjobv1.RoleLauncher)
+	if err != nil {
+		return err
+	}
+	if len(pods) != 1 {
+		return fmt.Errorf("want one launcher pod, found %d", len(pods))
+	}
+	p := pods[0]
+	zero := int64(0)
+	if err := r.d.Clientset.CoreV1().Pods(namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		return err
+	}
+	f.Nodes = []string{p.Spec.NodeName}
+	f.Note = fmt.Sprintf("deleted launcher %s with no grace period (its rendezvous store lost)", p.Name)
+	return nil
+}
+
+// livePods lists the job's pods of a role that are neither finished nor
+// being deleted.
+func (r *runner) livePods(ctx context.Context, role string) ([]corev1.Pod, error) {
+	pods, err := r.d.Clientset.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: etjobv1.LabelJobName + "=" + job + "," + etjobv1.LabelRole + "=" + role})
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool {
+		return p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	}), nil
+}
+
 func (r *runner) restart(ctx context.Context, f *Fault, component string) error {
 	f.Note = "restarted " + component
 	return r.Cluster.RestartComponent(ctx, component)
@@ -537,8 +623,14 @@ func (r *runner) topUp(ctx context.Context) error {
 // settle waits until the job runs and a step after `after` trained with the
 // desired number of workers.
 func (r *runner) settle(ctx context.Context, after time.Time, timeout time.Duration) error {
+	return r.settleAt(ctx, after, timeout, desiredWorkers)
+}
+
+// settleAt waits until the job runs and a step after `after` trained with
+// n workers.
+func (r *runner) settleAt(ctx context.Context, after time.Time, timeout time.Duration, n int32) error {
 	t := float64(after.UnixNano()) / 1e9
-	return r.d.WaitFor(ctx, fmt.Sprintf("training with %d workers", desiredWorkers), timeout, func() (bool, error) {
+	return r.d.WaitFor(ctx, fmt.Sprintf("training with %d workers", n), timeout, func() (bool, error) {
 		j, err := r.d.Get(ctx)
 		if err != nil {
 			return false, nil
@@ -550,12 +642,12 @@ func (r *runner) settle(ctx context.Context, after time.Time, timeout time.Durat
 		if _, _, done := driver.Final(lines); done {
 			return false, errTrainingDone
 		}
-		if !meta.IsStatusConditionTrue(j.Status.Conditions, etjobv1.ConditionRunning) || j.Status.Members != desiredWorkers {
+		if !meta.IsStatusConditionTrue(j.Status.Conditions, etjobv1.ConditionRunning) || j.Status.Members != n {
 			return false, nil
 		}
 		for i := len(lines) - 1; i >= 0; i-- {
 			if l := lines[i]; l.Kind == "step" && (after.IsZero() || l.T > t) {
-				return l.World == desiredWorkers, nil
+				return l.World == int(n), nil
 			}
 		}
 		return false, nil

@@ -2,7 +2,9 @@
 // cluster with real torchrun training (issue #6): noticed reclaims from every
 // cloud, bursts (one below minReplicas), hard losses, joins, a loss during a
 // reconfiguration, a withdrawn notice, and restarts of the etjob controller,
-// a node agent and the kube-apiserver. Faults fire on training progress or on
+// a node agent and the kube-apiserver, the kube-apiserver down for
+// APIServerDown in the middle of a scale-out, and the launcher's pod (the
+// rendezvous store) deleted as a lost node's pod is. Faults fire on training progress or on
 // the job's membership generation, never on wall time. A JSON-lines run
 // record says what happened; the controller's decision record
 // (--record-decisions) replays through core.Decide (Replay), so a failing
@@ -38,6 +40,14 @@ const (
 	KindRestartAgent = "restart-agent"
 	// KindRestartAPIServer restarts the kube-apiserver.
 	KindRestartAPIServer = "restart-apiserver"
+	// KindAPIServerDownScaleOut scales the job out by one worker and stops
+	// the kube-apiserver for APIServerDown once the new worker's pod exists,
+	// then scales back in once the job trained at the larger size.
+	KindAPIServerDownScaleOut = "apiserver-down-scale-out"
+	// KindLauncherLost deletes the launcher's pod with no grace period, as
+	// the pod garbage collector does once a lost node's object is gone: the
+	// rendezvous store is lost, which is not a failure of the job.
+	KindLauncherLost = "launcher-lost"
 	// KindAddNode adds a spot node (capacity returning); it is no scheduled
 	// step but follows losses, so that training can go on.
 	KindAddNode = "add-node"
@@ -77,6 +87,8 @@ func Schedule(seed int64) []Step {
 	add(KindRestartController, 1, 0)
 	add(KindRestartAgent, 1, 0)
 	add(KindRestartAPIServer, 1, 0)
+	add(KindAPIServerDownScaleOut, 1, 0)
+	add(KindLauncherLost, 1, 0)
 	r.Shuffle(len(steps), func(i, j int) { steps[i], steps[j] = steps[j], steps[i] })
 	if steps[0].Kind == KindBurstBelowMin {
 		steps[0], steps[1] = steps[1], steps[0]

@@ -23,7 +23,7 @@ func TestSchedule(t *testing.T) {
 			}
 		}
 		for _, k := range []string{KindNotice, KindHard, KindBurst, KindBurstBelowMin, KindReconfLoss, KindCancel,
-			KindRestartController, KindRestartAgent, KindRestartAPIServer} {
+			KindRestartController, KindRestartAgent, KindRestartAPIServer, KindAPIServerDownScaleOut, KindLauncherLost} {
 			if kinds[k] == 0 {
 				t.Errorf("seed %d: no %s in %s", seed, k, String(steps))
 			}

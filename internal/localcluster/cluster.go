@@ -183,6 +183,12 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 // again with the same command line. The kube-apiserver is waited for until
 // ready.
 func (c *Cluster) RestartComponent(ctx context.Context, name string) error {
+	return c.RestartComponentAfter(ctx, name, 0)
+}
+
+// RestartComponentAfter is RestartComponent with the process down for
+// `down` between its stop and its start (a kube-apiserver outage).
+func (c *Cluster) RestartComponentAfter(ctx context.Context, name string, down time.Duration) error {
 	switch {
 	case name == "etjob-controller":
 		_, err := c.RestartController(ctx)
@@ -201,6 +207,10 @@ func (c *Cluster) RestartComponent(ctx context.Context, name string) error {
 	argv := strings.Split(strings.TrimSuffix(string(raw), "\x00"), "\x00")
 	if err := c.stop(name, syscall.SIGTERM); err != nil {
 		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(down):
 	}
 	if err := c.start(name, argv[0], argv[1:]...); err != nil {
 		return err
