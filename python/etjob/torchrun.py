@@ -158,8 +158,12 @@ def _patch_rendezvous(poll):
         # polling unheard until its join timeout.
         expected = _expected_nodes(self)
         if expected:
-            _expecting[self._this_node] = expected
-            print("etjob.torchrun: expecting %d nodes in the next round" % expected, file=sys.stderr, flush=True)
+            _expecting[self._this_node] = len(expected)
+            shared = _share_expected(self, expected)
+            how = "not shared" if shared is None else "this node's set shared" if shared == expected else \
+                "another member's set of %d shared first" % len(shared)
+            print("etjob.torchrun: expecting %d nodes in the next round (round %d: %s)" % (
+                len(expected), _round_of.get(id(self), -1) + 1, how), file=sys.stderr, flush=True)
         global _joining
         try:
             _joining = True
@@ -475,14 +479,99 @@ def _complete_when_expected(join):
 
     def call(self, ctx, deadline):
         state = ctx.state
+        if state.closed or state.complete or time.monotonic() > deadline:
+            return join(self, ctx, deadline)
+        shared = _read_expected(state.round)
+        ids = {_node_id(n) for n in state.participants}
+        member = ctx.node in state.participants
         # A pod that goes never closes a round.
-        want = _expecting.get(ctx.node, ctx.settings.max_nodes)
-        if (not _told_to_leave() and not state.closed and not state.complete and ctx.node in state.participants
-                and len(state.participants) >= want and time.monotonic() <= deadline):
-            return dr._Action.MARK_RENDEZVOUS_COMPLETE
-        return join(self, ctx, deadline)
+        if member and not _told_to_leave() and len(state.participants) >= ctx.settings.min_nodes:
+            if shared and shared <= ids:
+                return dr._Action.MARK_RENDEZVOUS_COMPLETE
+            if len(state.participants) >= _expecting.get(ctx.node, ctx.settings.max_nodes):
+                return dr._Action.MARK_RENDEZVOUS_COMPLETE
+        action = join(self, ctx, deadline)
+        if action != dr._Action.MARK_RENDEZVOUS_COMPLETE:
+            return action
+        # torch's last call. Held off, for a bounded grace, while a node that
+        # is alive (its heartbeat is in the state) and expected (in the
+        # shared set, or in the wait list) has not joined yet: on a loaded
+        # machine a member that left the last round may take seconds to add
+        # itself again, and a round completed without it makes it restart
+        # the others at once (RC-C). A node that is gone has no heartbeat
+        # left (torch's sanitizer removes it): it holds nothing.
+        alive = {_node_id(n) for n in state.last_heartbeats}
+        missing = (((shared or set()) | {_node_id(n) for n in state.wait_list}) - ids) & alive
+        if not missing:
+            return action
+        first = _short_since.setdefault(state.round, time.monotonic())
+        if time.monotonic() - first < _grace["s"]:
+            if not _short_said.get(state.round):
+                _short_said[state.round] = True
+                print("etjob.torchrun: round %d: last call held off while %d expected nodes that are alive have not "
+                      "joined (%d joined)" % (state.round, len(missing), len(ids)), file=sys.stderr, flush=True)
+            return dr._Action.KEEP_ALIVE if dr._should_keep_alive(ctx) else dr._Action.SYNC
+        print("etjob.torchrun: round %d: completed by torch's last call after %.1f s with %d nodes; %d expected "
+              "did not join" % (state.round, _grace["s"], len(ids), len(missing)), file=sys.stderr, flush=True)
+        return action
 
     return call
+
+
+_grace = {"s": 30.0}   # ETJOB_RDZV_GRACE_SECONDS: how long a last call waits for the expected nodes
+_short_since = {}      # round -> when this node first saw torch's last call while short
+_short_said = {}
+_shared = {}           # round -> the expected node ids shared for it (read once it is there)
+
+
+def _node_id(node):
+    host = getattr(node, "fqdn", None) or getattr(node, "addr", "")  # torch 1.13 names it fqdn, 2.x addr
+    return "%s_%s_%s" % (host, node.pid, node.local_id)
+
+
+_ABSENT = "-etjob-absent-"
+
+
+def _expected_key(handler, rnd):
+    return "%s.etjob.expected.%d" % (handler._state_holder._backend._key, rnd)
+
+
+def _share_expected(handler, expected):
+    """_share_expected offers expected (node ids) as the set of the next
+    round (the round after the one this node ran in) with compare-and-set:
+    the first member to offer one sets it for every node, newcomers too. It
+    returns the set shared (this one, another member's, or None when the
+    store could not be reached)."""
+    rnd = _round_of.get(id(handler), -1) + 1
+    try:
+        got = handler._state_holder._backend._store.compare_set(
+            _expected_key(handler, rnd), "", ",".join(sorted(expected)))
+    except Exception as e:  # torch's own rules then
+        print("etjob.torchrun: sharing the expected nodes failed: %r" % (e,), file=sys.stderr, flush=True)
+        return None
+    got = got.decode() if isinstance(got, bytes) else got
+    return set(got.split(",")) if got else set()
+
+
+def _read_expected(rnd):
+    """_read_expected is the set of node ids shared for round rnd, or None
+    (none shared: a first round, or no member knew its next round)."""
+    if rnd in _shared:
+        return _shared[rnd]
+    if not _handlers:
+        return None
+    h = _handlers[-1]
+    try:
+        # compare_set with the same absent marker on both sides reads a key
+        # without waiting for it (torch 1.13's store has no check())
+        got = h._state_holder._backend._store.compare_set(_expected_key(h, rnd), _ABSENT, _ABSENT)
+    except Exception:  # noqa: BLE001 - torch's rules then
+        return None
+    got = got.decode() if isinstance(got, bytes) else got
+    if got == _ABSENT:
+        return None
+    _shared[rnd] = set(got.split(",")) if got else set()
+    return _shared[rnd]
 
 
 _rounds = {}  # id(handler) -> the nodes of the last round it joined
@@ -503,8 +592,7 @@ def _note_round(handler):
 def _left_key(handler, node):
     # A counter per node: torch 1.13's Store has no non-blocking existence
     # check, but add(key, 0) reads a counter without waiting.
-    host = getattr(node, "fqdn", None) or getattr(node, "addr", "")  # torch 1.13 names it fqdn, 2.x addr
-    return "%s.etjob.left.%s_%s_%s" % (handler._state_holder._backend._key, host, node.pid, node.local_id)
+    return "%s.etjob.left.%s" % (handler._state_holder._backend._key, _node_id(node))
 
 
 def _unmark_left(handler):
@@ -523,7 +611,8 @@ def _unmark_left(handler):
 
 
 def _expected_nodes(handler):
-    """The size of the next round if it is known, else None."""
+    """The nodes (ids) of the next round if they are known, else None: the
+    last round's, less those marked as leaving, plus the new ones waiting."""
     last = _rounds.get(id(handler))
     if not last:
         return None
@@ -539,10 +628,10 @@ def _expected_nodes(handler):
     if state.closed:
         return None
     joining = (set(state.participants) | set(state.wait_list)) - last
-    n = len(last - left) + len(joining)
-    if n < handler._settings.min_nodes or n > handler._settings.max_nodes:
+    nodes = (last - left) | joining
+    if len(nodes) < handler._settings.min_nodes or len(nodes) > handler._settings.max_nodes:
         return None
-    return n
+    return {_node_id(n) for n in nodes}
 
 
 def _leave_early(sup):
@@ -700,6 +789,7 @@ def main(argv=None):
     _patch_std()
     _patch_shutdown()
     _patch_rendezvous(float(os.environ.get("ETJOB_RDZV_POLL_SECONDS", "0.2")))
+    _grace["s"] = float(os.environ.get("ETJOB_RDZV_GRACE_SECONDS", "30"))
     _patch_store_clients()
     _patch_round_barriers()
     if os.environ.get("ETJOB_WORKER_START", "forkserver") == "forkserver":

@@ -17,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 try:
+    import torch.distributed as dist
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
     from etjob import torchrun
 except ImportError:  # pragma: no cover
@@ -77,6 +78,108 @@ class CompleteWhenExpectedTest(unittest.TestCase):
             self.assertNotEqual(self.act(self.nodes[0], self.nodes, expected=4), dr._Action.MARK_RENDEZVOUS_COMPLETE)
         finally:
             torchrun._sup = None
+
+
+@unittest.skipIf(dr is None, "needs torch")
+class SharedExpectedTest(unittest.TestCase):
+    """RC-C and the shared expected set: the members of the last round share
+    the nodes of the next one through the store (compare-and-set: the first
+    offer is everyone's), and every node, a newcomer too, completes the
+    round once they all joined; torch's last call (min 1: armed at the first
+    participant) is held off, for a bounded grace, while an expected node
+    that is alive has not joined. The store is a real c10d HashStore; the
+    handler and the round's state are torch's own types, filled by hand."""
+
+    def setUp(self):
+        self.join = torchrun._complete_when_expected(dr._RendezvousJoinOp.__call__)
+        self.settings = dr.RendezvousSettings(
+            run_id="r", min_nodes=1, max_nodes=6, timeout=dr.RendezvousTimeout(last_call=timedelta(seconds=3)),
+            keep_alive_interval=timedelta(seconds=5), keep_alive_max_attempt=3)
+        self.nodes = [dr._NodeDesc("n%d" % i, 1, 0) for i in range(4)]
+        self.handler = dr.DynamicRendezvousHandler.__new__(dr.DynamicRendezvousHandler)
+        holder = _FakeHolder(dr._RendezvousState())
+        holder._backend._store = dist.HashStore()
+        self.handler._state_holder = holder
+        torchrun._handlers.append(self.handler)
+        self.saved = dict(torchrun._grace), dict(torchrun._shared)
+        torchrun._shared.clear()
+        torchrun._short_since.clear()
+
+    def tearDown(self):
+        torchrun._handlers.remove(self.handler)
+        torchrun._rounds.pop(id(self.handler), None)
+        torchrun._round_of.pop(id(self.handler), None)
+        torchrun._grace.update(self.saved[0])
+        torchrun._shared.clear()
+        torchrun._shared.update(self.saved[1])
+        torchrun._short_since.clear()
+
+    now = CompleteWhenExpectedTest.now
+
+    def act(self, node, participants, wait_list=(), gone=(), last_call_passed=True):
+        """The join op of node in round 5, whose participants and wait list
+        are given; gone: nodes with no heartbeat left."""
+        state = dr._RendezvousState()
+        state.round = 5
+        for n in participants:
+            state.participants[n] = 0
+        for n in wait_list:
+            state.wait_list.add(n)
+        for n in list(participants) + list(wait_list):
+            if n not in gone:
+                state.last_heartbeats[n] = self.now()
+        state.deadline = self.now() + timedelta(seconds=-1 if last_call_passed else 3)
+        return self.join(dr._RendezvousJoinOp(), dr._RendezvousContext(node, state, self.settings),
+                         time.monotonic() + 60)
+
+    def share(self, nodes, ran_in=4):
+        torchrun._round_of[id(self.handler)] = ran_in
+        return torchrun._share_expected(self.handler, {torchrun._node_id(n) for n in nodes})
+
+    def test_the_first_offer_is_everyones(self):
+        n = self.nodes
+        self.assertEqual(self.share(n[:3]), {torchrun._node_id(x) for x in n[:3]})
+        # a second member's offer, made a moment later, reads the first
+        self.assertEqual(self.share(n), {torchrun._node_id(x) for x in n[:3]})
+        self.assertEqual(torchrun._read_expected(5), {torchrun._node_id(x) for x in n[:3]})
+        self.assertIsNone(torchrun._read_expected(6), "no set shared for round 6")
+
+    def test_a_newcomer_completes_the_round_once_the_expected_joined(self):
+        # torch's rule: a newcomer (it expects nothing) waits for max_nodes
+        # or the last call; the shared set completes it at once
+        n = self.nodes
+        self.share(n[:3])
+        self.assertEqual(self.act(n[2], n[:3], last_call_passed=False), dr._Action.MARK_RENDEZVOUS_COMPLETE)
+        self.assertNotEqual(self.act(n[2], n[1:3], wait_list=[n[0]], last_call_passed=False),
+                            dr._Action.MARK_RENDEZVOUS_COMPLETE)
+
+    def test_last_call_held_while_an_expected_node_is_alive(self):
+        # RC-C: min 1, the newcomer n3 alone in round 5 past torch's last
+        # call, the last round's members n0..n2 alive in the wait list (a
+        # loaded machine: they have not polled again yet)
+        n = self.nodes
+        self.share(n)
+        self.assertNotEqual(self.act(n[3], [n[3]], wait_list=n[:3]), dr._Action.MARK_RENDEZVOUS_COMPLETE)
+        # without a shared set (a first round), the wait list alone holds it
+        torchrun._shared.clear()
+        torchrun._round_of[id(self.handler)] = 7  # the set shared for round 8, not 5
+        self.assertNotEqual(self.act(n[3], [n[3]], wait_list=n[:3]), dr._Action.MARK_RENDEZVOUS_COMPLETE)
+
+    def test_a_gone_node_holds_nothing(self):
+        # an expected node lost with no notice: torch's sanitizer removed its
+        # heartbeat, and the last call completes the round as torch would
+        n = self.nodes
+        self.share(n)
+        self.assertEqual(self.act(n[0], n[:3], wait_list=[n[3]], gone=[n[3]]), dr._Action.MARK_RENDEZVOUS_COMPLETE)
+        self.assertEqual(self.act(n[0], n[:3]), dr._Action.MARK_RENDEZVOUS_COMPLETE)
+
+    def test_the_hold_is_bounded(self):
+        n = self.nodes
+        self.share(n)
+        torchrun._grace["s"] = 0.2
+        self.assertNotEqual(self.act(n[3], [n[3]], wait_list=n[:3]), dr._Action.MARK_RENDEZVOUS_COMPLETE)
+        time.sleep(0.3)
+        self.assertEqual(self.act(n[3], [n[3]], wait_list=n[:3]), dr._Action.MARK_RENDEZVOUS_COMPLETE)
 
 
 class _Told:
