@@ -113,6 +113,43 @@ func TestProcessNode(t *testing.T) {
 		_ = cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	})
 
+	t.Run("pod marked NotReady by the node lifecycle controller", func(t *testing.T) {
+		// What kube-controller-manager does to a node's pods when its lease
+		// lapsed (a kube-apiserver outage): the pod runs on, and the node
+		// must say Ready again (it stayed NotReady before resync).
+		ns := newNamespace(ctx, t, cs)
+		pod := processPod(ns, "marked", "/bin/sh", "-c", "sleep 60")
+		createPod(ctx, t, cs, pod)
+		waitPhase(ctx, t, cs, ns, pod.Name, corev1.PodRunning)
+		ready := func() bool {
+			got, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			for _, c := range got.Status.Conditions {
+				if c.Type == corev1.PodReady {
+					return c.Status == corev1.ConditionTrue
+				}
+			}
+			return false
+		}
+		testutil.Eventually(t, testutil.Timeout, "the pod is Ready", ready)
+		got, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range got.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				got.Status.Conditions[i].Status, got.Status.Conditions[i].Reason = corev1.ConditionFalse, "NodeNotReady"
+			}
+		}
+		if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, testutil.Timeout, "the pod is Ready again", ready)
+		_ = cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	})
+
 	t.Run("deleted pod", func(t *testing.T) {
 		ns := newNamespace(ctx, t, cs)
 		// The child sleep shares the container's process group: deleting the

@@ -212,11 +212,84 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 
 func podKey(namespace, name string) string { return namespace + "/" + name }
 
-// NotifyPods registers the callback that receives every pod status change.
-func (p *Provider) NotifyPods(_ context.Context, notify func(*corev1.Pod)) {
+// NotifyPods registers the callback that receives every pod status change,
+// and starts the readiness resync (resync) until ctx ends.
+func (p *Provider) NotifyPods(ctx context.Context, notify func(*corev1.Pod)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.notify = notify
+	if p.client != nil {
+		go p.resync(ctx)
+	}
+}
+
+// resyncInterval is how often resync compares the API server's readiness of
+// the node's pods with the provider's.
+const resyncInterval = 10 * time.Second
+
+// resync publishes a pod's status again when the API server's copy says
+// otherwise about its readiness, as a kubelet's status manager reconciles:
+// when a node's lease lapses (a kube-apiserver down for longer than the node
+// monitor's grace period), the node lifecycle controller marks its pods
+// NotReady, and virtual-kubelet publishes only the provider's own changes,
+// so a pod that ran on stayed NotReady for good (found by make chaos's
+// kube-apiserver outage: two workers of five never counted as members
+// again). The reads come from the API server's watch cache.
+func (p *Provider) resync(ctx context.Context) {
+	t := time.NewTicker(resyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		type one struct {
+			pr          *podRun
+			ns, name    string
+			ready, done bool
+		}
+		var runs []one
+		for _, pr := range p.pods {
+			if pr.started && !pr.deleting {
+				runs = append(runs, one{pr, pr.pod.Namespace, pr.pod.Name, podReady(pr.pod), pr.pod.Status.Phase != corev1.PodRunning})
+			}
+		}
+		p.mu.Unlock()
+		for _, r := range runs {
+			if r.done {
+				continue
+			}
+			got, err := p.client.CoreV1().Pods(r.ns).Get(ctx, r.name, metav1.GetOptions{ResourceVersion: "0"})
+			if err != nil || got.DeletionTimestamp != nil || podReady(got) == r.ready {
+				continue
+			}
+			// The API server's Ready changed from outside: to the API this
+			// is a transition now. virtual-kubelet drops a status equal to
+			// the provider's last one, so the change of time is what makes
+			// it write the provider's status again.
+			p.mu.Lock()
+			now := metav1.Now()
+			for i, c := range r.pr.pod.Status.Conditions {
+				if c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+					r.pr.pod.Status.Conditions[i].LastTransitionTime = now
+				}
+			}
+			p.mu.Unlock()
+			p.publish(r.pr)
+		}
+	}
+}
+
+// podReady is the pod's Ready condition.
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // CreatePod allocates the pod an IP, resolves its containers' environment
