@@ -467,7 +467,9 @@ func (c *Cluster) start(name, bin string, args ...string) error {
 	return nil
 }
 
-// stop signals a component's process group and waits up to 15 s, then kills it.
+// stop signals a component's process group and waits up to 15 s, then kills
+// it and waits up to 10 s more (a loaded machine: a kube-apiserver that was
+// busy took longer than the 200 ms this waited before).
 func (c *Cluster) stop(name string, sig syscall.Signal) error {
 	pidFile := c.path("pids", name+".pid")
 	pid := readPid(pidFile)
@@ -482,7 +484,10 @@ func (c *Cluster) stop(name string, sig syscall.Signal) error {
 		}
 		if alive(pid) {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			time.Sleep(200 * time.Millisecond)
+			deadline = time.Now().Add(10 * time.Second)
+			for alive(pid) && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Millisecond)
+			}
 		}
 		if alive(pid) {
 			return fmt.Errorf("%s (pid %d) did not stop", name, pid)
