@@ -19,6 +19,11 @@ const (
 	// ConditionCreateRefused is true while the API server refuses to create the
 	// job's pods (quota, admission); its message is the refusal.
 	ConditionCreateRefused = "CreateRefused"
+	// ConditionTrainingStalled is true while members' heartbeats
+	// (AnnotationHeartbeat) show a member that stopped advancing while
+	// others advance (reason MemberStuck) or members training in different
+	// rounds or world sizes (reason Split); those members are replaced.
+	ConditionTrainingStalled = "TrainingStalled"
 )
 
 // Condition reasons.
@@ -45,6 +50,9 @@ const (
 	// invalid (422), which no retry mends: CreateRefused with this reason
 	// fails the job at once, with the server's words.
 	ReasonPodTemplateInvalid  = "PodTemplateInvalid"
+	ReasonMemberStuck         = "MemberStuck"
+	ReasonSplit               = "Split"
+	ReasonTraining            = "Training"
 	ReasonPodCreateAccepted   = "PodCreateAccepted"
 	ReasonMaxWaitTimeExceeded = "MaxWaitTimeExceeded"
 	ReasonScaleIn             = "ScaleIn"
@@ -109,6 +117,12 @@ const (
 	// (CheckpointAnnotation). The controller publishes the newest in
 	// status.lastCheckpoint.
 	AnnotationCheckpoint = "etjob.dev/checkpoint"
+	// AnnotationHeartbeat on a worker pod, set by its node agent from what
+	// the worker library tells it with each poll (no opt-in), is the pod's
+	// training heartbeat as JSON (HeartbeatAnnotation), written at most once
+	// per HeartbeatInterval while the step advances and at once (at most
+	// every HeartbeatMinInterval) when the world size or round changes.
+	AnnotationHeartbeat = "etjob.dev/heartbeat"
 	// AnnotationStopLead on a worker pod on a noticed node, set by the
 	// controller with its leave annotation, is how many whole seconds before
 	// the notice's deadline it stops training: until then it trains through
@@ -145,6 +159,23 @@ const (
 	// RendezvousPort is the port of the torchrun rendezvous store in the launcher.
 	RendezvousPort = 29400
 )
+
+// HeartbeatAnnotation is the value of AnnotationHeartbeat (JSON).
+// +kubebuilder:object:generate=false
+type HeartbeatAnnotation struct {
+	// Step is the worker's training step (its agreed step, or how many
+	// times it asked check_alive()).
+	Step int64 `json:"step"`
+	// World is the world size it trains in; Round its rendezvous round
+	// (torchrun) or generation (etjob.elastic).
+	World int32 `json:"world"`
+	Round int64 `json:"round"`
+	// Since is when the agent first saw Step (RFC 3339): a member whose
+	// Since grows old while others' do not has stopped advancing.
+	Since string `json:"since"`
+	// RoundSince is when the agent first saw this World and Round.
+	RoundSince string `json:"roundSince"`
+}
 
 // CheckpointAnnotation is the value of AnnotationCheckpoint (JSON): the
 // newest checkpoint of a pod, as its node agent publishes it and the

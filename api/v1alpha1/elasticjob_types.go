@@ -553,6 +553,12 @@ type ElasticJobStatus struct {
 	ReadyReplicas int32 `json:"readyReplicas"`
 	// members is the number of published members.
 	Members int32 `json:"members"`
+	// training is the number of members whose heartbeat (the worker
+	// library's, through its node agent) advanced within the last
+	// HeartbeatStale; unset while no member reports one (a script that
+	// does not use etjob's worker library).
+	// +optional
+	Training *int32 `json:"training,omitempty"`
 	// leavingReplicas is the number of workers told to leave.
 	// +optional
 	LeavingReplicas int32 `json:"leavingReplicas,omitempty"`

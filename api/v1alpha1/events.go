@@ -37,6 +37,12 @@ const (
 	// EventMaxWaitTimeExceeded (Warning): the job stayed below
 	// spec.minReplicas for spec.maxWaitTime and released its idle workers.
 	EventMaxWaitTimeExceeded EventReason = ReasonMaxWaitTimeExceeded
+	// EventMemberStuck (Warning): a member's heartbeat stopped advancing
+	// while the others' advance; it is replaced.
+	EventMemberStuck EventReason = ReasonMemberStuck
+	// EventSplit (Warning): members train in different rounds or world sizes;
+	// those outside the largest world are replaced.
+	EventSplit EventReason = ReasonSplit
 	// EventCheckpointTooSlow (Warning): the last checkpoint took longer than
 	// the notice window of a cloud the members run on.
 	EventCheckpointTooSlow EventReason = ConditionCheckpointTooSlow

@@ -209,6 +209,11 @@ func (in *ElasticJobStatus) DeepCopyInto(out *ElasticJobStatus) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.Training != nil {
+		in, out := &in.Training, &out.Training
+		*out = new(int32)
+		**out = **in
+	}
 	if in.Workers != nil {
 		in, out := &in.Workers, &out.Workers
 		*out = make([]WorkerStatus, len(*in))

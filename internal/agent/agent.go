@@ -146,6 +146,7 @@ type Agent struct {
 	acked        map[string]bool
 
 	progress progressStore
+	beats    beats
 	publishQ chan PodProgress
 	addr     chan string
 }
@@ -181,7 +182,7 @@ func New(o Options) (*Agent, error) {
 		o.Authenticator = NewTokenReviewAuthenticator(rc, nil, 60*time.Second, o.Now)
 	}
 	return &Agent{o: o, log: o.Log.With("node", o.NodeName), kick: make(chan struct{}, 1), acked: map[string]bool{}, addr: make(chan string, 1),
-		publishQ: make(chan PodProgress, 64)}, nil
+		publishQ: make(chan PodProgress, 64), beats: beats{queue: make(chan string, 256)}}, nil
 }
 
 // Addr returns the signal endpoint's address once it listens.
@@ -234,6 +235,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	go a.publishCheckpoints(ctx)
+	go a.publishHeartbeats(ctx)
 	if a.o.PriceSource != nil {
 		go a.watchPrice(ctx)
 	}
@@ -426,6 +428,7 @@ func (a *Agent) sync(ctx context.Context) error {
 		live[p.Namespace+"/"+p.Name] = true
 	}
 	a.progress.keep(live) // the progress of pods gone from the node goes too
+	a.beats.keep(live)
 	now := a.o.Now()
 	kind, src := KubernetesNotice(node, pods)
 

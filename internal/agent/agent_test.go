@@ -151,6 +151,30 @@ func TestAgent(t *testing.T) {
 		}
 	})
 
+	t.Run("heartbeat", func(t *testing.T) {
+		// the worker library's poll carries its step, world size and round;
+		// the agent writes them on the pod
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet,
+			fmt.Sprintf("%s/v1/signal?namespace=%s&pod=%s&step=41&world=4&round=7", base, ns, w0.Name), nil)
+		req.Header.Set("Authorization", "Bearer "+tok0)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /v1/signal with a heartbeat: %d, want 200", resp.StatusCode)
+		}
+		testutil.Eventually(t, testutil.Timeout, "the heartbeat annotation on worker-0", func() bool {
+			p, err := cs.CoreV1().Pods(ns).Get(ctx, w0.Name, metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			var hb etjobv1.HeartbeatAnnotation
+			return json.Unmarshal([]byte(p.Annotations[etjobv1.AnnotationHeartbeat]), &hb) == nil && hb.Step == 41 && hb.World == 4 && hb.Round == 7
+		})
+	})
+
 	t.Run("progress", func(t *testing.T) {
 		body := `{"step": 120, "checkpointStep": 100, "checkpointPath": "/ckpt/step-100", "samplesPerSecond": 812.5}`
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("%s/v1/progress?namespace=%s&pod=%s", base, ns, w0.Name), strings.NewReader(body))

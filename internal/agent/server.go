@@ -205,6 +205,7 @@ func (a *Agent) serveSignal(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, fmt.Sprintf("pod %s/%s is not on node %s", ns, name, a.o.NodeName))
 		return
 	}
+	a.heartbeat(pod, r.URL.Query())
 	writeJSON(w, http.StatusOK, Decide(a.State(), pod.Annotations, a.o.Now()))
 }
 

@@ -332,6 +332,9 @@ func printJob(out io.Writer, job *etjobv1.ElasticJob, pods []corev1.Pod, events 
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "Workers:     %d members, %d desired (min %d, max %d)", st.Members, job.Spec.Replicas, job.Spec.MinReplicas, job.Spec.MaxReplicas)
+	if st.Training != nil {
+		fmt.Fprintf(out, ", %d training", *st.Training)
+	}
 	if st.LeavingReplicas > 0 {
 		fmt.Fprintf(out, ", %d leaving", st.LeavingReplicas)
 	}

@@ -64,7 +64,8 @@ var (
 		descCkptStep, descCkptTime, descCkptDuration, descStart, descWorkerSeconds, descCost, descOnDemandCost}
 
 	jobConditions = []string{etjobv1.ConditionRunning, etjobv1.ConditionResizing, etjobv1.ConditionSuspended,
-		etjobv1.ConditionComplete, etjobv1.ConditionFailed, etjobv1.ConditionCheckpointTooSlow, etjobv1.ConditionCreateRefused}
+		etjobv1.ConditionComplete, etjobv1.ConditionFailed, etjobv1.ConditionCheckpointTooSlow, etjobv1.ConditionCreateRefused,
+		etjobv1.ConditionTrainingStalled}
 )
 
 // Describe sends every metric's description.

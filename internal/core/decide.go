@@ -71,7 +71,10 @@ func Decide(s Snapshot, now time.Time) Plan {
 //     rendezvous, and neither is a failure of the job. A step that holds (a
 //     launcher move, a completion in progress) ends the pass with a publish:
 //     the membership without the workers it told to stop or that finished.
-//  5. scale (scaling.go): new workers up to the desired size, or leavers;
+//  5. replaceStalled (heartbeat.go): members whose heartbeats show them
+//     stuck while others train, or split off into another round or world
+//     size, are deleted (TrainingStalled); scale then replaces them.
+//     scale (scaling.go): new workers up to the desired size, or leavers;
 //     extra workers above it under spec.growth (growth.go).
 //  6. publish (membership.go): the membership from the ready workers.
 //  7. startHorovodLauncher (launcher.go): horovodrun once step 6 found
@@ -103,6 +106,7 @@ func (d *decision) run() {
 			return
 		}
 	}
+	d.replaceStalled()
 	d.scale()
 	d.publish()
 	d.startHorovodLauncher()

@@ -206,6 +206,9 @@ type podView struct {
 	notReadySince time.Time
 	// checkpoint: the last checkpoint its node agent published (nil if none).
 	checkpoint *etjobv1.CheckpointAnnotation
+	// heartbeat: the training heartbeat its node agent published (nil if
+	// none: heartbeat.go).
+	heartbeat *heartbeat
 	// provider: the cloud of its node ("" if unknown).
 	provider string
 }
@@ -274,6 +277,7 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 	}
 	_, v.scaleIn = pod.Annotations[etjobv1.AnnotationScaleIn]
 	v.extra = pod.Labels[etjobv1.LabelExtra] == "true"
+	v.heartbeat = parseHeartbeat(pod.Annotations[etjobv1.AnnotationHeartbeat])
 	if raw := pod.Annotations[etjobv1.AnnotationCheckpoint]; raw != "" {
 		c := &etjobv1.CheckpointAnnotation{}
 		if json.Unmarshal([]byte(raw), c) == nil && c.Step > 0 {

@@ -171,6 +171,7 @@ func (d *decision) summarize() {
 		st.Workers = nil
 	}
 	st.Members = int32(len(st.Membership.Hosts))
+	st.Training = d.training()
 	d.lastCheckpoint()
 	for _, e := range d.timeline {
 		e.Generation = st.Membership.Generation

@@ -158,6 +158,7 @@ class State:
         flags = torch.zeros(g.size + 2 + extra, dtype=torch.int64)
         sup = ctx.sup
         flags[g.rank] = 0 if sup.check_alive() else 1
+        sup.beat(self.step_of(), g.size, g.gen)  # the heartbeat the agent publishes (no store call, no I/O)
         flags[g.size] = joins
         flags[g.size + 1] = 1 if sup.should_checkpoint() else 0
         return flags

@@ -60,6 +60,8 @@ class Supervisor:
         self._stop = threading.Event()
         self._thread = None
         self._warned = set()
+        self._beat = None   # (step, world, round) the library said last (beat)
+        self._alive_calls = 0  # check_alive() calls: the step of a script that says nothing more
         if install_sigterm and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
 
@@ -81,9 +83,34 @@ class Supervisor:
     def check_alive(self):
         """check_alive is False once this worker must checkpoint and stop. A
         worker on a noticed node that the controller lets train through the
-        notice stays alive until the signal's stopAt (stop_at())."""
+        notice stays alive until the signal's stopAt (stop_at()). Called
+        once a step, it also counts the steps of the worker's heartbeat."""
         with self._lock:
+            self._alive_calls += 1
             return not self._sigterm and not self._stopping()
+
+    def beat(self, step, world, round_):
+        """beat says this worker's training step, world size and round (its
+        rendezvous round, or its etjob.elastic generation); the next poll of
+        the node agent carries them, and the controller sees from them a
+        member that stopped advancing or trains apart (a split). The worker
+        library calls it on its own; a script that never does is counted by
+        its check_alive() calls, with WORLD_SIZE and ETJOB_RDZV_ROUND."""
+        with self._lock:
+            self._beat = (int(step), int(world), int(round_))
+
+    def _heartbeat(self):
+        """The heartbeat the next poll carries, or None (nothing said)."""
+        with self._lock:
+            if self._beat is not None:
+                return self._beat
+            calls = self._alive_calls
+        if not calls:
+            return None
+        try:
+            return calls, int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("ETJOB_RDZV_ROUND", "0"))
+        except ValueError:
+            return None
 
     def _stopping(self):
         if self._signal["action"] != "leave":
@@ -147,8 +174,11 @@ class Supervisor:
             return False
 
     def poll_once(self):
-        """poll_once asks the agent once and updates the cached signal."""
-        req = self._request("/v1/signal")
+        """poll_once asks the agent once (with this worker's heartbeat) and
+        updates the cached signal."""
+        beat = self._heartbeat()
+        extra = {"step": beat[0], "world": beat[1], "round": beat[2]} if beat else None
+        req = self._request("/v1/signal", query=extra)
         try:
             with urllib.request.urlopen(req, timeout=1) as resp:
                 got = json.load(resp)
@@ -176,10 +206,10 @@ class Supervisor:
 
     # -- internals -----------------------------------------------------------
 
-    def _request(self, path, body=None):
+    def _request(self, path, body=None, query=None):
         """_request is a request for this pod to the agent, carrying the pod's
         service-account token (a POST of JSON when body is given)."""
-        query = urllib.parse.urlencode({"namespace": self.namespace, "pod": self.pod})
+        query = urllib.parse.urlencode(dict({"namespace": self.namespace, "pod": self.pod}, **(query or {})))
         addr = self.agent_addr if "://" in self.agent_addr else "http://" + self.agent_addr
         req = urllib.request.Request(addr + path + "?" + query, data=body, method="POST" if body is not None else "GET")
         if body is not None:

@@ -28,6 +28,11 @@ works as documented) with these additions (docs/worker-library.md):
 * A round that loses a node before its workers start is given up at once and
   the survivors meet again (_patch_round_barriers): torch's agents otherwise
   wait 300 s for the lost node's data.
+* The members of a round share the nodes of the next one through the store,
+  and torch's last call waits, for a bounded grace, for an expected node that
+  is alive (_complete_when_expected).
+* Workers know their round (ETJOB_RDZV_ROUND, _patch_round_env): the worker
+  library's heartbeat carries it.
 """
 
 import os
@@ -663,6 +668,26 @@ def _leave_early(sup):
 PRELOAD = ["torch", "torch.nn", "torch.nn.functional", "torch.distributed", "numpy", "etjob.supervisor", "etjob.torch"]
 
 
+def _patch_round_env():
+    """Workers get the rendezvous round they run in as ETJOB_RDZV_ROUND:
+    the worker library sends it, with its step and world size, in its
+    heartbeat, and members that report different rounds are a split
+    (docs/design.md). torch builds a worker's environment itself, so the
+    round is added where the agent hands the environments to
+    start_processes."""
+    from torch.distributed.elastic.agent.server import local_elastic_agent as lea
+
+    start = lea.start_processes
+
+    def start_processes(*args, **kwargs):
+        rnd = max(_round_of.values()) if _round_of else 0
+        for env in (kwargs.get("envs") or {}).values():
+            env["ETJOB_RDZV_ROUND"] = str(rnd)
+        return start(*args, **kwargs)
+
+    lea.start_processes = start_processes
+
+
 def _patch_worker_start(preload):
     """Start workers by forking a server that imported torch once.
 
@@ -792,6 +817,7 @@ def main(argv=None):
     _grace["s"] = float(os.environ.get("ETJOB_RDZV_GRACE_SECONDS", "30"))
     _patch_store_clients()
     _patch_round_barriers()
+    _patch_round_env()
     if os.environ.get("ETJOB_WORKER_START", "forkserver") == "forkserver":
         extra = [m.strip() for m in os.environ.get("ETJOB_PRELOAD", "").split(",") if m.strip()]
         _patch_worker_start(PRELOAD + extra)

@@ -36,9 +36,26 @@ class SupervisorTest(unittest.TestCase):
         self.assertTrue(s.should_checkpoint())
         self.assertEqual(s.reason(), "ReclaimNotice(aws)")
         self.assertEqual(s.deadline(), datetime(2026, 11, 29, 10, 0, tzinfo=timezone.utc).timestamp())
-        path, auth = self.agent.requests[-1]
-        self.assertEqual(path, "/v1/signal?namespace=ns&pod=p-0")
+        path, auth = self.agent.requests[0]
+        self.assertEqual(path, "/v1/signal?namespace=ns&pod=p-0")  # no step yet: no heartbeat
         self.assertEqual(auth, "Bearer tok123")
+
+    def test_the_poll_carries_the_heartbeat(self):
+        # a script that only calls check_alive() once a step: its calls are
+        # the step, WORLD_SIZE and ETJOB_RDZV_ROUND (etjob.torchrun) the rest
+        s = self.sup()
+        os.environ["WORLD_SIZE"], os.environ["ETJOB_RDZV_ROUND"] = "4", "7"
+        try:
+            for _ in range(3):
+                s.check_alive()
+            s.poll_once()
+        finally:
+            del os.environ["WORLD_SIZE"], os.environ["ETJOB_RDZV_ROUND"]
+        self.assertEqual(self.agent.requests[-1][0], "/v1/signal?namespace=ns&pod=p-0&step=3&world=4&round=7")
+        # the library's own beat (etjob.elastic: agreed step, world, generation)
+        s.beat(120, 3, 9)
+        s.poll_once()
+        self.assertEqual(self.agent.requests[-1][0], "/v1/signal?namespace=ns&pod=p-0&step=120&world=3&round=9")
 
     def test_a_leave_stands(self):
         # Finding M5: an agent restarted during the notice may answer "none";
