@@ -172,7 +172,7 @@ endif
 CHAOS_FLAGS ?=
 
 .PHONY: chaos
-chaos: ## Seeded chaos run (<= ~12 min) on the local cluster with real torchrun: >= 25 membership changes, restarts of controller/agent/apiserver, checks and decision replay (make chaos CHAOS_SEED=7).
+chaos: ## Seeded chaos run (<= ~12 min) on the local cluster with real torchrun: >= 25 membership changes, restarts of controller/agent/apiserver, the apiserver down 30 s mid scale-out, the launcher's pod lost, checks and decision replay (make chaos CHAOS_SEED=7).
 	hack/install-deps.sh
 	$(GO) build -o bin/ $(LOCAL_BINS)
 	@echo "chaos seed $(CHAOS_SEED)"
