@@ -25,6 +25,7 @@ package supervisor
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,6 +34,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -128,6 +130,10 @@ type Supervisor struct {
 	warned  map[string]bool
 	start   sync.Once
 	stop    context.CancelFunc
+	// beat is what Beat said last; calls counts CheckAlive (the step of a
+	// program that says nothing more).
+	beat  *[3]int64
+	calls int64
 }
 
 // New returns a Supervisor; Start begins polling.
@@ -218,10 +224,42 @@ func (s *Supervisor) Close() {
 // CheckAlive is false once this worker must checkpoint and stop
 // (kubeai.check_alive()). A worker on a noticed node that the controller
 // lets train through the notice stays alive until the signal's StopAt.
+// Called once a step, it also counts the steps of the worker's heartbeat.
 func (s *Supervisor) CheckAlive() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.calls++
 	return !s.term && !s.stopping()
+}
+
+// Beat says this worker's training step, world size and round; the next
+// poll of the node agent carries them, and the controller sees from them a
+// member that stopped advancing or trains apart (a split). Without it, the
+// heartbeat is the number of CheckAlive calls, $WORLD_SIZE and
+// $ETJOB_RDZV_ROUND.
+func (s *Supervisor) Beat(step int64, world int32, round int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.beat = &[3]int64{step, int64(world), round}
+}
+
+// heartbeat is the query a poll carries: none before a step.
+func (s *Supervisor) heartbeat() url.Values {
+	s.mu.Lock()
+	b, calls := s.beat, s.calls
+	s.mu.Unlock()
+	if b == nil {
+		if calls == 0 {
+			return nil
+		}
+		world, err1 := strconv.ParseInt(cmp.Or(os.Getenv("WORLD_SIZE"), "1"), 10, 32)
+		round, err2 := strconv.ParseInt(cmp.Or(os.Getenv("ETJOB_RDZV_ROUND"), "0"), 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil
+		}
+		b = &[3]int64{calls, world, round}
+	}
+	return url.Values{"step": {strconv.FormatInt(b[0], 10)}, "world": {strconv.FormatInt(b[1], 10)}, "round": {strconv.FormatInt(b[2], 10)}}
 }
 
 // stopping: told to leave, and its stop time (if any) has come.
@@ -300,6 +338,15 @@ func (s *Supervisor) OnSIGTERM() {
 // last answer stays (the agent may be restarting).
 func (s *Supervisor) PollOnce(ctx context.Context) error {
 	req, err := s.request(ctx, http.MethodGet, "/v1/signal", nil)
+	if err == nil {
+		if hb := s.heartbeat(); hb != nil {
+			q := req.URL.Query()
+			for k, v := range hb {
+				q[k] = v
+			}
+			req.URL.RawQuery = q.Encode()
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ type agentStub struct {
 	answer   string
 	progress []supervisor.Progress
 	auth     []string
+	queries  []string
 }
 
 func (a *agentStub) set(status int, answer string) {
@@ -38,6 +39,7 @@ func (a *agentStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.auth = append(a.auth, r.Header.Get("Authorization"))
+	a.queries = append(a.queries, r.URL.RawQuery)
 	if r.URL.Query().Get("pod") != "w-0" || r.URL.Query().Get("namespace") != "ml" {
 		http.Error(w, "wrong pod", http.StatusForbidden)
 		return
@@ -70,6 +72,36 @@ func newSupervisor(t *testing.T, addr string) (*supervisor.Supervisor, *[]string
 	s := supervisor.New(supervisor.Options{AgentAddr: addr, Namespace: "ml", Pod: "w-0", TokenPath: tok, NoSIGTERM: true,
 		Log: func(m string) { logs = append(logs, m) }, Exit: func(c int) { exit = c }})
 	return s, &logs, &exit
+}
+
+// TestHeartbeat checks the heartbeat a poll carries: none before a step, then
+// the CheckAlive calls with $WORLD_SIZE and $ETJOB_RDZV_ROUND, or what Beat
+// said.
+func TestHeartbeat(t *testing.T) {
+	stub := &agentStub{status: http.StatusOK, answer: `{"action":"none"}`}
+	srv := httptest.NewServer(stub)
+	defer srv.Close()
+	t.Setenv("WORLD_SIZE", "4")
+	t.Setenv("ETJOB_RDZV_ROUND", "7")
+	s, _, _ := newSupervisor(t, srv.URL)
+	ctx := context.Background()
+	last := func() string {
+		stub.mu.Lock()
+		defer stub.mu.Unlock()
+		return stub.queries[len(stub.queries)-1]
+	}
+	if err := s.PollOnce(ctx); err != nil || last() != "namespace=ml&pod=w-0" {
+		t.Errorf("poll before a step: %q %v", last(), err)
+	}
+	s.CheckAlive()
+	s.CheckAlive()
+	if err := s.PollOnce(ctx); err != nil || last() != "namespace=ml&pod=w-0&round=7&step=2&world=4" {
+		t.Errorf("poll after two steps: %q %v", last(), err)
+	}
+	s.Beat(120, 3, 9)
+	if err := s.PollOnce(ctx); err != nil || last() != "namespace=ml&pod=w-0&round=9&step=120&world=3" {
+		t.Errorf("poll after Beat: %q %v", last(), err)
+	}
 }
 
 func TestSignals(t *testing.T) {
