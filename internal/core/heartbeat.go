@@ -110,9 +110,10 @@ func (d *decision) replaceStalled() {
 	}
 }
 
-// splitOff returns the members to replace when the reporting members
-// (less those already stuck) train in more than one (world, round) and have
-// for SplitAfter, and the reason; nil otherwise.
+// splitOff returns the members to replace when the reporting members that
+// train (their step advanced within SplitAfter; less those already stuck)
+// do so in more than one (world, round), each for SplitAfter, and the
+// reason; nil otherwise.
 func (d *decision) splitOff(ws, stuck []*podView) ([]*podView, string) {
 	type key struct {
 		world int32
@@ -121,7 +122,10 @@ func (d *decision) splitOff(ws, stuck []*podView) ([]*podView, string) {
 	groups := map[key][]*podView{}
 	settled := true
 	for _, w := range ws {
-		if contains(stuck, w) {
+		if contains(stuck, w) || d.now.Sub(w.heartbeat.since) >= SplitAfter {
+			// only members that train now: a rank frozen for a minute still
+			// says the world it had (etjob.elastic went on without it), and
+			// must not make the members that went on look split off
 			continue
 		}
 		k := key{w.heartbeat.world, w.heartbeat.round}

@@ -59,6 +59,11 @@ func TestDecideHeartbeats(t *testing.T) {
 	settlingJob, settlingPods, settlingNodes := heartbeatJob(4, hb(900, 2, 9, 5*time.Second, 20*time.Second),
 		hb(900, 2, 9, 5*time.Second, 20*time.Second), hb(300, 4, 8, 15*time.Second, 6*time.Minute),
 		hb(300, 4, 8, 15*time.Second, 6*time.Minute))
+	// etjob.elastic went on without a frozen rank (world 3, generation 6);
+	// the frozen one still says world 4, generation 5, for over a minute
+	frozenJob, frozenPods, frozenNodes := heartbeatJob(4, hb(300, 4, 5, 90*time.Second, 10*time.Minute),
+		hb(520, 3, 6, 10*time.Second, 80*time.Second), hb(520, 3, 6, 10*time.Second, 80*time.Second),
+		hb(520, 3, 6, 10*time.Second, 80*time.Second))
 	silentJob, silentPods, silentNodes := heartbeatJob(3, "", hb(412, 3, 2, 10*time.Second, 10*time.Minute),
 		hb(412, 3, 2, 20*time.Second, 10*time.Minute))
 	leavingJob, leavingPods, leavingNodes := heartbeatJob(3, hb(40, 3, 2, 3*time.Minute, 10*time.Minute),
@@ -109,6 +114,13 @@ func TestDecideHeartbeats(t *testing.T) {
 			wantGeneration: 4,
 			wantSummary:    "Running",
 			wantRequeue:    40 * time.Second,
+		},
+		"a rank frozen for a minute, in the world the others left, does not make them look split off": {
+			job: frozenJob, pods: frozenPods, nodes: frozenNodes,
+			wantHosts:      []string{"j-worker-0:1", "j-worker-1:1", "j-worker-2:1", "j-worker-3:1"},
+			wantGeneration: 4,
+			wantSummary:    "Running",
+			wantRequeue:    30 * time.Second, // j-worker-0's heartbeat turns stale then: it is stuck
 		},
 		"a member whose script does not report is exempt": {
 			job: silentJob, pods: silentPods, nodes: silentNodes,
