@@ -45,7 +45,7 @@ class Supervisor:
     """Supervisor polls the node agent and tracks SIGTERM for one pod."""
 
     def __init__(self, agent_addr=None, namespace=None, pod=None, token_path=TOKEN_PATH,
-                 interval=0.1, install_sigterm=True, log=None, clock=time.time):
+                 interval=0.1, install_sigterm=True, log=None, clock=time.time, heartbeat=True):
         self.agent_addr = agent_addr if agent_addr is not None else os.environ.get("ETJOB_AGENT_ADDR", "")
         self.namespace = namespace or os.environ.get("ETJOB_NAMESPACE", "default")
         self.pod = pod or os.environ.get("ETJOB_POD_NAME") or os.environ.get("HOSTNAME", "")
@@ -62,6 +62,9 @@ class Supervisor:
         self._warned = set()
         self._beat = None   # (step, world, round) the library said last (beat)
         self._alive_calls = 0  # check_alive() calls: the step of a script that says nothing more
+        # False for a process that does not train (etjob.torchrun's agent):
+        # its polls carry no heartbeat, which would be another world's
+        self._heartbeat_on = heartbeat
         if install_sigterm and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_sigterm)
 
@@ -101,6 +104,8 @@ class Supervisor:
 
     def _heartbeat(self):
         """The heartbeat the next poll carries, or None (nothing said)."""
+        if not self._heartbeat_on:
+            return None
         with self._lock:
             if self._beat is not None:
                 return self._beat

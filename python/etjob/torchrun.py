@@ -825,7 +825,8 @@ def main(argv=None):
     if os.environ.get("ETJOB_AGENT_ADDR"):
         # torch's agent keeps its own SIGTERM handling (it stops the workers).
         global _sup
-        _sup = sup_module.Supervisor(install_sigterm=False).start()
+        # the agent trains nothing: its workers' own polls carry the heartbeat
+        _sup = sup_module.Supervisor(install_sigterm=False, heartbeat=False).start()
     _patch_leaving(_sup)
     _leave_early(_sup)
     from torch.distributed import run

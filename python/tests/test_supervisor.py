@@ -56,6 +56,12 @@ class SupervisorTest(unittest.TestCase):
         s.beat(120, 3, 9)
         s.poll_once()
         self.assertEqual(self.agent.requests[-1][0], "/v1/signal?namespace=ns&pod=p-0&step=120&world=3&round=9")
+        # a process that trains nothing (etjob.torchrun's agent) sends none:
+        # its beat would be another world's, and the pod would look split
+        quiet = self.sup(heartbeat=False)
+        quiet.check_alive()
+        quiet.poll_once()
+        self.assertEqual(self.agent.requests[-1][0], "/v1/signal?namespace=ns&pod=p-0")
 
     def test_a_leave_stands(self):
         # Finding M5: an agent restarted during the notice may answer "none";
