@@ -24,6 +24,13 @@ except ImportError:  # pragma: no cover
     dr = None
 
 
+def _settings():
+    """torch's rendezvous settings of the tests: min 1, max 6, a 3 s last call."""
+    return dr.RendezvousSettings(
+        run_id="r", min_nodes=1, max_nodes=6, timeout=dr.RendezvousTimeout(last_call=timedelta(seconds=3)),
+        keep_alive_interval=timedelta(seconds=5), keep_alive_max_attempt=3)
+
+
 @unittest.skipIf(dr is None, "needs torch")
 class CompleteWhenExpectedTest(unittest.TestCase):
     """A round the members expect N+1 nodes in completes as soon as N+1 have
@@ -32,9 +39,7 @@ class CompleteWhenExpectedTest(unittest.TestCase):
 
     def setUp(self):
         self.join = torchrun._complete_when_expected(dr._RendezvousJoinOp.__call__)
-        self.settings = dr.RendezvousSettings(
-            run_id="r", min_nodes=1, max_nodes=6, timeout=dr.RendezvousTimeout(last_call=timedelta(seconds=3)),
-            keep_alive_interval=timedelta(seconds=5), keep_alive_max_attempt=3)
+        self.settings = _settings()
         self.nodes = [dr._NodeDesc("n%d" % i, 1, 0) for i in range(4)]
 
     def now(self):
@@ -92,9 +97,7 @@ class SharedExpectedTest(unittest.TestCase):
 
     def setUp(self):
         self.join = torchrun._complete_when_expected(dr._RendezvousJoinOp.__call__)
-        self.settings = dr.RendezvousSettings(
-            run_id="r", min_nodes=1, max_nodes=6, timeout=dr.RendezvousTimeout(last_call=timedelta(seconds=3)),
-            keep_alive_interval=timedelta(seconds=5), keep_alive_max_attempt=3)
+        self.settings = _settings()
         self.nodes = [dr._NodeDesc("n%d" % i, 1, 0) for i in range(4)]
         self.handler = dr.DynamicRendezvousHandler.__new__(dr.DynamicRendezvousHandler)
         holder = _FakeHolder(dr._RendezvousState())
@@ -271,9 +274,7 @@ class NoNarrowingTest(unittest.TestCase):
 
     def test_the_expected_size_leaves_max_nodes_alone(self):
         nodes = [dr._NodeDesc("n%d" % i, 1, 0) for i in range(3)]
-        settings = dr.RendezvousSettings(
-            run_id="r", min_nodes=1, max_nodes=6, timeout=dr.RendezvousTimeout(last_call=timedelta(seconds=3)),
-            keep_alive_interval=timedelta(seconds=5), keep_alive_max_attempt=3)
+        settings = _settings()
         state = dr._RendezvousState()
         state.round = 4
         state.complete = True
