@@ -81,7 +81,7 @@ func (d *decision) reporting() []*podView {
 // without it. It sets or clears TrainingStalled.
 func (d *decision) replaceStalled() {
 	ws := d.reporting()
-	var stuck, split []*podView
+	var stuck []*podView
 	freshest := time.Time{}
 	for _, w := range ws {
 		if w.heartbeat.since.After(freshest) {
@@ -100,8 +100,8 @@ func (d *decision) replaceStalled() {
 	was := meta.IsStatusConditionTrue(d.st.Conditions, etjobv1.ConditionTrainingStalled)
 	switch {
 	case len(stuck) > 0:
-		msg := fmt.Sprintf("%s stopped advancing: step %d for %s while %s", names(stuck), stuck[0].heartbeat.step,
-			d.now.Sub(stuck[0].heartbeat.since).Round(time.Second), "other members trained on; replacing it")
+		msg := fmt.Sprintf("%s stopped advancing: step %d for %s while other members trained on; replacing it",
+			names(stuck), stuck[0].heartbeat.step, d.now.Sub(stuck[0].heartbeat.since).Round(time.Second))
 		d.stall(etjobv1.ReasonMemberStuck, etjobv1.EventMemberStuck, msg, stuck)
 	case len(split) > 0:
 		d.stall(etjobv1.ReasonSplit, etjobv1.EventSplit, why, split)
