@@ -71,6 +71,7 @@ etjob_job_condition{condition="Failed",job="digits",namespace="team-a"} 0
 etjob_job_condition{condition="Resizing",job="digits",namespace="team-a"} 0
 etjob_job_condition{condition="Running",job="digits",namespace="team-a"} 1
 etjob_job_condition{condition="Suspended",job="digits",namespace="team-a"} 0
+etjob_job_condition{condition="TrainingStalled",job="digits",namespace="team-a"} 0
 `), "etjob_job_condition"); err != nil {
 		t.Error(err)
 	}
