@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from etjob import EXIT_CODE_PREEMPTED
+from etjob import storeclient
 from etjob.storeclient import StoreClient, new_client
 
 
@@ -716,8 +717,15 @@ class Context:
         tick = min(interval, 0.1)  # how soon a rank waiting in a collective hears that another ended it
         seen_for, last, since, beat = None, None, 0.0, 0.0
         said = None  # the store error last logged: said once, not every tick
+        swept = time.monotonic()
         while True:
             time.sleep(tick)
+            if time.monotonic() - swept > 2.0:
+                swept = time.monotonic()
+                try:
+                    storeclient.sweep(self.port)  # torch 1.13: a client thread that started late
+                except Exception as e:  # noqa: BLE001 - never fatal to the watcher
+                    _log("sweeping the store clients' watched-key connections: %s" % e)
             g = self._watched
             try:
                 k = self.prefix + "g%d/" % g.gen

@@ -125,13 +125,25 @@ _make_lock = threading.Lock()
 def new_client(host, port, timeout):
     """new_client makes a c10d store client of host:port (timeout: a
     timedelta) and, on torch 1.13, takes its watched-key connection away
-    (above) before it can do harm."""
+    (above) before it can do harm. Its thread may start late on a loaded
+    machine (a rank aborted on the store's reset in a CI run when the wait
+    was 1 s): sweep takes later ones away too."""
     with _make_lock:
         c = dist.TCPStore(host, port, is_master=False, timeout=timeout)
         if _OWN_THREAD_POLLS:
             _kept.append(c)
-            quiet_callback_connections(port, wait=1.0)
+            quiet_callback_connections(port, wait=5.0)
     return c
+
+
+def sweep(port):
+    """sweep takes away, on torch 1.13, any watched-key connection to port
+    that a client's thread began to poll since new_client looked (the
+    heartbeat watcher calls it every few seconds)."""
+    if not _OWN_THREAD_POLLS:
+        return 0
+    with _make_lock:
+        return quiet_callback_connections(port)
 
 
 def _after_loss(origin):
