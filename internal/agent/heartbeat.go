@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -157,7 +158,7 @@ func (a *Agent) publishHeartbeats(ctx context.Context) {
 			if !ok {
 				continue
 			}
-			ns, name := splitID(id)
+			ns, name, _ := strings.Cut(id, "/")
 			val, _ := json.Marshal(ann)
 			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{etjobv1.AnnotationHeartbeat: string(val)}}})
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -167,13 +168,4 @@ func (a *Agent) publishHeartbeats(ctx context.Context) {
 			cancel()
 		}
 	}
-}
-
-func splitID(id string) (string, string) {
-	for i := range len(id) {
-		if id[i] == '/' {
-			return id[:i], id[i+1:]
-		}
-	}
-	return "", id
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -122,7 +123,7 @@ func (d *decision) splitOff(ws, stuck []*podView) ([]*podView, string) {
 	groups := map[key][]*podView{}
 	settled := true
 	for _, w := range ws {
-		if contains(stuck, w) || d.now.Sub(w.heartbeat.since) >= SplitAfter {
+		if slices.Contains(stuck, w) || d.now.Sub(w.heartbeat.since) >= SplitAfter {
 			// only members that train now: a rank frozen for a minute still
 			// says the world it had (etjob.elastic went on without it), and
 			// must not make the members that went on look split off
@@ -196,13 +197,4 @@ func names(ws []*podView) string {
 		out = append(out, w.pod.Name)
 	}
 	return strings.Join(out, ", ")
-}
-
-func contains(ws []*podView, v *podView) bool {
-	for _, w := range ws {
-		if w == v {
-			return true
-		}
-	}
-	return false
 }
