@@ -39,8 +39,9 @@ func newChaosCommand(streams cli.IOStreams) *cobra.Command {
 		Long: `Starts a local cluster (6 spot + 2 on-demand process nodes), submits the digits example
 (4 workers, min 2, max 6) and injects a seeded schedule of faults, each fired on training progress
 or on the job's membership generation: noticed reclaims from every cloud, bursts (one below min),
-hard losses, node joins, a loss during a reconfiguration, a withdrawn notice, and restarts of the
-etjob controller, a node agent and the kube-apiserver. Then it checks, from the training logs,
+hard losses, node joins, a loss during a reconfiguration, a withdrawn notice, restarts of the
+etjob controller, a node agent and the kube-apiserver, the kube-apiserver down 30 s in the middle
+of a scale-out, and the launcher's pod deleted with no grace period. Then it checks, from the training logs,
 checkpoints, the cluster and the controller's decision record: no committed step lost on noticed
 events, every sample once per epoch, monotonic generation, nothing left behind, accuracy next to an
 undisturbed run, no failures. It writes a JSON-lines run record and exits non-zero on any failed check.
