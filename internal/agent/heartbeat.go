@@ -122,11 +122,7 @@ func (s *beats) take(id string, now time.Time) (etjobv1.HeartbeatAnnotation, boo
 func (s *beats) keep(live map[string]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id := range s.byID {
-		if !live[id] {
-			delete(s.byID, id)
-		}
-	}
+	keepLive(s.byID, live)
 }
 
 // heartbeat records the beat a poll carried and queues its publication

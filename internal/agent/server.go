@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -160,11 +161,12 @@ func (s *progressStore) put(p PodProgress) {
 func (s *progressStore) keep(live map[string]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id := range s.byID {
-		if !live[id] {
-			delete(s.byID, id)
-		}
-	}
+	keepLive(s.byID, live)
+}
+
+// keepLive deletes from byID every pod (namespace/name) that live does not name.
+func keepLive[V any](byID map[string]V, live map[string]bool) {
+	maps.DeleteFunc(byID, func(id string, _ V) bool { return !live[id] })
 }
 
 func (s *progressStore) get(ns, pod string) (PodProgress, bool) {
