@@ -389,7 +389,8 @@ class RoundLostTest(unittest.TestCase):
             # Trains for 12 s in whatever world it is given: a restart for a
             # new round kills it, the last round's workers finish.
             f.write("import os, sys, time\n"
-                    "print('world=%s node=%s' % (os.environ['WORLD_SIZE'], os.environ['GROUP_RANK']), flush=True)\n"
+                    "print('world=%s node=%s round=%s' % (os.environ['WORLD_SIZE'], os.environ['GROUP_RANK'],\n"
+                    "      os.environ.get('ETJOB_RDZV_ROUND')), flush=True)\n"
                     "time.sleep(12)\n")
         self.procs = []
 
@@ -438,6 +439,10 @@ class RoundLostTest(unittest.TestCase):
             self.assertTrue(worlds[name] and worlds[name][-1] == "world=4",
                             "%s did not finish in one round with the other three: %s" % (name, summary))
         self.assertIn("the round lost a node before its workers started", logs["survivor-0"] + logs["survivor-1"])
+        # every worker knows its rendezvous round (the heartbeat sends it): the four are in one
+        rounds = {n: [w for w in text.split() if w.startswith("round=")][-1] for n, text in logs.items()}
+        self.assertEqual(len(set(rounds.values())), 1, "the last round each worker ran in: %s" % rounds)
+        self.assertNotIn("round=None", rounds.values(), "ETJOB_RDZV_ROUND not given to the workers: %s" % rounds)
 
 
 if __name__ == "__main__":
