@@ -9,6 +9,8 @@ are written for real as well),
 CHECKPOINT_EVERY (25; 0: none) spaces rank 0's periodic checkpoints, and
 CHECKPOINT_ASYNC=1 saves them in the background; STATE_MB adds that many MB
 of state (a buffer of the model) to every commit, sync and checkpoint.
+HOLD_FILE=PATH: print `held` once torch is imported and wait until PATH
+exists before anything else (a joiner that arrives when the test says).
 FAULT_AT=ACTION:REGEX[:add] (the rendezvous' crash-point tests) kills
 (ACTION kill) or freezes (stop) this rank right after a rendezvous store call
 on a key matching REGEX (with a non-zero delta, with :add) returns, once in the
@@ -62,6 +64,11 @@ def resources():
 
 def main():
     faulthandler.register(signal.SIGUSR1)
+    hold = os.environ.get("HOLD_FILE")
+    if hold:  # torch imported: print `held` and wait for the test's go
+        print("held", flush=True)
+        while not os.path.exists(hold):
+            time.sleep(0.02)
     if os.environ.get("FAULT_AT"):
         inject_fault(os.environ["FAULT_AT"])
     total = int(os.environ.get("STEPS", "120"))

@@ -56,13 +56,29 @@ class Job:
         for i in range(n):
             self.start()
 
-    def start(self):
+    def start(self, held=False):
+        """start runs the next worker; held: it imports torch, then waits
+        for release(name) before it touches etjob.elastic (a joiner's
+        arrival is then the test's choice, not the import's pace on a
+        loaded machine)."""
         i = len(self.procs)
         name = "w%d" % i
+        env = dict(self.env, ETJOB_POD_NAME=name)
+        if held:
+            env["HOLD_FILE"] = os.path.join(self.dir, name + ".go")
         with open(os.path.join(self.dir, name + ".out"), "w") as out, open(os.path.join(self.dir, name + ".err"), "w") as err:
             self.procs[name] = subprocess.Popen([sys.executable, os.path.join(HERE, "elastic_worker.py")],
-                                                env=dict(self.env, ETJOB_POD_NAME=name), stdout=out, stderr=err)
+                                                env=env, stdout=out, stderr=err)
         return name
+
+    def release(self, name, timeout=120):
+        """release lets a held worker go on, once it imported torch."""
+        end = time.monotonic() + timeout
+        while "held" not in self.lines(name):
+            if time.monotonic() > end or self.procs[name].poll() is not None:
+                raise AssertionError("%s never got ready to join:\n%s" % (name, self.dump()))
+            time.sleep(0.05)
+        open(os.path.join(self.dir, name + ".go"), "w").close()
 
     def start_store(self, replacement):
         """start_store runs etjob.rdzv on the job's port, as a launcher
@@ -106,6 +122,20 @@ class Job:
                     return
             time.sleep(0.02)
         raise AssertionError("no step %d in %.0f s:\n%s" % (k, timeout, self.dump()))
+
+    def wait_world(self, n, name="w0", timeout=60):
+        """wait_world waits until name logs a step in a world of n and
+        returns (generation, step) of that step. Workers that start a few
+        seconds apart (a loaded machine imports torch slowly) meet in more
+        than one generation first: a test that disturbs "all n" waits for
+        this, and counts generations from it."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            got = [s for s in self.steps(name) if s[2] == n]
+            if got:
+                return got[0][3], got[0][0]
+            time.sleep(0.02)
+        raise AssertionError("%s logged no step in a world of %d in %.0f s:\n%s" % (name, n, timeout, self.dump()))
 
     def wait_exit(self, names, timeout=90):
         codes = {}
@@ -235,7 +265,8 @@ class Undisturbed:
 class InProcessRecoveryTest(Undisturbed, unittest.TestCase):
     def test_hard_kill_survivors_go_on_in_process(self):
         job = self.job(4, "2:4")
-        job.wait_step(40)
+        g4, at_step = job.wait_world(4)
+        job.wait_step(max(40, at_step + 3))
         pids = {n: p.pid for n, p in job.procs.items()}
         at = time.time()
         job.procs["w3"].kill()
@@ -244,21 +275,23 @@ class InProcessRecoveryTest(Undisturbed, unittest.TestCase):
         self.assert_survivors_kept_their_process(job, ["w0", "w1", "w2"], pids)
         for gen, step, again in self.resumes(job):
             self.assertLessEqual(again, 1, "generation %d resumed at %d, %d steps done again" % (gen, step, again))
-        self.assertEqual(max(g for g, _, _ in self.resumes(job)), 2, job.dump())
+        # one generation more than the one of four: the kill's
+        self.assertEqual(max(g for g, _, _ in self.resumes(job)), g4 + 1, job.dump())
         self.assert_finished_like_undisturbed(job, ["w0", "w1", "w2"])
         print("\nhard kill: training again after %.2f s" % self.pause(job, ["w0", "w1", "w2"], at))
 
     def test_frozen_rank_is_left_behind_then_fenced(self):
         job = self.job(4, "2:4", env={"STEP_SLEEP": "0.03"})
-        job.wait_step(30)
+        g4, at_step = job.wait_world(4)
+        job.wait_step(max(30, at_step + 3))
         pids = {n: p.pid for n, p in job.procs.items()}
         at = time.time()
         job.procs["w2"].send_signal(signal.SIGSTOP)
-        # the others go on without it (generation 2, world 3)
+        # the others go on without it (the next generation, world 3)
         end = time.monotonic() + 30
-        while time.monotonic() < end and not any(s[3] == 2 for s in job.steps("w0")):
+        while time.monotonic() < end and not any(s[3] > g4 for s in job.steps("w0")):
             time.sleep(0.05)
-        self.assertTrue(any(s[3] == 2 and s[2] == 3 for s in job.steps("w0")), job.dump())
+        self.assertTrue(any(s[3] == g4 + 1 and s[2] == 3 for s in job.steps("w0")), job.dump())
         went_on = self.pause(job, ["w0", "w1", "w3"], at)
         job.procs["w2"].send_signal(signal.SIGCONT)
         codes = job.wait_exit(list(job.procs))
@@ -271,9 +304,9 @@ class InProcessRecoveryTest(Undisturbed, unittest.TestCase):
         # fenced: in its old generation it got no further than the step it
         # was in when it froze (whose line it may print once it woke: it may
         # have finished that step alone, which the others then do again)
-        went = [step for gen, step, _ in self.resumes(job) if gen == 2]
+        went = [st for g, st, _ in self.resumes(job) if g == g4 + 1]
         self.assertEqual(len(went), 1, job.dump())
-        late = [s for s in job.steps("w2") if s[3] == 1 and s[0] > went[0] + 1]
+        late = [s for s in job.steps("w2") if s[3] == g4 and s[0] > went[0] + 1]
         self.assertEqual(late, [], "w2 went on in its old generation past step %d" % went[0])
         for gen, step, again in self.resumes(job):
             self.assertLessEqual(again, 1, "generation %d resumed at %d, %d steps done again" % (gen, step, again))
@@ -286,10 +319,14 @@ class InProcessRecoveryTest(Undisturbed, unittest.TestCase):
         # remaining 120 steps (5.6 s) before a joiner still importing torch
         # 2.15 on a loaded machine asked to join (a CI run).
         job = self.job(3, "2:4", env={"STEP_SLEEP": "0.1"})
-        job.wait_step(30)
-        pids = {n: p.pid for n, p in job.procs.items()}
+        # held until the others trained a while: it imports torch first (up
+        # to 20 s on a loaded machine, longer than the others' remaining
+        # steps took in a CI run)
+        name = job.start(held=True)
+        job.wait_step(30, names=["w0", "w1", "w2"])
+        pids = {n: p.pid for n, p in job.procs.items() if n != name}
         at = time.time()
-        name = job.start()
+        job.release(name)
         job.wait_step(1, names=[name])
         codes = job.wait_exit(list(job.procs))
         self.assertEqual(set(codes.values()), {0}, job.dump())
