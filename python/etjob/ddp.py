@@ -32,8 +32,13 @@ How:
   ranks whose buckets differ are found, not averaged crosswise.
 * `Optimizer.step()` is the vote: one small all-reduce (who leaves, who
   joins, whether a checkpoint is wanted, whether a rank's gradients failed,
-  the bucket layout). Only when every rank took part and none failed does
-  every rank step the wrapped optimizer and count the step. A failed step
+  the bucket layout). It is launched by the hook of DDP's last bucket,
+  beside that bucket's all-reduce, so it crosses the network while the
+  backward pass ends and step() mostly finds it done (a second backward
+  pass before step(), or none, gets a vote of its own in step()). Only
+  when every rank took part and none failed, on any rank when it voted or
+  on this rank since, does every rank step the wrapped optimizer and count
+  the step. A failed step
   changed nothing: no copy of the model and optimizer is kept per step, and
   nothing is rolled back. A rank whose vote failed after another's succeeded
   is one step behind; the next generation's sync brings it to the newest.
@@ -81,6 +86,9 @@ class _Buckets:
 
     def __init__(self, ctx, group, pg, transport, index):
         self.ctx, self.group = ctx, group
+        self.voter = None  # makes this rank's vote (Optimizer._ballot); launched at the last bucket
+        self.vote = None   # (work, flags) of the vote launched with the last bucket, until step() takes it
+        self.hooks = 0     # buckets hooked since the last vote was launched
         self.index = index  # id(parameter) -> its place in the module
         self.pg, self.transport = pg, transport  # the data group the buckets cross (the generation's gloo group, or its own)
         self.failed = None
@@ -98,6 +106,7 @@ class _Buckets:
         for p in bucket.parameters():  # which parameters, in which order: a rank's own bucket order
             layout = (layout * 1000003 + self.index.get(id(p), -1) + 2) % _MOD
         self.layout = layout
+        self.hooks += 1
         fut = torch.futures.Future()
         if self.failed is not None:
             fut.set_result(torch.zeros_like(buf))
@@ -116,7 +125,33 @@ class _Buckets:
             self._queue.append(item)
             self._pending.append(item)
             self._cv.notify_all()
+        if self.voter is not None and self.vote is None and bucket.is_last():
+            self._launch_vote()
         return fut
+
+    def _launch_vote(self):
+        """_launch_vote starts this step's vote beside the last bucket's
+        all-reduce (on the generation's own gloo group, never waited for
+        here: step() waits for it, bounded)."""
+        try:
+            flags = self.voter(self)
+        except Exception as e:  # noqa: BLE001 - never out of DDP's hook: step() votes instead
+            elastic._log("vote not launched with the last bucket: %s" % e)
+            return
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.MAX
+        try:
+            work = self.group.pg.allreduce([flags], opts)
+        except RuntimeError as e:
+            self._fail("vote failed: %s" % (str(e).splitlines() or ["?"])[0], end=True)
+            return
+        self.vote, self.hooks = (work, flags), 0
+
+    def take_vote(self):
+        """take_vote hands step() the vote launched with the last bucket
+        (work, flags), or None."""
+        vote, self.vote = self.vote, None
+        return vote
 
     def _waiter(self):
         while True:
@@ -188,12 +223,15 @@ class _Buckets:
 
     def reset(self):
         """reset starts a step's layout over (after its vote)."""
-        self.layout = 0
+        self.layout, self.hooks = 0, 0
 
     def close(self):
         with self._cv:
             self._closed = True
             self._cv.notify_all()
+            vote, self.vote = self.vote, None
+        if vote is not None and not vote[0].is_completed() and self.group.work is None:
+            self.group.work = vote[0]  # in flight: _retire parks its group
 
 
 class _GlooTransport:
@@ -373,6 +411,7 @@ class Optimizer(torch.optim.Optimizer):
         self._survivor = False
         self._changed = False
         self._acting = None   # the last vote's leave or join, carried out before the next step
+        self._late_votes = 0  # votes step() made itself (none went with the last bucket, or buckets came after it)
 
     # torch.optim.Optimizer's attributes are the wrapped one's (schedulers read them)
     @property
@@ -435,6 +474,18 @@ class Optimizer(torch.optim.Optimizer):
                 return
             yield step
 
+    def _ballot(self, buckets, g):
+        """_ballot is this rank's vote: State's flags (leave, joins,
+        checkpoint), then whether its buckets failed and their layout (as
+        itself and negated: one MAX all-reduce finds the largest and the
+        smallest)."""
+        flags = self._state._flags(g, extra=3)
+        x = g.size + 2
+        layout = buckets.layout if buckets is not None else 0
+        flags[x] = 1 if buckets is not None and buckets.failed is not None else 0
+        flags[x + 1], flags[x + 2] = layout, -layout
+        return flags
+
     def _generation(self):
         ctx = self._ctx
         if ctx is None:
@@ -444,6 +495,7 @@ class Optimizer(torch.optim.Optimizer):
         g = elastic._meet(ctx, self._state, self._survivor, self._changed)
         self._survivor, self._changed, self._meet = True, False, False
         self.model._bind(ctx, g)
+        self.model._buckets.voter = lambda b: self._ballot(b, b.group)
 
     def step(self, closure=None):
         """step votes, then steps the wrapped optimizer when every rank took
@@ -457,14 +509,21 @@ class Optimizer(torch.optim.Optimizer):
             raise RuntimeError("etjob.elastic.Optimizer.step outside `for step in opt.steps(total)`")
         g = ctx.group
         buckets = self.model._buckets
-        flags = state._flags(g, extra=3)
         x = g.size + 2
-        failed = buckets is not None and buckets.failed is not None
-        layout = buckets.layout if buckets is not None else 0
-        flags[x] = 1 if failed else 0
-        flags[x + 1], flags[x + 2] = layout, -layout
+        early = buckets.take_vote() if buckets is not None else None
+        votes = []
         try:
-            ctx.allreduce(flags, dist.ReduceOp.MAX, "vote")
+            if early is not None:
+                ctx.wait(early[0], "vote")
+                votes.append(early[1])
+            if early is None or buckets.hooks:
+                # no vote went with the last bucket (no backward pass, or a
+                # failed one), or buckets were hooked after it: one more, in
+                # the same order on every rank
+                flags = self._ballot(buckets, g)
+                self._late_votes += 1
+                ctx.allreduce(flags, dist.ReduceOp.MAX, "vote")
+                votes.append(flags)
         except elastic.CollectiveError as e:
             elastic._log("step %d skipped: %s" % (state.step_of(), e))
             self._meet = True
@@ -472,12 +531,17 @@ class Optimizer(torch.optim.Optimizer):
         finally:
             if buckets is not None:
                 buckets.reset()
-        if flags[x]:
+        flags = torch.stack(votes).max(dim=0).values if len(votes) > 1 else votes[0]
+        failed = buckets is not None and buckets.failed is not None
+        if flags[x] or failed:
+            # a rank's buckets failed before it voted, or this rank's since
+            # (the others may step: this rank is then one step behind, and
+            # the next generation's sync brings it to the newest commit)
             if failed:
                 elastic._log("step %d skipped: %s" % (state.step_of(), buckets.failed))
             self._meet = True
             return False
-        if int(flags[x + 1]) != -int(flags[x + 2]):
+        if any(int(v[x + 1]) != -int(v[x + 2]) for v in votes):
             ctx.end(g.gen, "the ranks' DDP buckets differ")
             raise RuntimeError("etjob.elastic: the ranks' DDP buckets differ (parameters, their order or "
                                "bucket_cap_mb differ between ranks): their gradients cannot be averaged")

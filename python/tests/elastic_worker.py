@@ -163,8 +163,11 @@ def vote(model, opt, sampler, x, y, batch, total, pause, ckdir, every, backgroun
         opt.zero_grad()
         # DDP averages over the ranks: each rank's share of the global
         # batch's sum, times the world, is the run API's gradient
-        loss = ((ddp(x[idx]).squeeze(1) - y[idx]) ** 2).sum() * world / batch
-        loss.backward()
+        # ACCUM=k: k backward passes a step, on parts of the batch (the
+        # vote then goes with the last part's buckets and once more in step())
+        for part in torch.as_tensor(idx).chunk(int(os.environ.get("ACCUM", "1"))):
+            loss = ((ddp(x[part]).squeeze(1) - y[part]) ** 2).sum() * world / batch
+            loss.backward()
         time.sleep(pause)
         if not opt.step():
             continue
@@ -180,6 +183,7 @@ def vote(model, opt, sampler, x, y, batch, total, pause, ckdir, every, backgroun
     problems = etorch.check_ledger(sampler.ledger, len(y), batch)
     print("ledger ok" if not problems else "ledger problems=%s" % "; ".join(problems), flush=True)
     w = model.weight.detach().reshape(-1).tolist()
+    print("votes late=%d" % opt._late_votes, flush=True)
     print("done step=%d pid=%d weight=%s" % (opt.step_count, os.getpid(), ",".join("%.6f" % v for v in w)), flush=True)
 
 

@@ -30,6 +30,20 @@ class VoteRecoveryTest(te.Undisturbed, unittest.TestCase):
     stop_below_min_and_resume = te.InProcessRecoveryTest.stop_below_min_and_resume
     resume_from_disk = te.InProcessRecoveryTest.resume_from_disk
 
+    def test_the_vote_goes_with_the_last_bucket(self):
+        """Each step's vote is launched beside the last bucket's all-reduce
+        (step() makes none of its own); with two backward passes a step
+        (gradient accumulation) step() votes once more, over both, and the
+        model ends like the undisturbed run's."""
+        for accum, late in (("1", 0), ("2", self.STEPS)):
+            job = self.job(2, "2:4", steps=self.STEPS, env={"ACCUM": accum})
+            codes = job.wait_exit(["w0", "w1"])
+            self.assertEqual(codes, {"w0": 0, "w1": 0}, job.dump())
+            for n in ("w0", "w1"):
+                self.assertIn("votes late=%d" % late, job.lines(n), "ACCUM=%s %s:\n%s" % (accum, n, job.dump()))
+            self.assert_finished_like_undisturbed(job, ["w0", "w1"])
+            job.close()
+
 
 @unittest.skipIf(te.dist is None, "needs torch")
 class FakeNCCLTest(te.Undisturbed, unittest.TestCase):
