@@ -28,12 +28,12 @@ func TestKubeletAPIAuthentication(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
 	startNode(ctx, cancel, t, processnode.Options{
-		Client: cs, NodeName: "authn", NodeIP: "127.0.8.1", WorkDir: t.TempDir(), ClientCAs: pool,
+		Client: cs, NodeName: "authn", NodeIP: "127.0.208.1", WorkDir: t.TempDir(), ClientCAs: pool,
 	})
 	get := func(certs ...tls.Certificate) error {
 		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
 			InsecureSkipVerify: true, Certificates: certs}}} //nolint:gosec // the node's serving certificate is self-signed
-		resp, err := c.Get("https://127.0.8.1:10250/containerLogs/ns/pod/main")
+		resp, err := c.Get("https://127.0.208.1:10250/containerLogs/ns/pod/main")
 		if err == nil {
 			resp.Body.Close()
 		}

@@ -43,7 +43,7 @@ func TestProcessNode(t *testing.T) {
 	provider := startNode(ctx, cancel, t, processnode.Options{
 		Client:   cs,
 		NodeName: nodeName,
-		NodeIP:   "127.0.9.1",
+		NodeIP:   "127.0.209.1",
 		Labels:   map[string]string{etjobv1.LabelCapacityType: etjobv1.CapacityTypeSpot, etjobv1.LabelPricePerHour: "0.91"},
 		WorkDir:  t.TempDir(),
 	})
@@ -80,11 +80,11 @@ func TestProcessNode(t *testing.T) {
 			t.Errorf("exit code = %d, want 3", code)
 		}
 		ip, err := netip.ParseAddr(got.Status.PodIP)
-		if err != nil || !ip.IsLoopback() || ip.String() == "127.0.9.1" {
+		if err != nil || !ip.IsLoopback() || ip.String() == "127.0.209.1" {
 			t.Errorf("status.podIP = %q, want a loopback address other than the node's", got.Status.PodIP)
 		}
-		if got.Status.HostIP != "127.0.9.1" {
-			t.Errorf("status.hostIP = %q, want the node IP 127.0.9.1", got.Status.HostIP)
+		if got.Status.HostIP != "127.0.209.1" {
+			t.Errorf("status.hostIP = %q, want the node IP 127.0.209.1", got.Status.HostIP)
 		}
 		logs, err := provider.GetContainerLogs(ctx, ns, pod.Name, "main", api.ContainerLogOpts{})
 		if err != nil {
@@ -92,7 +92,7 @@ func TestProcessNode(t *testing.T) {
 		}
 		defer logs.Close()
 		b, _ := io.ReadAll(logs)
-		if want := "hello fails on 127.0.9.1"; !strings.Contains(string(b), want) {
+		if want := "hello fails on 127.0.209.1"; !strings.Contains(string(b), want) {
 			t.Errorf("log = %q, want it to contain %q", b, want)
 		}
 	})
@@ -107,8 +107,8 @@ func TestProcessNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Status.PodIP != "127.0.9.1" || got.Status.HostIP != "127.0.9.1" {
-			t.Errorf("hostNetwork pod: podIP %q, hostIP %q; want both the node's 127.0.9.1", got.Status.PodIP, got.Status.HostIP)
+		if got.Status.PodIP != "127.0.209.1" || got.Status.HostIP != "127.0.209.1" {
+			t.Errorf("hostNetwork pod: podIP %q, hostIP %q; want both the node's 127.0.209.1", got.Status.PodIP, got.Status.HostIP)
 		}
 		_ = cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 	})
