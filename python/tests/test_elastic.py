@@ -266,6 +266,7 @@ class InProcessRecoveryTest(Undisturbed, unittest.TestCase):
     def test_hard_kill_survivors_go_on_in_process(self):
         job = self.job(4, "2:4")
         g4, at_step = job.wait_world(4)
+        self.g4 = g4  # the generation the kill ends (FakeNCCLTest)
         job.wait_step(max(40, at_step + 3))
         pids = {n: p.pid for n, p in job.procs.items()}
         at = time.time()
