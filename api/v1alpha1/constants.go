@@ -146,6 +146,13 @@ const (
 	// 3339 time on an early warning (AWS rebalance, GCP maintenance), asks the
 	// node's workers to checkpoint now without leaving.
 	AnnotationNodeCheckpointRequested = "etjob.dev/checkpoint-requested"
+	// AnnotationNodeAgent on a Node ("true"), set by the node agent when it
+	// starts, says that an etjob agent serves the node: its pods hear their
+	// notices from the agent, and the controller does not trust a pod-level
+	// notice Event about them (a rooted node's kubelet may post Events
+	// about any pod; docs/security.md, N2). Virtual nodes (ECI, ACS) have no
+	// agent: there the pod's Event is the notice.
+	AnnotationNodeAgent = "etjob.dev/agent"
 	// TaintReclaiming (NoSchedule) keeps new pods off a node that has a
 	// reclamation notice; the agent sets it with the notice annotation.
 	TaintReclaiming = "etjob.dev/reclaiming"

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/netutil"
@@ -76,6 +77,9 @@ type Options struct {
 	// Authenticator checks pod tokens; nil means TokenReview through
 	// ReviewClient.
 	Authenticator Authenticator
+	// IssuerKeys verifies a token's signature before any TokenReview; nil
+	// means the issuer keys read through ReviewClient (or Client).
+	IssuerKeys *IssuerKeys
 	// ReviewClient sends the TokenReviews; nil means Client. Its own client
 	// (QPS and burst), so that reviews never queue behind, or starve, the
 	// Node markings.
@@ -149,6 +153,7 @@ type Agent struct {
 	beats    beats
 	publishQ chan PodProgress
 	addr     chan string
+	keysSaid atomic.Bool // the issuer keys' absence was logged
 }
 
 // New checks o and returns an agent.
@@ -174,12 +179,15 @@ func New(o Options) (*Agent, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
+	rc := o.ReviewClient
+	if rc == nil {
+		rc = o.Client
+	}
 	if o.Authenticator == nil {
-		rc := o.ReviewClient
-		if rc == nil {
-			rc = o.Client
-		}
 		o.Authenticator = NewTokenReviewAuthenticator(rc, nil, 60*time.Second, o.Now)
+	}
+	if o.IssuerKeys == nil {
+		o.IssuerKeys = NewIssuerKeys(rc, o.Now)
 	}
 	return &Agent{o: o, log: o.Log.With("node", o.NodeName), kick: make(chan struct{}, 1), acked: map[string]bool{}, addr: make(chan string, 1),
 		publishQ: make(chan PodProgress, 64), beats: beats{queue: make(chan string, 256)}}, nil

@@ -154,6 +154,7 @@ func TestDesiredMarks(t *testing.T) {
 	for name, tc := range testCases {
 		t.Run(name, func(t *testing.T) {
 			got := desiredMarks(tc.observed, tc.state, tc.settled, now.Add(-time.Hour))
+			tc.want.served = true // always: the node says an agent serves it (etjobv1.AnnotationNodeAgent)
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(nodeMarks{})); diff != "" {
 				t.Errorf("desiredMarks() (-want +got):\n%s", diff)
 			}

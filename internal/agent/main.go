@@ -135,6 +135,7 @@ func run(ctx context.Context, args []string) error {
 		KubernetesNoticeWindow: *window,
 		Listen:                 *listen,
 		Authenticator:          NewTokenReviewAuthenticator(reviewClient, auds, 60*time.Second, nil),
+		IssuerKeys:             NewIssuerKeys(reviewClient, nil),
 		InsecureSkipPodAuth:    *insecure,
 		Log:                    log,
 	})

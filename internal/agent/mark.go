@@ -19,6 +19,10 @@ import (
 type nodeMarks struct {
 	deadline, source, checkpoint string
 	tainted                      bool
+	// served: etjobv1.AnnotationNodeAgent, which tells the controller that
+	// this node's notices come from its agent (pod-level notice Events
+	// about its pods are then not trusted).
+	served bool
 }
 
 func observedMarks(node *corev1.Node) nodeMarks {
@@ -27,6 +31,7 @@ func observedMarks(node *corev1.Node) nodeMarks {
 		source:     node.Annotations[etjobv1.AnnotationNodeNoticeSource],
 		checkpoint: node.Annotations[AnnotationCheckpointRequested],
 		tainted:    hasTaint(node, TaintReclaiming),
+		served:     node.Annotations[etjobv1.AnnotationNodeAgent] != "",
 	}
 }
 
@@ -48,7 +53,7 @@ func markedNotice(node *corev1.Node) (notice.Notice, bool) {
 // has settled, markings are only added, never removed: after a restart the
 // agent does not yet know whether the notice it marked is still there.
 func desiredMarks(observed nodeMarks, st NodeState, settled bool, warnSince time.Time) nodeMarks {
-	want := nodeMarks{}
+	want := nodeMarks{served: true}
 	if st.Reclaim.Kind == notice.Reclaim {
 		want.deadline = st.Reclaim.Deadline.UTC().Format(time.RFC3339)
 		want.source = st.Reclaim.Source
@@ -130,6 +135,9 @@ func marksPatch(node *corev1.Node, m nodeMarks) ([]byte, error) {
 		etjobv1.AnnotationNodeNotice:       val(m.deadline),
 		etjobv1.AnnotationNodeNoticeSource: val(m.source),
 		AnnotationCheckpointRequested:      val(m.checkpoint),
+	}
+	if m.served {
+		ann[etjobv1.AnnotationNodeAgent] = "true"
 	}
 	patch := map[string]any{"metadata": map[string]any{"resourceVersion": node.ResourceVersion, "annotations": ann}}
 	if m.tainted != hasTaint(node, TaintReclaiming) {

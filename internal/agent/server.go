@@ -291,15 +291,17 @@ func (a *Agent) authorizePod(w http.ResponseWriter, r *http.Request) (ns, name s
 	if a.o.InsecureSkipPodAuth {
 		return ns, name, true
 	}
-	user, ok := a.authenticate(w, r, ns, name)
-	if !ok {
-		return "", "", false
-	}
+	// Only pods bound to this node, from the local cache, before any
+	// TokenReview: a token of a pod elsewhere, of a made-up pod, or of a
+	// deleted pod still in the review cache gets nothing here, and costs
+	// no review (N5).
 	uid := a.podUID(ns, name)
 	if uid == "" {
-		// Only pods bound to this node: a token of a pod elsewhere, or of
-		// a deleted pod still in the review cache, gets nothing here.
 		httpError(w, http.StatusForbidden, fmt.Sprintf("pod %s/%s is not on node %s", ns, name, a.o.NodeName))
+		return "", "", false
+	}
+	user, ok := a.authenticate(w, r, ns, name, uid)
+	if !ok {
 		return "", "", false
 	}
 	if err := podClaimMatches(user, ns, name, uid); err != nil {
@@ -362,14 +364,16 @@ type tokenClaims struct {
 		Namespace string `json:"namespace"`
 		Pod       struct {
 			Name string `json:"name"`
+			UID  string `json:"uid"`
 		} `json:"pod"`
 	} `json:"kubernetes.io"`
 }
 
 // plausibleFor checks, without verifying it, that token is a JWT whose
-// claims name pod ns/name (pod "" for any): junk and tokens of other pods
-// are refused without a TokenReview. code is the HTTP status to answer.
-func plausibleFor(token, ns, name string) (code int, err error) {
+// claims name pod ns/name (pod "" for any) and, when uid is known, that pod's
+// UID: junk and tokens of other pods, or of an earlier pod of that name, are
+// refused without a TokenReview. code is the HTTP status to answer.
+func plausibleFor(token, ns, name, uid string) (code int, err error) {
 	parts := strings.Split(token, ".")
 	if len(parts) != 3 {
 		return http.StatusUnauthorized, errors.New("the token is not a service-account token (a JWT)")
@@ -386,12 +390,16 @@ func plausibleFor(token, ns, name string) (code int, err error) {
 		return http.StatusForbidden, fmt.Errorf("the token names pod %s/%s, not %s/%s (use a projected service-account token of the pod itself)",
 			c.Kubernetes.Namespace, c.Kubernetes.Pod.Name, ns, name)
 	}
+	if uid != "" && c.Kubernetes.Pod.UID != uid {
+		return http.StatusForbidden, fmt.Errorf("the token is bound to another pod %s/%s (uid %q, this one is %s)", ns, name, c.Kubernetes.Pod.UID, uid)
+	}
 	return 0, nil
 }
 
-// authenticate checks the request's token; pod is namespace/name of the pod
-// the request names ("" for none).
-func (a *Agent) authenticate(w http.ResponseWriter, r *http.Request, ns, name string) (authnv1.UserInfo, bool) {
+// authenticate checks the request's token for pod ns/name (name "" for
+// none) whose UID is uid ("" when unknown): its claims, then its signature
+// against the issuer's keys, and only then a TokenReview (budgeted).
+func (a *Agent) authenticate(w http.ResponseWriter, r *http.Request, ns, name, uid string) (authnv1.UserInfo, bool) {
 	token, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	token = strings.TrimSpace(token)
 	if !found || token == "" {
@@ -399,9 +407,18 @@ func (a *Agent) authenticate(w http.ResponseWriter, r *http.Request, ns, name st
 		httpError(w, http.StatusUnauthorized, "Authorization: Bearer <service-account token> is required")
 		return authnv1.UserInfo{}, false
 	}
-	if code, err := plausibleFor(token, ns, name); err != nil {
+	if code, err := plausibleFor(token, ns, name, uid); err != nil {
 		httpError(w, code, err.Error())
 		return authnv1.UserInfo{}, false
+	}
+	if keys := a.o.IssuerKeys; keys != nil {
+		if err := keys.Verify(r.Context(), token); err != nil {
+			httpError(w, http.StatusUnauthorized, err.Error())
+			return authnv1.UserInfo{}, false
+		}
+		if err := keys.Err(); err != nil && a.keysSaid.CompareAndSwap(false, true) {
+			a.log.Error("token signatures are not checked before the TokenReview", "err", err)
+		}
 	}
 	var (
 		user authnv1.UserInfo

@@ -119,14 +119,6 @@ func (r *ElasticJobReconciler) observe(ctx context.Context, job *etjobv1.Elastic
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		snap.Pods = append(snap.Pods, p)
-		if reason, err := r.podNotice(ctx, job, p); err != nil {
-			return core.Snapshot{}, false, err
-		} else if reason != "" {
-			if snap.PodNotices == nil {
-				snap.PodNotices = map[string]string{}
-			}
-			snap.PodNotices[p.Name] = reason
-		}
 		if n := p.Spec.NodeName; n != "" && snap.Nodes[n] == nil {
 			node := &corev1.Node{}
 			if err := r.Get(ctx, types.NamespacedName{Name: n}, node, client.UnsafeDisableDeepCopy); err == nil {
@@ -134,6 +126,14 @@ func (r *ElasticJobReconciler) observe(ctx context.Context, job *etjobv1.Elastic
 			} else if !apierrors.IsNotFound(err) {
 				return core.Snapshot{}, false, err
 			}
+		}
+		if reason, err := r.podNotice(ctx, job, p, snap.Nodes[p.Spec.NodeName]); err != nil {
+			return core.Snapshot{}, false, err
+		} else if reason != "" {
+			if snap.PodNotices == nil {
+				snap.PodNotices = map[string]string{}
+			}
+			snap.PodNotices[p.Name] = reason
 		}
 	}
 	if err := r.observePricedNodes(ctx, job, &snap); err != nil {
@@ -171,9 +171,11 @@ func (r *ElasticJobReconciler) observePricedNodes(ctx context.Context, job *etjo
 }
 
 // podNotice returns the reason of the first Event on the pod that is a
-// reclamation notice for it (core.NoticeEvent), or "".
-func (r *ElasticJobReconciler) podNotice(ctx context.Context, job *etjobv1.ElasticJob, pod *corev1.Pod) (string, error) {
-	if pod.Status.Phase == corev1.PodSucceeded {
+// reclamation notice for it (core.NoticeEvent) from a source trusted for
+// that pod (core.TrustPodNotice: the pod's own UID, and a node no etjob
+// agent serves), or "".
+func (r *ElasticJobReconciler) podNotice(ctx context.Context, job *etjobv1.ElasticJob, pod *corev1.Pod, node *corev1.Node) (string, error) {
+	if pod.Status.Phase == corev1.PodSucceeded || !core.TrustPodNotices(node) {
 		return "", nil
 	}
 	var evs corev1.EventList
@@ -181,7 +183,7 @@ func (r *ElasticJobReconciler) podNotice(ctx context.Context, job *etjobv1.Elast
 		return "", err
 	}
 	for _, ev := range evs.Items {
-		if (ev.InvolvedObject.UID == "" || ev.InvolvedObject.UID == pod.UID) && core.NoticeEvent(job, pod, ev.Reason) {
+		if ev.InvolvedObject.UID == pod.UID && core.NoticeEvent(job, pod, ev.Reason) {
 			return ev.Reason, nil
 		}
 	}

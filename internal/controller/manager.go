@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -78,7 +79,7 @@ func ManagerOptions(o Options) ctrl.Options {
 				&corev1.ServiceAccount{}: {Label: sel},
 				&rbacv1.RoleBinding{}:    {Label: sel},
 				// Pod-level reclamation notices (ECI, ACS) arrive as Events on pods.
-				&corev1.Event{}: {Field: NoticeEventSelector()},
+				&corev1.Event{}: {Field: NoticeEventSelector(), Transform: SlimEvent},
 			}},
 	}
 }
@@ -175,6 +176,29 @@ func SlimNode(obj any) (any, error) {
 		Status: corev1.NodeStatus{
 			Conditions: n.Status.Conditions, Capacity: n.Status.Capacity, Allocatable: n.Status.Allocatable,
 		},
+	}, nil
+}
+
+// SlimEvent is the Event cache's transform: it keeps what a pod-level notice
+// needs (the Event's name, the pod it is about with its UID, the reason and
+// the count), never its message, annotations or labels, whose size the
+// Event's author chooses. Every cached Event is then a few hundred bytes,
+// and the API server deletes Events after its --event-ttl (1 h by default):
+// a flood of forged Events costs the controller at most that hour's count
+// times that size (docs/security.md, N2).
+func SlimEvent(obj any) (any, error) {
+	e, ok := obj.(*corev1.Event)
+	if !ok {
+		return obj, nil // a tombstone
+	}
+	return &corev1.Event{
+		TypeMeta: e.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: e.Name, Namespace: e.Namespace, UID: e.UID, ResourceVersion: e.ResourceVersion,
+			CreationTimestamp: e.CreationTimestamp},
+		InvolvedObject: corev1.ObjectReference{Kind: e.InvolvedObject.Kind, Namespace: e.InvolvedObject.Namespace,
+			Name: e.InvolvedObject.Name, UID: e.InvolvedObject.UID},
+		Reason: e.Reason,
+		Count:  e.Count,
 	}, nil
 }
 

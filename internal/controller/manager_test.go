@@ -132,3 +132,28 @@ func TestSlimNode(t *testing.T) {
 		t.Errorf("SlimNode:\n got %+v\nwant %+v", got, want)
 	}
 }
+
+// TestSlimEvent: the Event cache keeps the pod an Event is about (with its
+// UID), the reason and the count, and drops the message, annotations and
+// labels, whose size the Event's author chooses.
+func TestSlimEvent(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	full := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: "w-0.1", Namespace: "ml", UID: "e1", ResourceVersion: "7",
+			Annotations: map[string]string{"a": big}, Labels: map[string]string{"l": "v"}},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "ml", Name: "w-0", UID: "p1", FieldPath: "spec.containers{worker}"},
+		Reason:         "SpotToBeReleased", Message: big, Count: 3, Source: corev1.EventSource{Component: "eci", Host: big},
+	}
+	got, err := SlimEvent(full.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "w-0.1", Namespace: "ml", UID: "e1", ResourceVersion: "7"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "ml", Name: "w-0", UID: "p1"},
+		Reason:         "SpotToBeReleased", Count: 3,
+	}
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("SlimEvent:\n got %+v\nwant %+v", got, want)
+	}
+}

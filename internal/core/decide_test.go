@@ -217,6 +217,22 @@ func TestSlotsPerWorker(t *testing.T) {
 	}
 }
 
+// TestTrustPodNotices (N2): pod-level notice Events count only for pods on
+// nodes that no etjob agent serves (virtual nodes); an unbound pod has none.
+func TestTrustPodNotices(t *testing.T) {
+	virtual := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "virtual-kubelet", Labels: map[string]string{"type": "virtual-kubelet"}}}
+	served := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "spot-1", Annotations: map[string]string{etjobv1.AnnotationNodeAgent: "true"}}}
+	for _, tc := range []struct {
+		name string
+		node *corev1.Node
+		want bool
+	}{{"a virtual node", virtual, true}, {"a node an agent serves", served, false}, {"no node yet", nil, false}} {
+		if got := core.TrustPodNotices(tc.node); got != tc.want {
+			t.Errorf("%s: TrustPodNotices = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestNoticeEvent(t *testing.T) {
 	job := MakeElasticJob("j", "ns").Obj()
 	custom := MakeElasticJob("j", "ns").Obj()

@@ -43,9 +43,10 @@ type Snapshot struct {
 	// node.
 	Nodes map[string]*corev1.Node
 	// PodNotices are pod-level reclamation notices, by pod name: the reason of
-	// an Event on the pod for which NoticeEvent holds (ECI's SpotToBeReleased,
-	// an ACS BestEffort revocation). Serverless pods have no node agent, so
-	// this is the only notice they get.
+	// an Event on the pod (its UID) for which NoticeEvent holds (ECI's
+	// SpotToBeReleased, an ACS BestEffort revocation), for pods on nodes
+	// that no etjob agent serves (TrustPodNotices). Serverless pods have no
+	// node agent, so this is the only notice they get.
 	PodNotices map[string]string
 }
 
@@ -62,6 +63,19 @@ var evictionEventReasons = map[string]bool{"Evicting": true, "Evicted": true, "P
 // BestEffortQoSLabel marks an ACS pod of the BestEffort compute QoS, which the
 // platform may revoke with an eviction notice.
 const BestEffortQoSLabel = "alibabacloud.com/compute-qos"
+
+// TrustPodNotices reports whether pod-level notice Events (NoticeEvent) are
+// trusted for the pods bound to node: only where no etjob agent serves it
+// (etjobv1.AnnotationNodeAgent), as on ECI and ACS virtual nodes, whose
+// platform posts the Event and where it is the only notice. Where an agent
+// serves the node, its pods hear their notices from the agent, and an Event
+// about them is not trusted: any kubelet may post Events about any pod, so a
+// rooted node could otherwise make every worker in the cluster leave again
+// and again (docs/security.md, N2). A pod not yet bound (node nil) has no
+// notice to hear.
+func TrustPodNotices(node *corev1.Node) bool {
+	return node != nil && node.Annotations[etjobv1.AnnotationNodeAgent] == ""
+}
 
 // NoticeEvent reports whether an Event with the given reason on the job's pod
 // is a reclamation notice for that pod: ECI's SpotToBeReleased, an eviction

@@ -580,7 +580,9 @@ func TestLauncherNotice(t *testing.T) {
 
 // TestPodEventNotice: ECI announces the release of a spot pod with a
 // SpotToBeReleased Event on the pod, not on a node: the worker leaves the
-// membership, is told to leave, and its exit is a preemption.
+// membership, is told to leave, and its exit is a preemption. The same Event
+// without the pod's UID, or about a pod on a node an etjob agent serves, is
+// no notice (N2).
 func TestPodEventNotice(t *testing.T) {
 	ns := newNamespace(t)
 	create(t, newJob(ns, "eci").Replicas(2).Min(1).Max(2).Obj())
@@ -588,12 +590,21 @@ func TestPodEventNotice(t *testing.T) {
 	startAll(t, pods)
 	waitHosts(t, ns, "eci", "eci-worker-0:1", "eci-worker-1:1")
 
-	// An unrelated Event changes nothing; the notice does.
-	for _, reason := range []string{"Pulled", "SpotToBeReleased"} {
-		p := pods["eci-worker-1"]
+	// eci-worker-0's node is served by an etjob agent: its notices come from
+	// the agent, and an Event about its pods is not trusted (N2: any
+	// kubelet may post one about any pod).
+	served := &corev1.Node{}
+	if err := k8s.Get(context.Background(), types.NamespacedName{Name: livePods(t, ns, "eci")["eci-worker-0"].Spec.NodeName}, served); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+etjobv1.AnnotationNodeAgent+`":"true"}}}`))
+	if err := k8s.Patch(context.Background(), served, patch); err != nil {
+		t.Fatal(err)
+	}
+	post := func(pod, reason string, uid types.UID) {
 		ev := &corev1.Event{
-			ObjectMeta:     metav1.ObjectMeta{GenerateName: "eci-worker-1.", Namespace: ns},
-			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: p.Name, UID: p.UID, APIVersion: "v1"},
+			ObjectMeta:     metav1.ObjectMeta{GenerateName: pod + ".", Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod, UID: uid, APIVersion: "v1"},
 			Reason:         reason, Message: "emulated by the test", Type: corev1.EventTypeWarning,
 			Source: corev1.EventSource{Component: "eci"}, FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
 		}
@@ -601,7 +612,16 @@ func TestPodEventNotice(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Not notices: an unrelated Event, a notice that names no pod UID, a
+	// notice about a pod whose node an agent serves. Then the notice.
+	post("eci-worker-1", "Pulled", pods["eci-worker-1"].UID)
+	post("eci-worker-0", "SpotToBeReleased", "")
+	post("eci-worker-0", "SpotToBeReleased", pods["eci-worker-0"].UID)
+	post("eci-worker-1", "SpotToBeReleased", pods["eci-worker-1"].UID)
 	waitHosts(t, ns, "eci", "eci-worker-0:1")
+	if p := livePods(t, ns, "eci")["eci-worker-0"]; p == nil || p.Annotations[etjobv1.AnnotationLeave] != "" {
+		t.Fatalf("eci-worker-0 was told to leave by an untrusted Event: %v", p)
+	}
 	Eventually(t, timeout, "leave annotation on eci-worker-1", func() error {
 		p := livePods(t, ns, "eci")["eci-worker-1"]
 		if p == nil || p.Annotations[etjobv1.AnnotationLeaveReason] != "PodNotice(SpotToBeReleased)" {

@@ -23,6 +23,7 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -252,6 +253,27 @@ func agentToken(t *testing.T, node string) *kubernetes.Clientset {
 	return c
 }
 
+// event creates a core/v1 Event in ns about the object kind/name (in
+// objNS) with c, as the agent's recorder does.
+func event(c *kubernetes.Clientset, ns, kind, name, objNS string) error {
+	e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: ns},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: kind, Name: name, Namespace: objNS},
+		Reason:         "SpotToBeReleased", Message: "probe", Type: corev1.EventTypeWarning,
+		Source: corev1.EventSource{Component: "etjob-agent"}, FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1}
+	_, err := c.CoreV1().Events(ns).Create(context.Background(), e, metav1.CreateOptions{})
+	return err
+}
+
+// eventV1 is event through the events.k8s.io API.
+func eventV1(c *kubernetes.Clientset, ns, kind, name, objNS string) error {
+	e := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: ns},
+		Regarding: corev1.ObjectReference{APIVersion: "v1", Kind: kind, Name: name, Namespace: objNS},
+		Reason:    "SpotToBeReleased", Note: "probe", Type: corev1.EventTypeWarning, Action: "Notice",
+		ReportingController: "etjob.dev/agent", ReportingInstance: "probe", EventTime: metav1.NowMicro()}
+	_, err := c.EventsV1().Events(ns).Create(context.Background(), e, metav1.CreateOptions{})
+	return err
+}
+
 func mergePatch(t *testing.T, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
@@ -261,9 +283,11 @@ func mergePatch(t *testing.T, v any) []byte {
 	return b
 }
 
-// TestAgentIdentity (finding C1): with its own node's token, the agent marks
-// its own Node and the pods bound to it, with etjob.dev/ keys only; another
-// node, a label, a foreign taint, a cordon or a pod's image are refused.
+// TestAgentIdentity (findings C1, N2, N3): with its own node's token, the
+// agent marks its own Node and the pods bound to it, with etjob.dev/ keys
+// only, and posts Events about its own Node only; another node, a label, a
+// foreign taint, a cordon, a pod's image, owners or finalizers, and an Event
+// about a pod or another node are refused.
 func TestAgentIdentity(t *testing.T) {
 	ctx := context.Background()
 	for _, n := range []string{"spot-a", "spot-b"} {
@@ -340,6 +364,22 @@ func TestAgentIdentity(t *testing.T) {
 		"annotate a pod on another node":  pod(pods["spot-b"], ann(etjobv1.AnnotationCheckpoint, `{"step":10}`)),
 		"change a pod's image":            pod(pods["spot-a"], map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "worker", "image": "evil:1"}}}}),
 		"tell a pod to leave":             pod(pods["spot-a"], map[string]any{"metadata": map[string]any{"labels": map[string]any{"x": "y"}}}),
+		// N3: re-pointed to another job, a pod's failure would count there
+		"re-point its pod's owner": pod(pods["spot-a"], map[string]any{"metadata": map[string]any{"ownerReferences": []any{map[string]any{
+			"apiVersion": etjobv1.GroupVersion.String(), "kind": "ElasticJob", "name": "victim", "uid": "0c4f4a6e-1111-4b7e-9a6e-000000000001", "controller": true}}}}),
+		"add a finalizer to its pod":  pod(pods["spot-a"], map[string]any{"metadata": map[string]any{"finalizers": []any{"example.com/hold"}}}),
+		"add a finalizer to its node": node("spot-a", map[string]any{"metadata": map[string]any{"finalizers": []any{"example.com/hold"}}}),
+		"give its node an owner":      node("spot-a", map[string]any{"metadata": map[string]any{"ownerReferences": []any{map[string]any{"apiVersion": "v1", "kind": "Node", "name": "spot-b", "uid": "0c4f4a6e-1111-4b7e-9a6e-000000000002"}}}}),
+		// N2: a notice Event about a pod of any namespace would make it leave
+		"post an Event about a pod":          event(agent, ns, "Pod", pods["spot-a"], ns),
+		"post an Event about another node":   event(agent, "default", "Node", "spot-b", ""),
+		"post an events.k8s.io Event on pod": eventV1(agent, ns, "Pod", pods["spot-a"], ns),
+	}
+	if err := event(agent, "default", "Node", "spot-a", ""); err != nil {
+		t.Errorf("the agent of spot-a cannot post an Event about its own node: %v", err)
+	}
+	if err := eventV1(agent, "default", "Node", "spot-a", ""); err != nil {
+		t.Errorf("the agent of spot-a cannot post an events.k8s.io Event about its own node: %v", err)
 	}
 	for what, err := range refused {
 		if err == nil {
