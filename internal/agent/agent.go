@@ -17,7 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/netutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -97,18 +96,22 @@ type Options struct {
 }
 
 // Limits bound the signal endpoint's HTTP connections: a slow or idle
-// client holds one for at most ReadTimeout or IdleTimeout, and at most
-// MaxConnections are open at once (more wait to be accepted).
+// client holds one for at most ReadTimeout or IdleTimeout (UntrustedIdle
+// while none of its requests carried an accepted pod token), and at most
+// MaxConnections are open at once: a new one evicts the oldest untrusted
+// connection that waits, or is refused (connGate).
 type Limits struct {
 	ReadTimeout    time.Duration
 	WriteTimeout   time.Duration
 	IdleTimeout    time.Duration
+	UntrustedIdle  time.Duration
 	MaxConnections int
 }
 
 // DefaultLimits are the endpoint's limits unless Options.Limits says
 // otherwise: workers poll every ~100 ms with small requests.
-var DefaultLimits = Limits{ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxConnections: 256}
+var DefaultLimits = Limits{ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second,
+	UntrustedIdle: 2 * time.Second, MaxConnections: 256}
 
 func (l Limits) orDefaults() Limits {
 	if l.ReadTimeout <= 0 {
@@ -122,6 +125,9 @@ func (l Limits) orDefaults() Limits {
 	}
 	if l.MaxConnections <= 0 {
 		l.MaxConnections = DefaultLimits.MaxConnections
+	}
+	if l.UntrustedIdle <= 0 {
+		l.UntrustedIdle = DefaultLimits.UntrustedIdle
 	}
 	return l
 }
@@ -154,6 +160,7 @@ type Agent struct {
 	publishQ chan PodProgress
 	addr     chan string
 	keysSaid atomic.Bool // the issuer keys' absence was logged
+	gate     *connGate   // the signal endpoint's connections (Run)
 }
 
 // New checks o and returns an agent.
@@ -258,13 +265,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	lim := a.o.Limits.orDefaults()
-	l = netutil.LimitListener(l, lim.MaxConnections)
+	a.gate = newConnGate(l, lim.MaxConnections, lim.UntrustedIdle)
 	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: lim.ReadTimeout, ReadTimeout: lim.ReadTimeout,
-		WriteTimeout: lim.WriteTimeout, IdleTimeout: lim.IdleTimeout, MaxHeaderBytes: 16 << 10}
+		WriteTimeout: lim.WriteTimeout, IdleTimeout: lim.IdleTimeout, MaxHeaderBytes: 16 << 10,
+		ConnState: a.gate.connState, ConnContext: connContext}
 	a.addr <- l.Addr().String()
 	a.log.Info("serving pod signals", "addr", l.Addr().String(), "source", sourceName(a.o.Source))
 	srvErr := make(chan error, 1)
-	go func() { srvErr <- srv.Serve(l) }()
+	go func() { srvErr <- srv.Serve(a.gate) }()
 	defer func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()

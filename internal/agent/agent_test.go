@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"strings"
@@ -515,22 +516,33 @@ func TestAgentConnectionLimits(t *testing.T) {
 
 }
 
-// TestAgentConnectionCap (finding M3): the endpoint holds at most
-// Limits.MaxConnections at once; one more is accepted only when one of them
-// closes. The held connections send nothing, and the timeouts are long, so
-// only closing one frees a slot.
+// TestAgentConnectionCap (N4): a worker's connection and three that never
+// sent a request hold the four slots; a fifth is served at once and the
+// oldest of the three is closed to make room. The worker's connection,
+// trusted once its token was accepted, is not the one closed.
 func TestAgentConnectionCap(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cs := startAPIServer(t)
-	addr := runAgent(ctx, t, cs, agent.Options{Limits: agent.Limits{MaxConnections: 3}})
-	testutil.Eventually(t, 20*time.Second, "the endpoint serves", func() bool {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
+	addr := runAgent(ctx, t, cs, agent.Options{Limits: agent.Limits{MaxConnections: 4}})
+	ns := newNamespace(ctx, t, cs)
+	w0, tok0 := workerPod(ctx, t, cs, ns, "worker-0")
+	worker := &http.Client{Timeout: 5 * time.Second} // keep-alive: one connection, reused
+	var reused []bool
+	signal := func() int {
+		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			GotConn: func(i httptrace.GotConnInfo) { reused = append(reused, i.Reused) },
+		}), http.MethodGet, fmt.Sprintf("http://%s/v1/signal?namespace=%s&pod=%s", addr, ns, w0.Name), nil)
+		req.Header.Set("Authorization", "Bearer "+tok0)
+		resp, err := worker.Do(req)
+		if err != nil {
+			return 0
 		}
-		return err == nil && resp.StatusCode == http.StatusOK
-	})
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	testutil.Eventually(t, 20*time.Second, "worker-0 is served", func() bool { return signal() == http.StatusOK })
 	var held []net.Conn
 	for range 3 {
 		c, err := net.Dial("tcp", addr)
@@ -539,25 +551,113 @@ func TestAgentConnectionCap(t *testing.T) {
 		}
 		defer c.Close()
 		held = append(held, c)
+		time.Sleep(20 * time.Millisecond) // an order of age
 	}
-	done := make(chan error, 1)
-	go func() {
-		c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-		resp, err := c.Get("http://" + addr + "/healthz")
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatalf("a fifth connection while four held every slot: %v, want it served", err)
+	}
+	resp.Body.Close()
+	_ = held[0].SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := held[0].Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Errorf("the oldest idle connection: read %v, want EOF (closed to make room)", err)
+	}
+	if code := signal(); code != http.StatusOK || !reused[len(reused)-1] {
+		t.Errorf("worker-0 after the fifth connection: %d, its connection reused %t; want 200 on the same connection", code, reused[len(reused)-1])
+	}
+}
+
+// TestAgentSignalFlood (N4, N5): 300 connections that each asked for
+// /healthz and stay open (each closed one is opened again) and a stream of
+// 600 forged tokens naming the worker's pod, at a node's agent with its
+// default limits, while the worker is told to leave. The worker is the real
+// Go supervisor polling as the Python one does, a new connection a poll and
+// a 1 s timeout: it hears the leave while the flood goes on (an order: the
+// flood stops only once it heard, or after a minute, and that fails).
+func TestAgentSignalFlood(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := startAPIServer(t)
+	addr := runAgent(ctx, t, cs, agent.Options{})
+	ns := newNamespace(ctx, t, cs)
+	w0, tok0 := workerPod(ctx, t, cs, ns, "worker-0")
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(tok0), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "the endpoint serves", func() bool {
+		resp, err := http.Get("http://" + addr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		t.Fatalf("a fourth connection was served (%v) while three held every slot", err)
-	case <-time.After(500 * time.Millisecond):
+		return err == nil && resp.StatusCode == http.StatusOK
+	})
+
+	flood, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var opened atomic.Int64
+	for range 300 {
+		wg.Add(1)
+		go func() { // an idle keep-alive connection, opened again when closed
+			defer wg.Done()
+			for flood.Err() == nil {
+				c, err := net.DialTimeout("tcp", addr, time.Second)
+				if err != nil {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				opened.Add(1)
+				_, _ = c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: agent\r\n\r\n"))
+				_, _ = c.Read(make([]byte, 512))
+				stopped := context.AfterFunc(flood, func() { c.Close() })
+				_, _ = c.Read(make([]byte, 1)) // until the agent closes it
+				stopped()
+				c.Close()
+			}
+		}()
 	}
-	held[0].Close()
-	if err := <-done; err != nil {
-		t.Errorf("the fourth connection, once a slot was free: %v", err)
+	forged := func(i int) string {
+		claims, _ := json.Marshal(map[string]any{"kubernetes.io": map[string]any{"namespace": ns, "pod": map[string]string{"name": w0.Name, "uid": string(w0.UID)}}, "jti": i})
+		return "eyJhbGciOiJSUzI1NiJ9." + base64.RawURLEncoding.EncodeToString(claims) + ".c2lnbmF0dXJl"
 	}
+	for g := range 6 {
+		wg.Add(1)
+		go func() { // 600 forged tokens, 100 from each of 6 clients, again and again
+			defer wg.Done()
+			c := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+			for i := 0; flood.Err() == nil; i++ {
+				req, _ := http.NewRequestWithContext(flood, http.MethodGet, fmt.Sprintf("http://%s/v1/signal?namespace=%s&pod=%s", addr, ns, w0.Name), nil)
+				req.Header.Set("Authorization", "Bearer "+forged(g*100+i%100))
+				if resp, err := c.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}
+		}()
+	}
+	defer func() { stop(); wg.Wait() }()
+	testutil.Eventually(t, 30*time.Second, "the flood holds 300 connections", func() bool { return opened.Load() >= 300 })
+
+	sup := supervisor.New(supervisor.Options{AgentAddr: addr, Namespace: ns, Pod: w0.Name, TokenPath: tokenFile, NoSIGTERM: true,
+		Client: &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+		Exit:   func(int) {}, Log: func(string) {}}).Start(ctx)
+	defer sup.Close()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, etjobv1.AnnotationLeave, time.Now().UTC().Format(time.RFC3339), etjobv1.AnnotationLeaveReason, etjobv1.ReasonScaleIn)
+	told := time.Now()
+	if _, err := cs.CoreV1().Pods(ns).Patch(ctx, w0.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	heard := time.Time{}
+	for end := time.Now().Add(time.Minute); time.Now().Before(end) && flood.Err() == nil; time.Sleep(10 * time.Millisecond) {
+		if !sup.CheckAlive() {
+			heard = time.Now()
+			break
+		}
+	}
+	if heard.IsZero() {
+		t.Fatalf("the worker did not hear its leave while the flood went on (%d flood connections opened)", opened.Load())
+	}
+	t.Logf("the worker heard its leave %s after it was told, during the flood (%d flood connections opened so far)", heard.Sub(told).Round(time.Millisecond), opened.Load())
 }
 
 // blockedSource is a cloud source that has not answered yet (its metadata

@@ -308,6 +308,9 @@ func (a *Agent) authorizePod(w http.ResponseWriter, r *http.Request) (ns, name s
 		httpError(w, http.StatusForbidden, err.Error())
 		return "", "", false
 	}
+	if a.gate != nil {
+		a.gate.trust(r) // a worker's connection: never evicted, the usual idle timeout
+	}
 	return ns, name, true
 }
 
