@@ -16,10 +16,11 @@ import (
 //   - a connection is trusted once it carried a request whose pod token was
 //     accepted (Agent.authorizePod marks it);
 //   - at most max connections are open; one that arrives when all are taken
-//     evicts the oldest untrusted connection that waits for a request (new
-//     or idle) or has been in one for longer than slowRequest (a request
-//     sent byte by byte), and is refused (closed at once) only when every
-//     open connection is trusted or in a short request;
+//     evicts an untrusted connection (evictable: an idle one first, then one
+//     that waited or has been in a request for longer than slowRequest, a
+//     request sent byte by byte, then the oldest new one), and is refused
+//     (closed at once) only when every open connection is trusted or in a
+//     short request;
 //   - an untrusted connection idle for shortIdle is closed; a trusted one
 //     keeps the server's IdleTimeout.
 //
@@ -81,23 +82,34 @@ func (g *connGate) Accept() (net.Conn, error) {
 	}
 }
 
-// evictable returns the oldest untrusted connection that may be closed to
-// make room, or nil; g.mu is held.
+// evictable returns the untrusted connection to close to make room, or nil;
+// g.mu is held. First the oldest idle one (it was answered and holds a slot
+// for nothing), then the oldest that has sent no request or been in one for
+// slowRequest, then the oldest new one (a burst of new connections: the
+// oldest has had the longest to send its request).
 func (g *connGate) evictable() *gateConn {
 	now := g.now()
-	var oldest *gateConn
+	var best *gateConn
+	rank := func(c *gateConn) int {
+		switch {
+		case c.state == http.StateIdle:
+			return 0
+		case now.Sub(c.since) >= g.slowRequest:
+			return 1
+		case c.state == http.StateNew:
+			return 2
+		}
+		return 3 // in a short request: kept
+	}
 	for c := range g.conns {
-		if c.trusted {
+		if c.trusted || rank(c) == 3 {
 			continue
 		}
-		if c.state == http.StateActive && now.Sub(c.since) < g.slowRequest {
-			continue
-		}
-		if oldest == nil || c.since.Before(oldest.since) {
-			oldest = c
+		if best == nil || rank(c) < rank(best) || rank(c) == rank(best) && c.since.Before(best.since) {
+			best = c
 		}
 	}
-	return oldest
+	return best
 }
 
 // connState is the http.Server's ConnState hook.

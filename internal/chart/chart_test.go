@@ -25,7 +25,7 @@ func TestDefaults(t *testing.T) {
 		kinds[o.GetKind()]++
 	}
 	for kind, n := range map[string]int{"CustomResourceDefinition": 3, "Namespace": 2, "Deployment": 1, "DaemonSet": 1,
-		"ValidatingAdmissionPolicy": 1, "ConfigMap": 1, "PodDisruptionBudget": 1} {
+		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2, "ConfigMap": 1, "PodDisruptionBudget": 1} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s rendered, want %d", kinds[kind], kind, n)
 		}
@@ -100,9 +100,11 @@ func TestValues(t *testing.T) {
 	if subjects[0].(map[string]any)["namespace"] != "ml-agent" {
 		t.Errorf("agent binding subjects %v", subjects)
 	}
-	policy, _, _ := unstructured.NestedSlice(testutil.Find(t, objs, "ValidatingAdmissionPolicy", "etjob-agent-own-node").Object, "spec", "matchConditions")
-	if expr := policy[0].(map[string]any)["expression"].(string); !strings.Contains(expr, "system:serviceaccount:ml-agent:etjob-agent") {
-		t.Errorf("the admission policy matches %q, not the agent's ServiceAccount in ml-agent", expr)
+	for _, name := range []string{"etjob-agent-own-node", "etjob-agent-own-events"} {
+		policy, _, _ := unstructured.NestedSlice(testutil.Find(t, objs, "ValidatingAdmissionPolicy", name).Object, "spec", "matchConditions")
+		if expr := policy[0].(map[string]any)["expression"].(string); !strings.Contains(expr, "system:serviceaccount:ml-agent:etjob-agent") {
+			t.Errorf("the admission policy %s matches %q, not the agent's ServiceAccount in ml-agent", name, expr)
+		}
 	}
 	a := strings.Join(toStrings(testutil.Container(t, testutil.Find(t, objs, "DaemonSet", "etjob-agent"))["args"]), " ")
 	for _, want := range []string{"--metadata-url=http://$(NODE_IP):8775", "--azure-vm-name=vm-1"} {

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -72,12 +73,13 @@ func ManagerOptions(o Options) ctrl.Options {
 			// the server's.
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}:            {Label: sel, Transform: SlimPod},
-				&corev1.Node{}:           {Transform: SlimNode},
-				&corev1.ConfigMap{}:      {Label: sel},
-				&corev1.Service{}:        {Label: sel},
-				&corev1.ServiceAccount{}: {Label: sel},
-				&rbacv1.RoleBinding{}:    {Label: sel},
+				&corev1.Pod{}:                 {Label: sel, Transform: SlimPod},
+				&corev1.Node{}:                {Transform: SlimNode},
+				&corev1.ConfigMap{}:           {Label: sel},
+				&corev1.Service{}:             {Label: sel},
+				&corev1.ServiceAccount{}:      {Label: sel},
+				&rbacv1.RoleBinding{}:         {Label: sel},
+				&networkingv1.NetworkPolicy{}: {Label: sel},
 				// Pod-level reclamation notices (ECI, ACS) arrive as Events on pods.
 				&corev1.Event{}: {Field: NoticeEventSelector(), Transform: SlimEvent},
 			}},

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -65,7 +66,8 @@ func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
 	return idx.IndexField(ctx, &etjobv1.ScaleIn{}, ScaleRequestJobIndex, byJob)
 }
 
-// SetupWithManager registers the reconciler: it owns pods and ConfigMaps,
+// SetupWithManager registers the reconciler: it owns pods, ConfigMaps and
+// the launchers' NetworkPolicies (one deleted is made again at once),
 // watches Nodes for notices, readiness and removal, and pod Events for
 // pod-level notices.
 func (r *ElasticJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
@@ -73,6 +75,7 @@ func (r *ElasticJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency in
 		For(&etjobv1.ElasticJob{}).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.ConfigMap{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodeChanged())).
 		Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.jobOfNoticeEvent), builder.WithPredicates(eventArrived())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -516,6 +517,32 @@ func Service(job *etjobv1.ElasticJob) *corev1.Service {
 			Selector:                 map[string]string{etjobv1.LabelJobName: job.Name},
 			PublishNotReadyAddresses: true,
 			Ports:                    []corev1.ServicePort{{Name: "rdzv", Port: etjobv1.RendezvousPort}},
+		},
+	}
+}
+
+// NetworkPolicy builds the job's NetworkPolicy: its launcher, which serves
+// the rendezvous store (RendezvousPort: torchrun's c10d store, or etjob.rdzv
+// for etjob.elastic) and horovodrun's driver, admits connections from the
+// job's own pods only. The store authenticates no client (docs/security.md,
+// N1): this keeps the pods of other jobs and namespaces, a rooted node's
+// included, from reaching it where the cluster's network plugin enforces
+// NetworkPolicies (the local cluster has none). The workers' own ports are
+// not narrowed: their peers are the job's pods, whose addresses change with
+// every membership change.
+func NetworkPolicy(job *etjobv1.ElasticJob) *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: job.Name + "-launcher", Namespace: job.Namespace,
+			Labels:          map[string]string{etjobv1.LabelJobName: job.Name},
+			OwnerReferences: owner(job),
+		},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{etjobv1.LabelJobName: job.Name, etjobv1.LabelRole: etjobv1.RoleLauncher}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{etjobv1.LabelJobName: job.Name}}}},
+			}},
 		},
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/core"
@@ -196,5 +197,41 @@ func TestPlannedWorker(t *testing.T) {
 	plain := MakeElasticJob("train", "ml").Obj()
 	if p := render.PlannedWorker(plain, &core.Plan{AvoidNodes: []string{"n1"}}, 0); len(p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) != 1 {
 		t.Errorf("without a template affinity: %+v, want one term", p.Spec.Affinity)
+	}
+}
+
+// TestNetworkPolicy (N1): the launcher, which serves the rendezvous store,
+// admits connections from the job's own pods only; the policy selects the
+// launcher the controller creates, and no worker.
+func TestNetworkPolicy(t *testing.T) {
+	job := MakeElasticJob("train", "ml").Replicas(2).Min(1).Max(4).Obj()
+	np := render.NetworkPolicy(job)
+	if np.Namespace != "ml" || len(np.OwnerReferences) != 1 || np.OwnerReferences[0].Kind != "ElasticJob" {
+		t.Errorf("metadata: %+v, want in ml and owned by the job", np.ObjectMeta)
+	}
+	matches := func(sel map[string]string, labels map[string]string) bool {
+		for k, v := range sel {
+			if labels[k] != v {
+				return false
+			}
+		}
+		return true
+	}
+	launcher := render.Launcher(job)
+	worker := render.Worker(job, 0)
+	if !matches(np.Spec.PodSelector.MatchLabels, launcher.Labels) || matches(np.Spec.PodSelector.MatchLabels, worker.Labels) {
+		t.Errorf("selector %v: want the launcher (%v), not a worker (%v)", np.Spec.PodSelector.MatchLabels, launcher.Labels, worker.Labels)
+	}
+	if got := np.Spec.PolicyTypes; !slices.Equal(got, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("policy types %v, want Ingress", got)
+	}
+	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 || np.Spec.Ingress[0].From[0].NamespaceSelector != nil ||
+		np.Spec.Ingress[0].From[0].IPBlock != nil {
+		t.Fatalf("ingress %+v, want one rule from pods of the job's namespace", np.Spec.Ingress)
+	}
+	from := np.Spec.Ingress[0].From[0].PodSelector.MatchLabels
+	other := MakeElasticJob("other", "ml").Obj()
+	if !matches(from, worker.Labels) || !matches(from, launcher.Labels) || matches(from, render.Worker(other, 0).Labels) {
+		t.Errorf("from %v: want the job's workers and launcher, not another job's pods", from)
 	}
 }
