@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -354,7 +355,9 @@ func (r *ElasticJobReconciler) ownOrReplace(ctx context.Context, job *etjobv1.El
 		return nil
 	}
 	ref := metav1.GetControllerOf(o)
-	if ref == nil || ref.Kind != "ElasticJob" || ref.Name != job.Name {
+	// The group too (L5): another API's ElasticJob of that name is not an
+	// earlier job of ours, and its objects are not ours to delete.
+	if ref == nil || ref.Kind != "ElasticJob" || ref.Name != job.Name || !strings.HasPrefix(ref.APIVersion, etjobv1.GroupVersion.Group+"/") {
 		return fmt.Errorf("%T %s exists and is not controlled by ElasticJob %s: delete or rename it", o, o.GetName(), job.Name)
 	}
 	uid := o.GetUID()

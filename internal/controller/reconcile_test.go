@@ -273,3 +273,31 @@ func TestReconcileInvalidPodFailsTheJob(t *testing.T) {
 		t.Errorf("Failed = %+v, want true, reason %s, naming the field", failed, etjobv1.ReasonPodTemplateInvalid)
 	}
 }
+
+// TestOwnOrReplace (L5): the Service of an earlier job of the same name (an
+// etjob.dev ElasticJob with another UID) is deleted to make way; one
+// controlled by another API group's ElasticJob of that name is not ours, and
+// is left alone with an error that says so.
+func TestOwnOrReplace(t *testing.T) {
+	job, _ := lostWorkerJob()
+	t0 := true
+	svc := func(name, apiVersion string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name + "-uid"),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: apiVersion, Kind: "ElasticJob", Name: job.Name, UID: "earlier", Controller: &t0}}}}
+	}
+	earlier, foreign := svc("earlier", etjobv1.GroupVersion.String()), svc("foreign", "jobs.example.com/v1")
+	r, c := newReconcileTest(t, interceptor.Funcs{}, earlier, foreign)
+	ctx := context.Background()
+	if err := r.ownOrReplace(ctx, job, earlier); err == nil || !strings.Contains(err.Error(), "belonged to an earlier job") {
+		t.Errorf("an earlier etjob job's Service: %v, want it deleted", err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(earlier), &corev1.Service{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the earlier job's Service: %v, want it deleted", err)
+	}
+	if err := r.ownOrReplace(ctx, job, foreign); err == nil || !strings.Contains(err.Error(), "not controlled by ElasticJob") {
+		t.Errorf("another group's ElasticJob's Service: %v, want a refusal", err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(foreign), &corev1.Service{}); err != nil {
+		t.Errorf("another group's Service: %v, want it kept", err)
+	}
+}
