@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # test.sh is the project's one test command (README "Test it", .ci/run):
-# lint, walls and unit tests (with the decision core's coverage); then the
-# end-to-end stories in the background, and beside them fuzzing, the worker
-# library on Debian's torch 1.13 and on PyPI's torch 2.15 and integration
-# tests against a real kube-apiserver and etcd built once into the cache;
-# then the heavy test alone. `hack/test.sh fast` (make test-fast) is the inner loop:
+# lint, unit tests (with the decision core's coverage), the worker library on
+# Debian's torch 1.13 and on PyPI's torch 2.15, then integration tests against
+# a real kube-apiserver and etcd built once into the cache, and the
+# end-to-end stories. `hack/test.sh fast` (make test-fast) is the inner loop:
 # lint, walls, unit tests and the worker library on torch 1.13, no cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,36 +75,8 @@ cover=$(go test -count=1 -cover ./internal/core/ | sed -n 's/.*coverage: \([0-9.
 echo "decision core coverage: ${cover}%"
 awk -v c="$cover" 'BEGIN { exit !(c >= 85) }' || { echo "decision core coverage ${cover}% is below 85%"; exit 1; }
 
-# The e2e stories (the longest stage, ~18 min warm, about half of it waiting
-# on pods, notices and rounds) run in the background from here, beside
-# fuzzing (one core), the worker library (whose workers mostly wait too) and
-# the integration tests: one after the other the warm run took 32 min
-# (budget 25). The unit tests, which compile and use both cores, ran first:
-# beside the stories both took twice as long. The clusters use the local
-# cluster's fixed ports and 127.0.<N>.0/24 addresses, which nothing else here
-# binds. Their log is printed when they end; the foreground's failure stops
-# them and their clusters.
-step "end-to-end, started in the background: the spot stories on a local cluster with real torchrun and real Horovod training"
-e2e_log=$(mktemp)
-e2e_began=$SECONDS
-setsid go test -count=1 -p 1 -timeout 40m -v ./test/e2e/... > "$e2e_log" 2>&1 &
-e2e_pid=$!
-stop_e2e() {
-  if kill -0 "$e2e_pid" 2>/dev/null; then
-    echo "stopping the e2e stories (the run failed before they ended); their log so far:"
-    kill -TERM -- "-$e2e_pid" 2>/dev/null || true
-    sleep 2
-    kill -KILL -- "-$e2e_pid" 2>/dev/null || true
-    # their clusters' processes run in sessions of their own
-    pkill -KILL -f -- "${TMPDIR:-/tmp}/etjob-e2e-" 2>/dev/null || true
-    tail -50 "$e2e_log"
-  fi
-  rm -f "$e2e_log"
-}
-trap stop_e2e EXIT
-
-step "fuzzing: every fuzz target for ${ETJOB_FUZZTIME:-10s}, one worker (their corpora ran with the unit tests)"
-make --no-print-directory fuzz FUZZTIME="${ETJOB_FUZZTIME:-10s}" FUZZFLAGS=-parallel=1
+step "fuzzing: every fuzz target for ${ETJOB_FUZZTIME:-10s} (their corpora ran with the unit tests)"
+make --no-print-directory fuzz FUZZTIME="${ETJOB_FUZZTIME:-10s}"
 
 for lane in 1.13:/usr/bin/python3 "2.15:$TORCH2/bin/python3"; do
   step "worker library tests on torch ${lane%%:*} (Python stdlib unittest; real torchrun, real gloo groups; four shards at once)"
@@ -114,25 +85,24 @@ for lane in 1.13:/usr/bin/python3 "2.15:$TORCH2/bin/python3"; do
   echo "lane torch ${lane%%:*}: $((SECONDS - t0)) s"
 done
 
+step "the heavy test on PyPI's torch 2.15 (etjob.elastic at 1 GB of state a rank: a join, a hard kill, a freeze, a stop below min; alone, ~14 GB)"
+ETJOB_HEAVY=1 PYTHONPATH="$PWD/python:$PWD/python/tests" "$TORCH2/bin/python3" -m unittest -v test_heavy
+
 step "integration tests (real kube-apiserver + etcd)"
 go test -count=1 -p 1 -timeout 20m ./test/integration/...
 
-step "waiting for the end-to-end stories (started $(((SECONDS - e2e_began) / 60)) min ago)"
+step "end-to-end: the spot stories on a local cluster with real torchrun and real Horovod training"
 # -v into a file: each story's time is printed (the budget's breakdown); the
 # whole log only when something failed, as go test without -v would.
-e2e_rc=0
-wait "$e2e_pid" || e2e_rc=$?
-echo "e2e: $((SECONDS - e2e_began)) s"
-if [ "$e2e_rc" = 0 ]; then
+e2e_log=$(mktemp)
+if go test -count=1 -p 1 -timeout 40m -v ./test/e2e/... > "$e2e_log" 2>&1; then
   grep -E '^(--- |ok |PASS)' "$e2e_log"
+  rm -f "$e2e_log"
 else
   cat "$e2e_log"
   echo "== the stories:"
   grep -E '^\s*--- ' "$e2e_log" || true
+  rm -f "$e2e_log"
   exit 1
 fi
-
-# After the stories, alone: it holds ~14 GB of the machine's 24.
-step "the heavy test on PyPI's torch 2.15 (etjob.elastic at 1 GB of state a rank: a join, a hard kill, a freeze, a stop below min; alone, ~14 GB)"
-ETJOB_HEAVY=1 PYTHONPATH="$PWD/python:$PWD/python/tests" "$TORCH2/bin/python3" -m unittest -v test_heavy
 step "done"

@@ -399,15 +399,7 @@ func TestAgentTokenFlood(t *testing.T) {
 	w1, tok1 := workerPod(ctx, t, cs, ns, "worker-1")
 	client := &http.Client{Timeout: 5 * time.Second}
 	signal := func(pod, token string) int {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/signal?namespace=%s&pod=%s", base, ns, pod), nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
+		return getStatus(ctx, client, fmt.Sprintf("%s/v1/signal?namespace=%s&pod=%s", base, ns, pod), token)
 	}
 	testutil.Eventually(t, 20*time.Second, "worker-0 is served", func() bool { return signal(w0.Name, tok0) == http.StatusOK })
 	before := reviews.Load()
@@ -471,6 +463,20 @@ func TestAgentTokenFlood(t *testing.T) {
 	if code := signal(w0.Name, tok0); code != http.StatusOK {
 		t.Errorf("worker-0 after the flood: %d, want 200", code)
 	}
+}
+
+// getStatus GETs url with the bearer token through c: the answer's status
+// code, or 0 for none.
+func getStatus(ctx context.Context, c *http.Client, url, token string) int {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 type roundTripper func(*http.Request) (*http.Response, error)
@@ -539,17 +545,8 @@ func TestAgentConnectionCap(t *testing.T) {
 	worker := &http.Client{Timeout: 5 * time.Second} // keep-alive: one connection, reused
 	var reused []bool
 	signal := func() int {
-		req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-			GotConn: func(i httptrace.GotConnInfo) { reused = append(reused, i.Reused) },
-		}), http.MethodGet, fmt.Sprintf("http://%s/v1/signal?namespace=%s&pod=%s", addr, ns, w0.Name), nil)
-		req.Header.Set("Authorization", "Bearer "+tok0)
-		resp, err := worker.Do(req)
-		if err != nil {
-			return 0
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
+		traced := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = append(reused, i.Reused) }})
+		return getStatus(traced, worker, fmt.Sprintf("http://%s/v1/signal?namespace=%s&pod=%s", addr, ns, w0.Name), tok0)
 	}
 	testutil.Eventually(t, 20*time.Second, "worker-0 is served", func() bool { return signal() == http.StatusOK })
 	var held []net.Conn
