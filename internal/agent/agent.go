@@ -98,8 +98,8 @@ type Options struct {
 // Limits bound the signal endpoint's HTTP connections: a slow or idle
 // client holds one for at most ReadTimeout or IdleTimeout (UntrustedIdle
 // while none of its requests carried an accepted pod token), and at most
-// MaxConnections are open at once: a new one evicts the oldest untrusted
-// connection that waits, or is refused (connGate).
+// MaxConnections are open at once: a new one closes an untrusted connection
+// that waits (connGate.evictable), or is refused.
 type Limits struct {
 	ReadTimeout    time.Duration
 	WriteTimeout   time.Duration

@@ -134,8 +134,8 @@ func run(ctx context.Context, args []string) error {
 		Confirm:                *confirm,
 		KubernetesNoticeWindow: *window,
 		Listen:                 *listen,
+		ReviewClient:           reviewClient, // the TokenReviews and the issuer's keys (New)
 		Authenticator:          NewTokenReviewAuthenticator(reviewClient, auds, 60*time.Second, nil),
-		IssuerKeys:             NewIssuerKeys(reviewClient, nil),
 		InsecureSkipPodAuth:    *insecure,
 		Log:                    log,
 	})

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -173,19 +173,17 @@ func (r *ElasticJobReconciler) observePricedNodes(ctx context.Context, job *etjo
 }
 
 // podNotice returns the reason of the first Event on the pod that is a
-// reclamation notice for it (core.NoticeEvent) from a source trusted for
-// that pod (core.TrustPodNotice: the pod's own UID, and a node no etjob
-// agent serves), or "".
+// reclamation notice for it (core.PodNoticeEvent), or "".
 func (r *ElasticJobReconciler) podNotice(ctx context.Context, job *etjobv1.ElasticJob, pod *corev1.Pod, node *corev1.Node) (string, error) {
-	if pod.Status.Phase == corev1.PodSucceeded || !core.TrustPodNotices(node) {
+	if pod.Status.Phase == corev1.PodSucceeded {
 		return "", nil
 	}
 	var evs corev1.EventList
 	if err := r.List(ctx, &evs, client.InNamespace(pod.Namespace), client.MatchingFields{EventPodIndex: pod.Name}); err != nil {
 		return "", err
 	}
-	for _, ev := range evs.Items {
-		if ev.InvolvedObject.UID == pod.UID && core.NoticeEvent(job, pod, ev.Reason) {
+	for i := range evs.Items {
+		if ev := &evs.Items[i]; core.PodNoticeEvent(job, pod, node, ev) {
 			return ev.Reason, nil
 		}
 	}
@@ -357,7 +355,7 @@ func (r *ElasticJobReconciler) ownOrReplace(ctx context.Context, job *etjobv1.El
 	ref := metav1.GetControllerOf(o)
 	// The group too (L5): another API's ElasticJob of that name is not an
 	// earlier job of ours, and its objects are not ours to delete.
-	if ref == nil || ref.Kind != "ElasticJob" || ref.Name != job.Name || !strings.HasPrefix(ref.APIVersion, etjobv1.GroupVersion.Group+"/") {
+	if ref == nil || ref.Kind != "ElasticJob" || ref.Name != job.Name || !isOurGroup(ref.APIVersion) {
 		return fmt.Errorf("%T %s exists and is not controlled by ElasticJob %s: delete or rename it", o, o.GetName(), job.Name)
 	}
 	uid := o.GetUID()
@@ -365,6 +363,12 @@ func (r *ElasticJobReconciler) ownOrReplace(ctx context.Context, job *etjobv1.El
 		return fmt.Errorf("deleting %T %s of an earlier job %s (uid %s): %w", o, o.GetName(), job.Name, ref.UID, err)
 	}
 	return fmt.Errorf("%T %s belonged to an earlier job %s (uid %s): deleted, creating the job's own", o, o.GetName(), job.Name, ref.UID)
+}
+
+// isOurGroup reports whether apiVersion is of etjob's API group.
+func isOurGroup(apiVersion string) bool {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	return err == nil && gv.Group == etjobv1.GroupVersion.Group
 }
 
 // publishHosts creates the membership ConfigMap of a horovod job, or updates

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/core"
@@ -217,18 +218,33 @@ func TestSlotsPerWorker(t *testing.T) {
 	}
 }
 
-// TestTrustPodNotices (N2): pod-level notice Events count only for pods on
-// nodes that no etjob agent serves (virtual nodes); an unbound pod has none.
-func TestTrustPodNotices(t *testing.T) {
+// TestPodNoticeEvent (N2): a pod-level notice Event counts only when it
+// names the pod's own UID and the pod is on a node that no etjob agent
+// serves (a virtual node); an unbound pod has none.
+func TestPodNoticeEvent(t *testing.T) {
+	job := MakeElasticJob("j", "ns").Obj()
+	pod := MakeWorker(job, 0).Obj()
+	pod.UID = "pod-uid"
 	virtual := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "virtual-kubelet", Labels: map[string]string{"type": "virtual-kubelet"}}}
 	served := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "spot-1", Annotations: map[string]string{etjobv1.AnnotationNodeAgent: "true"}}}
+	event := func(uid types.UID, reason string) *corev1.Event {
+		return &corev1.Event{InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: pod.Name, UID: uid}, Reason: reason}
+	}
 	for _, tc := range []struct {
 		name string
 		node *corev1.Node
+		ev   *corev1.Event
 		want bool
-	}{{"a virtual node", virtual, true}, {"a node an agent serves", served, false}, {"no node yet", nil, false}} {
-		if got := core.TrustPodNotices(tc.node); got != tc.want {
-			t.Errorf("%s: TrustPodNotices = %v, want %v", tc.name, got, tc.want)
+	}{
+		{"the pod's own, on a virtual node", virtual, event("pod-uid", "SpotToBeReleased"), true},
+		{"no UID", virtual, event("", "SpotToBeReleased"), false},
+		{"an earlier pod's UID", virtual, event("earlier-uid", "SpotToBeReleased"), false},
+		{"on a node an agent serves", served, event("pod-uid", "SpotToBeReleased"), false},
+		{"no node yet", nil, event("pod-uid", "SpotToBeReleased"), false},
+		{"not a notice reason", virtual, event("pod-uid", "Scheduled"), false},
+	} {
+		if got := core.PodNoticeEvent(job, pod, tc.node, tc.ev); got != tc.want {
+			t.Errorf("%s: PodNoticeEvent = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -77,6 +77,14 @@ func TrustPodNotices(node *corev1.Node) bool {
 	return node != nil && node.Annotations[etjobv1.AnnotationNodeAgent] == ""
 }
 
+// PodNoticeEvent reports whether ev is a reclamation notice for the job's
+// pod bound to node: an Event that names the pod's own UID (an Event with
+// none, or an earlier pod's, says nothing of this one), on a node whose pod
+// notices are trusted (TrustPodNotices), with a reason NoticeEvent accepts.
+func PodNoticeEvent(job *etjobv1.ElasticJob, pod *corev1.Pod, node *corev1.Node, ev *corev1.Event) bool {
+	return ev.InvolvedObject.UID == pod.UID && TrustPodNotices(node) && NoticeEvent(job, pod, ev.Reason)
+}
+
 // NoticeEvent reports whether an Event with the given reason on the job's pod
 // is a reclamation notice for that pod: ECI's SpotToBeReleased, an eviction
 // Event on an ACS BestEffort pod, or a reason listed in

@@ -533,7 +533,7 @@ func Service(job *etjobv1.ElasticJob) *corev1.Service {
 func NetworkPolicy(job *etjobv1.ElasticJob) *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: job.Name + "-launcher", Namespace: job.Namespace,
+			Name: core.LauncherName(job.Name), Namespace: job.Namespace,
 			Labels:          map[string]string{etjobv1.LabelJobName: job.Name},
 			OwnerReferences: owner(job),
 		},
