@@ -375,6 +375,17 @@ func TestAgentIdentity(t *testing.T) {
 		"post an Event about another node":   event(agent, "default", "Node", "spot-b", ""),
 		"post an events.k8s.io Event on pod": eventV1(agent, ns, "Pod", pods["spot-a"], ns),
 	}
+	// A notice Event about a pod that someone else posted: the agent may not
+	// add to its count either (the controller takes a repeat as a notice).
+	posted := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "eci-", Namespace: ns},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Name: pods["spot-a"], Namespace: ns},
+		Reason:         "SpotToBeReleased", Message: "eci", Type: corev1.EventTypeWarning, Count: 1}
+	posted, err := cs.CoreV1().Events(ns).Create(ctx, posted, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = agent.CoreV1().Events(ns).Patch(ctx, posted.Name, types.MergePatchType, []byte(`{"count":2}`), metav1.PatchOptions{})
+	refused["add to the count of a pod's Event"] = err
 	if err := event(agent, "default", "Node", "spot-a", ""); err != nil {
 		t.Errorf("the agent of spot-a cannot post an Event about its own node: %v", err)
 	}
