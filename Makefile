@@ -126,6 +126,12 @@ bench-generations: ## What each etjob.elastic generation leaves behind (threads,
 	PYTHONPATH="$$PWD/python:$$PWD/python/tests" /usr/bin/python3 python/tests/bench_generations.py --gens 200
 	PYTHONPATH="$$PWD/python:$$PWD/python/tests" "$$(hack/install-torch2.sh)/bin/python3" python/tests/bench_generations.py --gens 200
 
+.PHONY: bench-store
+bench-store: ## What the rendezvous store's authentication costs a client (a new client, one add), with and without the job secret, on torch 1.13 and 2.15 (docs/benchmarks.md).
+	hack/install-deps.sh
+	PYTHONPATH="$$PWD/python:$$PWD/python/tests" /usr/bin/python3 python/tests/bench_store.py
+	PYTHONPATH="$$PWD/python:$$PWD/python/tests" "$$(hack/install-torch2.sh)/bin/python3" python/tests/bench_store.py
+
 # TORCHFT_MINUTES of hard kills (one every TORCHFT_EVERY seconds, the rank
 # started again after TORCHFT_RESTART_DELAY) in `make bench-torchft`.
 TORCHFT_MINUTES ?= 10

@@ -71,6 +71,11 @@ class Run:
             self.env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(args.ranks))
         elif mode == "etjob":
             port = free_port()
+            # the store and the ranks authenticate with a job secret, as a launcher's and its workers' do
+            secret = os.path.join(dir_, "store-secret")
+            with open(secret, "w") as f:
+                f.write(os.urandom(32).hex())
+            self.env["ETJOB_STORE_SECRET_FILE"] = secret
             self.service([self.py, "-m", "etjob.rdzv", "--host", "127.0.0.1", "--port", str(port)], "store")
             self.env.update(ETJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, PET_NNODES="1:%d" % args.ranks,
                             PET_RDZV_ID="bench", ETJOB_HEARTBEAT_TIMEOUT=str(args.detect))

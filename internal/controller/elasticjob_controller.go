@@ -5,6 +5,7 @@ package controller
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"slices"
@@ -59,6 +60,7 @@ func NewElasticJobReconciler(c client.Client, rec events.EventRecorder, clk cloc
 // +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=etjob-launcher
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
@@ -303,7 +305,7 @@ func withStatus(job *etjobv1.ElasticJob, plan *core.Plan) *etjobv1.ElasticJob {
 	return j
 }
 
-// ensureSupporting creates the Service, the launcher's NetworkPolicy and, for horovod, the membership
+// ensureSupporting creates the Service, the launcher's NetworkPolicy, for torchrun the rendezvous store's Secret, and, for horovod, the membership
 // ConfigMap and launcher RBAC when missing, and updates the ConfigMap when the
 // membership changed. Reads go to the cache: a steady job costs no writes.
 // torchrun's workers find each other through the rendezvous, not the
@@ -315,6 +317,14 @@ func (r *ElasticJobReconciler) ensureSupporting(ctx context.Context, job *etjobv
 		return nil
 	}
 	objs := []client.Object{render.Service(job), render.NetworkPolicy(job)}
+	if job.Spec.Framework != etjobv1.FrameworkHorovod {
+		// Only created when missing: a new key every pass costs 32 random bytes.
+		key := make([]byte, etjobv1.StoreSecretBytes)
+		if _, err := rand.Read(key); err != nil {
+			return fmt.Errorf("making the rendezvous store's secret: %w", err)
+		}
+		objs = append(objs, render.StoreSecret(job, key))
+	}
 	if job.Spec.Framework == etjobv1.FrameworkHorovod {
 		if err := r.publishHosts(ctx, job, plan); err != nil {
 			return err

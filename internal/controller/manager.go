@@ -80,6 +80,8 @@ func ManagerOptions(o Options) ctrl.Options {
 				&corev1.ServiceAccount{}:      {Label: sel},
 				&rbacv1.RoleBinding{}:         {Label: sel},
 				&networkingv1.NetworkPolicy{}: {Label: sel},
+				// Only the jobs' own store Secrets: RBAC grants list on all, the cache holds etjob's.
+				&corev1.Secret{}: {Label: sel},
 				// Pod-level reclamation notices (ECI, ACS) arrive as Events on pods.
 				&corev1.Event{}: {Field: NoticeEventSelector(), Transform: SlimEvent},
 			}},

@@ -66,8 +66,9 @@ func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
 	return idx.IndexField(ctx, &etjobv1.ScaleIn{}, ScaleRequestJobIndex, byJob)
 }
 
-// SetupWithManager registers the reconciler: it owns pods, ConfigMaps and
-// the launchers' NetworkPolicies (one deleted is made again at once),
+// SetupWithManager registers the reconciler: it owns pods, ConfigMaps, the
+// launchers' NetworkPolicies and the stores' Secrets (one deleted is made
+// again at once),
 // watches Nodes for notices, readiness and removal, and pod Events for
 // pod-level notices.
 func (r *ElasticJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
@@ -76,6 +77,7 @@ func (r *ElasticJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency in
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&corev1.Secret{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodeChanged())).
 		Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.jobOfNoticeEvent), builder.WithPredicates(eventArrived())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).

@@ -77,3 +77,7 @@ func WorkerName(job string, index int32) string {
 
 // LauncherName is the name of the job's launcher pod.
 func LauncherName(job string) string { return job + "-launcher" }
+
+// StoreSecretName is the name of the Secret with which a torchrun job's
+// pods authenticate to its rendezvous store (etjobv1.StoreSecretKey).
+func StoreSecretName(job string) string { return job + "-store" }

@@ -4,6 +4,7 @@
 package render
 
 import (
+	"encoding/hex"
 	"fmt"
 	"path"
 	"slices"
@@ -91,6 +92,10 @@ func Worker(job *etjobv1.ElasticJob, index int32) *corev1.Pod {
 		env = append(env, torchrunEnv(job)...)
 	}
 	env = append(env, corev1.EnvVar{Name: etjobv1.EnvAgentTokenPath, Value: etjobv1.AgentTokenPath})
+	if job.Spec.Framework != etjobv1.FrameworkHorovod {
+		env = append(env, corev1.EnvVar{Name: etjobv1.EnvStoreSecretFile, Value: etjobv1.StoreSecretPath})
+		mountStoreSecret(&pod.Spec, job)
+	}
 	injectEnv(&pod.Spec, env)
 	mountAgentToken(&pod.Spec)
 	if sp := job.Spec.Spot; sp != nil && sp.Enabled {
@@ -175,6 +180,39 @@ func mountAgentToken(spec *corev1.PodSpec) {
 	}
 }
 
+// mountStoreSecret gives every container of a torchrun job's pod the job's
+// store secret (StoreSecret) at etjobv1.StoreSecretPath, read-only.
+func mountStoreSecret(spec *corev1.PodSpec, job *etjobv1.ElasticJob) {
+	const name = "etjob-store-secret"
+	mode := int32(0o444) // whatever user the container runs as reads it; the pod is the boundary
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: core.StoreSecretName(job.Name), DefaultMode: &mode,
+		Items: []corev1.KeyToPath{{Key: etjobv1.StoreSecretKey, Path: path.Base(etjobv1.StoreSecretPath)}},
+	}}})
+	for i := range spec.Containers {
+		spec.Containers[i].VolumeMounts = append(spec.Containers[i].VolumeMounts,
+			corev1.VolumeMount{Name: name, MountPath: path.Dir(etjobv1.StoreSecretPath), ReadOnly: true})
+	}
+}
+
+// StoreSecret builds the Secret of a torchrun job's rendezvous store:
+// key (random, from the controller) hex-encoded under etjobv1.StoreSecretKey.
+// It is immutable (kubelets need not watch it) and lives as long as the job:
+// every attempt and every launcher of the job uses it.
+func StoreSecret(job *etjobv1.ElasticJob, key []byte) *corev1.Secret {
+	immutable := true
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: core.StoreSecretName(job.Name), Namespace: job.Namespace,
+			Labels:          map[string]string{etjobv1.LabelJobName: job.Name},
+			OwnerReferences: owner(job),
+		},
+		Immutable: &immutable,
+		Type:      corev1.SecretTypeOpaque,
+		Data:      map[string][]byte{etjobv1.StoreSecretKey: []byte(hex.EncodeToString(key))},
+	}
+}
+
 // Launcher builds the launcher pod: horovodrun for horovod, the rendezvous
 // store for torchrun (by default `python3 -m etjob.rdzv` from the worker image).
 func Launcher(job *etjobv1.ElasticJob) *corev1.Pod {
@@ -234,7 +272,9 @@ func Launcher(job *etjobv1.ElasticJob) *corev1.Pod {
 		// A store that replaces one (spec.recovery InProcess) says so to
 		// the workers that connect: none of them may open a generation in it
 		// before the members have told it theirs (etjob.rdzv, etjob.elastic).
-		env = append(env, corev1.EnvVar{Name: "ETJOB_RDZV_REPLACEMENT", Value: strconv.Itoa(int(job.Status.LauncherReplacements))})
+		env = append(env, corev1.EnvVar{Name: "ETJOB_RDZV_REPLACEMENT", Value: strconv.Itoa(int(job.Status.LauncherReplacements))},
+			corev1.EnvVar{Name: etjobv1.EnvStoreSecretFile, Value: etjobv1.StoreSecretPath})
+		mountStoreSecret(&pod.Spec, job)
 	}
 	injectEnv(&pod.Spec, env)
 	if sp := job.Spec.Spot; sp != nil && sp.Enabled && pod.Spec.Affinity == nil {

@@ -1,6 +1,8 @@
 package render_test
 
 import (
+	"bytes"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -8,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/core"
@@ -51,7 +54,7 @@ func TestWorker(t *testing.T) {
 		"ETJOB_POD_NAME": "fieldRef:metadata.name", "ETJOB_NODE_IP": "fieldRef:status.hostIP", "ETJOB_POD_IP": "fieldRef:status.podIP",
 		"ETJOB_AGENT_ADDR": "$(ETJOB_NODE_IP):9477", "ETJOB_AGENT_TOKEN_PATH": etjobv1.AgentTokenPath, "ETJOB_RDZV_ENDPOINT": "train-launcher.train.ml.svc:29400",
 		"ETJOB_FRAMEWORK": "torchrun", "ETJOB_SLOTS_PER_WORKER": "2", "ETJOB_ATTEMPT": "2",
-		"ETJOB_EXIT_CODE_PREEMPTED": "75", "ETJOB_CHECKPOINT_DIR": "/ckpt",
+		"ETJOB_EXIT_CODE_PREEMPTED": "75", "ETJOB_CHECKPOINT_DIR": "/ckpt", "ETJOB_STORE_SECRET_FILE": etjobv1.StoreSecretPath,
 		"PET_NNODES": "2:6", "PET_NPROC_PER_NODE": "2", "PET_RDZV_BACKEND": "c10d",
 		"PET_RDZV_ENDPOINT": "train-launcher.train.ml.svc:29400", "PET_RDZV_ID": "train-uid-2",
 		"PET_RDZV_CONF": "is_host=false,join_timeout=600,last_call_timeout=3", "PET_MAX_RESTARTS": "1000", "PET_MONITOR_INTERVAL": "0.25",
@@ -234,4 +237,64 @@ func TestNetworkPolicy(t *testing.T) {
 	if !matches(from, worker.Labels) || !matches(from, launcher.Labels) || matches(from, render.Worker(other, 0).Labels) {
 		t.Errorf("from %v: want the job's workers and launcher, not another job's pods", from)
 	}
+}
+
+// TestStoreSecret: a torchrun job's launcher and workers mount the job's
+// store Secret read-only and name the file in $ETJOB_STORE_SECRET_FILE; the
+// secret itself is in no environment; a horovod job (no store) has none.
+func TestStoreSecret(t *testing.T) {
+	job := MakeElasticJob("train", "ml").Replicas(2).Min(1).Max(4).Obj()
+	key := bytes.Repeat([]byte{0xab}, etjobv1.StoreSecretBytes)
+	s := render.StoreSecret(job, key)
+	if s.Name != "train-store" || s.Namespace != "ml" || !metav1.IsControlledBy(s, job) || s.Labels[etjobv1.LabelJobName] != "train" {
+		t.Errorf("metadata %+v: want train-store in ml, controlled by the job and labelled with it", s.ObjectMeta)
+	}
+	if s.Immutable == nil || !*s.Immutable {
+		t.Error("the Secret is not immutable")
+	}
+	value := string(s.Data[etjobv1.StoreSecretKey])
+	if value != strings.Repeat("ab", etjobv1.StoreSecretBytes) {
+		t.Errorf("data %q, want the key hex-encoded", value)
+	}
+	check := func(role string, pod *corev1.Pod, want bool) {
+		t.Helper()
+		var vol *corev1.Volume
+		for i := range pod.Spec.Volumes {
+			if v := &pod.Spec.Volumes[i]; v.Secret != nil && v.Secret.SecretName == s.Name {
+				vol = v
+			}
+		}
+		if (vol != nil) != want {
+			t.Fatalf("%s: mounts the store secret: %v, want %v", role, vol != nil, want)
+		}
+		for _, c := range pod.Spec.Containers {
+			env := map[string]string{}
+			for _, e := range c.Env {
+				env[e.Name] = e.Value
+				if strings.Contains(e.Value, value) {
+					t.Errorf("%s: the secret is in $%s", role, e.Name)
+				}
+			}
+			if got := env[etjobv1.EnvStoreSecretFile]; (got == etjobv1.StoreSecretPath) != want {
+				t.Errorf("%s/%s: $%s=%q (want it: %v)", role, c.Name, etjobv1.EnvStoreSecretFile, got, want)
+			}
+			if !want {
+				continue
+			}
+			mounted := false
+			for _, m := range c.VolumeMounts {
+				if m.Name == vol.Name && m.ReadOnly && path.Join(m.MountPath, vol.Secret.Items[0].Path) == etjobv1.StoreSecretPath {
+					mounted = true
+				}
+			}
+			if !mounted {
+				t.Errorf("%s/%s: the secret is not mounted read-only at %s: %+v", role, c.Name, etjobv1.StoreSecretPath, c.VolumeMounts)
+			}
+		}
+	}
+	check("torchrun launcher", render.Launcher(job), true)
+	check("torchrun worker", render.Worker(job, 0), true)
+	hvd := MakeElasticJob("hvd", "ml").Framework(etjobv1.FrameworkHorovod).Obj()
+	check("horovod launcher", render.Launcher(hvd), false)
+	check("horovod worker", render.Worker(hvd, 0), false)
 }

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from etjob import EXIT_CODE_PREEMPTED
-from etjob import storeclient
+from etjob import storeauth, storeclient
 from etjob.storeclient import StoreClient, new_client
 
 
@@ -185,21 +185,27 @@ class Context:
         # this long: its members are gone (the whole job lost at once)
         self.stale = _env_float("ETJOB_STALE_SECONDS", str(3 * self.heartbeat_timeout))
         self.poll = 0.01
+        upstream = None  # the store's own address (a client may connect through a tunnel: etjob.storeauth)
         if store is None:
             if not endpoint:
                 sys.exit("etjob.elastic: ETJOB_RDZV_ENDPOINT is not set (host:port of the job's rendezvous store)")
             host, _, port = endpoint.rpartition(":")
+            upstream = (host, int(port))
             try:
                 store = new_client(host, int(port), timedelta(seconds=30))
+            except storeauth.SecretError as e:
+                sys.exit("etjob.elastic: %s" % e)
             except RuntimeError as e:
-                sys.exit("etjob.elastic: no rendezvous store at %s (ETJOB_RDZV_ENDPOINT): %s; a torch %s client "
-                         "cannot talk to a store of another torch major version: run the launcher and the workers "
-                         "on one torch" % (endpoint, (str(e).splitlines() or ["?"])[0], torch.__version__))
+                why = (str(e).splitlines() or ["?"])[0]
+                if storeauth.ENV not in why:  # not the handshake's own words
+                    why += "; a torch %s client cannot talk to a store of another torch major version: run the " \
+                           "launcher and the workers on one torch" % torch.__version__
+                sys.exit("etjob.elastic: no rendezvous store at %s (ETJOB_RDZV_ENDPOINT): %s" % (endpoint, why))
         # how long a lost store is waited for; how long a newcomer in a
         # replaced store waits for the members to re-seed it
         self.store_loss = _env_float("ETJOB_STORE_LOSS_SECONDS", "600")
         self.reseed_wait = _env_float("ETJOB_RESEED_SECONDS", str(self.stale))
-        self.host, self.port = store.host, store.port
+        self.host, self.port = upstream or (store.host, store.port)
         self._reseed_lock = threading.RLock()
         self._store_since = time.monotonic()  # when this rank connected to the store it uses now
         self._store_id = None    # the token of that store (etjob/store/id)
@@ -723,7 +729,7 @@ class Context:
             if time.monotonic() - swept > 2.0:
                 swept = time.monotonic()
                 try:
-                    storeclient.sweep(self.port)  # torch 1.13: a client thread that started late
+                    storeclient.sweep(self.host, self.port)  # torch 1.13: a client thread that started late
                 except Exception as e:  # noqa: BLE001 - never fatal to the watcher
                     _log("sweeping the store clients' watched-key connections: %s" % e)
             g = self._watched

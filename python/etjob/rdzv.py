@@ -11,6 +11,13 @@ the attempt's launcher replacements) and says so to the workers under the key
 `etjob/store/replacement`: an etjob.elastic newcomer then waits for the
 members to tell it their generation before it opens one of its own.
 
+With a job secret ($ETJOB_STORE_SECRET_FILE, which the controller mounts
+from the job's Secret `<job>-store`) the store listens on loopback only and
+etjob's authenticating front (etjob.storeauth) serves the port: a client
+that does not prove the secret is closed before it reads or writes a key.
+Without one the store serves the port itself, unauthenticated, as c10d's
+does, and says so.
+
 Usage: python3 -m etjob.rdzv [--host 0.0.0.0] [--port 29400]
 """
 
@@ -32,17 +39,37 @@ def main(argv=None):
 
     from torch.distributed import TCPStore
 
-    store = TCPStore(args.host, args.port, is_master=True, wait_for_workers=False, timeout=timedelta(days=365))
+    from etjob import storeauth
+
     try:
         replacement = int(os.environ.get("ETJOB_RDZV_REPLACEMENT") or "0")
     except ValueError:
         sys.exit("etjob.rdzv: ETJOB_RDZV_REPLACEMENT=%r is not a whole number" % os.environ["ETJOB_RDZV_REPLACEMENT"])
-    # Set as the store starts to listen: a worker whose first calls came in
-    # the microseconds before it would read 0 (one rendezvous round trip
-    # after its handshake's: not seen in practice, and not excluded).
-    store.add("etjob/store/replacement", replacement)
-    print("etjob rendezvous store listening on %s:%d%s" % (
-        args.host, args.port, " (replacement %d)" % replacement if replacement else ""), flush=True)
+    try:
+        key = storeauth.load_secret()
+    except storeauth.SecretError as e:
+        sys.exit("etjob.rdzv: %s" % e)
+    timeout = timedelta(days=365)
+    if key is None:
+        store = TCPStore(args.host, args.port, is_master=True, wait_for_workers=False, timeout=timeout)
+        # Set as the store starts to listen: a worker whose first calls came
+        # in the microseconds before it would read 0 (one rendezvous round
+        # trip after its handshake's: not seen in practice, and not excluded).
+        store.add("etjob/store/replacement", replacement)
+        how = "unauthenticated: no $%s" % storeauth.ENV
+    else:
+        try:
+            store, inner = storeauth.loopback_store(timeout)
+        except RuntimeError as e:
+            sys.exit("etjob.rdzv: %s" % e)
+        store.add("etjob/store/replacement", replacement)  # before any client can connect
+        try:
+            front = storeauth.Front(args.host, args.port, ("127.0.0.1", inner), key)
+        except OSError as e:
+            sys.exit("etjob.rdzv: cannot listen on %s:%d: %s" % (args.host, args.port, e))
+        how = "clients authenticated with the job's secret; the store itself on 127.0.0.1:%d" % inner
+    print("etjob rendezvous store listening on %s:%d%s (%s)" % (
+        args.host, args.port, " (replacement %d)" % replacement if replacement else "", how), flush=True)
 
     stop = threading.Event()
 

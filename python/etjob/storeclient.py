@@ -36,6 +36,8 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from etjob import storeauth
+
 
 class StoreLost(RuntimeError):
     """The rendezvous store stayed unreachable for the client's limit."""
@@ -123,27 +125,37 @@ _make_lock = threading.Lock()
 
 
 def new_client(host, port, timeout):
-    """new_client makes a c10d store client of host:port (timeout: a
-    timedelta) and, on torch 1.13, takes its watched-key connection away
-    (above) before it can do harm. Its thread may start late on a loaded
-    machine (a rank aborted on the store's reset in a CI run when the wait
-    was 1 s): sweep takes later ones away too."""
+    """new_client makes a c10d store client of the store at host:port
+    (timeout: a timedelta), through this process's authenticating tunnel
+    when the job has a store secret (etjob.storeauth.route), and, on torch
+    1.13, takes its watched-key connection away (above) before it can do
+    harm. Its thread may start late on a loaded machine (a rank aborted on
+    the store's reset in a CI run when the wait was 1 s): sweep takes later
+    ones away too."""
+    at_host, at_port = storeauth.route(host, port)
     with _make_lock:
-        c = dist.TCPStore(host, port, is_master=False, timeout=timeout)
+        try:
+            c = dist.TCPStore(at_host, at_port, is_master=False, timeout=timeout)
+        except RuntimeError as e:
+            t = storeauth.tunnel(host, port)
+            if t is not None and t.last_error:
+                raise RuntimeError("%s (%s)" % (t.last_error, _first_line(e))) from None
+            raise
         if _OWN_THREAD_POLLS:
             _kept.append(c)
-            quiet_callback_connections(port, wait=5.0)
+            quiet_callback_connections(at_port, wait=5.0)
     return c
 
 
-def sweep(port):
-    """sweep takes away, on torch 1.13, any watched-key connection to port
-    that a client's thread began to poll since new_client looked (the
-    heartbeat watcher calls it every few seconds)."""
+def sweep(host, port):
+    """sweep takes away, on torch 1.13, any watched-key connection to the
+    store at host:port that a client's thread began to poll since
+    new_client looked (the heartbeat watcher calls it every few seconds)."""
     if not _OWN_THREAD_POLLS:
         return 0
+    _, at_port = storeauth.route(host, port)
     with _make_lock:
-        return quiet_callback_connections(port)
+        return quiet_callback_connections(at_port)
 
 
 def _after_loss(origin):

@@ -24,7 +24,9 @@ works as documented) with these additions (docs/worker-library.md):
 * A pod told to leave never closes a round, and leaves one it waits in.
 * The rendezvous state has a store client of its own (_patch_store_clients):
   torch's keep-alive heartbeats never wait behind the agent's blocking reads,
-  so a member that waits for a peer is never taken for dead.
+  so a member that waits for a peer is never taken for dead. With the job's
+  store secret ($ETJOB_STORE_SECRET_FILE) torch's store clients connect
+  through an authenticating tunnel of this process (etjob.storeauth).
 * A round that loses a node before its workers start is given up at once and
   the survivors meet again (_patch_round_barriers): torch's agents otherwise
   wait 300 s for the lost node's data.
@@ -202,10 +204,19 @@ def _patch_store_clients():
     state has a second connection to the same store; the agent keeps torch's."""
     from torch.distributed import TCPStore
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
+    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+
+    from etjob import storeauth
 
     original = c10d.create_backend
 
     def create_backend(params):
+        # With the job's store secret, torch's clients reach the store
+        # through this process's authenticating tunnel (etjob.storeauth).
+        host, port = parse_rendezvous_endpoint(params.endpoint, default_port=29400)
+        at_host, at_port = storeauth.route(host, port)
+        if (at_host, at_port) != (host, port):
+            params.endpoint = "%s:%d" % (at_host, at_port)
         backend, store = original(params)
         if isinstance(store, TCPStore):
             own = TCPStore(store.host, store.port, is_master=False, timeout=store.timeout)
@@ -811,6 +822,12 @@ def main(argv=None):
     # it fails), and after rank 0 is lost the others' workers would dial a
     # dead master. torch's own opt-out publishes the address every round.
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    from etjob import storeauth
+
+    try:
+        storeauth.load_secret()  # a named secret that cannot be used stops the agent here, said plainly
+    except storeauth.SecretError as e:
+        sys.exit("etjob.torchrun: %s" % e)
     _patch_std()
     _patch_shutdown()
     _patch_rendezvous(float(os.environ.get("ETJOB_RDZV_POLL_SECONDS", "0.2")))

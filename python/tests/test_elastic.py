@@ -14,21 +14,34 @@ import sys
 import tempfile
 import time
 import unittest
+from datetime import timedelta
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 try:
     import torch.distributed as dist
-    from etjob import elastic
+    from etjob import elastic, storeauth
 except ImportError:  # pragma: no cover
     dist = None
+
+
+def store_secret(directory):
+    """store_secret writes a job's store secret into directory, as the
+    controller's Secret would be mounted, and returns its path."""
+    path = os.path.join(directory, "store-secret")
+    with open(path, "w") as f:
+        f.write(os.urandom(32).hex())
+    return path
 
 STEP = re.compile(r"^step=(\d+) rank=(\d+) world=(\d+) gen=(\d+) pid=(\d+) t=([\d.]+)$")
 
 
 class Job:
-    """Job runs elastic_worker.py processes against a store of its own."""
+    """Job runs elastic_worker.py processes against a store of its own,
+    which authenticates them with the job's secret as a launcher's does
+    (etjob.storeauth): test.store is the store's own server object, the
+    front of the test process serves the port."""
 
     def __init__(self, test, n, nnodes, steps=150, env=None, store_process=False, replacement=0):
         self.dir = tempfile.mkdtemp(prefix="etjob-elastic-")
@@ -38,6 +51,7 @@ class Job:
         s.close()
         self.port = port
         self.store_proc = None
+        self.secret = store_secret(self.dir)
         if store_process:
             # the launcher's own store (etjob.rdzv), in a process that a
             # test kills and starts again (start_store)
@@ -45,10 +59,12 @@ class Job:
             self.start_store(replacement)
             self.store = None
         else:
-            self.store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+            self.store, inner = storeauth.loopback_store(timedelta(seconds=300))
+            self.front = storeauth.Front("127.0.0.1", port, ("127.0.0.1", inner), storeauth.load_secret(self.secret),
+                                         who="test store")
         self.env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python") + os.pathsep + HERE,
                         ETJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, PET_NNODES=nnodes, PET_RDZV_ID="test",
-                        STEPS=str(steps), ETJOB_COLLECTIVE_TIMEOUT="3")
+                        STEPS=str(steps), ETJOB_COLLECTIVE_TIMEOUT="3", ETJOB_STORE_SECRET_FILE=self.secret)
         self.env.update(env or {})
         self.env.pop("ETJOB_AGENT_ADDR", None)
         self.procs = {}
@@ -83,11 +99,18 @@ class Job:
     def start_store(self, replacement):
         """start_store runs etjob.rdzv on the job's port, as a launcher
         that replaces replacement others, and waits until it listens."""
-        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), ETJOB_RDZV_REPLACEMENT=str(replacement))
-        self.store_proc = subprocess.Popen([sys.executable, "-m", "etjob.rdzv", "--host", "127.0.0.1", "--port", str(self.port)],
-                                           env=env, stdout=subprocess.PIPE, text=True)
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), ETJOB_RDZV_REPLACEMENT=str(replacement),
+                   ETJOB_STORE_SECRET_FILE=self.secret)
+        with open(os.path.join(self.dir, "store.err"), "a") as err:
+            self.store_proc = subprocess.Popen([sys.executable, "-m", "etjob.rdzv", "--host", "127.0.0.1", "--port", str(self.port)],
+                                               env=env, stdout=subprocess.PIPE, stderr=err, text=True)
         line = self.store_proc.stdout.readline()
         assert "listening" in line, line
+
+    def store_proc_err(self):
+        """store_proc_err is what the store processes wrote to stderr."""
+        with open(os.path.join(self.dir, "store.err")) as f:
+            return f.read()
 
     def kill_store(self):
         """kill_store SIGKILLs the store process (the launcher's loss)."""
@@ -101,6 +124,8 @@ class Job:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        if getattr(self, "front", None) is not None:
+            self.front.close()
 
     def lines(self, name, ext="out"):
         with open(os.path.join(self.dir, name + "." + ext)) as f:
@@ -505,3 +530,55 @@ class FenceTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# An outsider's attack on a job's store: a plain c10d client (no secret), or
+# etjob's own client holding another job's secret, adds to the key that ends
+# the workers' generation. It prints what happened.
+ATTACK = """
+import sys
+from datetime import timedelta
+import torch.distributed as dist
+from etjob import storeclient
+port, key, how = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+try:
+    if how == "plain":
+        c = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=5))
+    else:
+        c = storeclient.new_client("127.0.0.1", port, timedelta(seconds=5))
+    print("added: %s" % c.add(key, 1), flush=True)
+except Exception as e:
+    print("refused: %s" % (str(e).splitlines() or ["?"])[0], flush=True)
+"""
+
+
+@unittest.skipIf(dist is None, "needs torch")
+class StoreAuthTest(unittest.TestCase):
+    """Issue #26, N1: the launcher's store (etjob.rdzv, with the job's
+    secret) admits only clients that prove the secret. Outsiders that reach
+    its port, one with a plain c10d client and one with etjob's client and
+    another job's secret, try to end the workers' generation: both are
+    refused before they touch a key, the store says so, and the workers
+    train on in their generation."""
+
+    def test_outsiders_cannot_end_a_generation(self):
+        job = Job(self, 2, "2:2", steps=100000, env={"STEP_SLEEP": "0.05"}, store_process=True)
+        gen, _ = job.wait_world(2)
+        key = "etjob/elastic/test/g%d/end" % gen
+        other = store_secret(tempfile.mkdtemp(prefix="etjob-other-"))
+        out = {}
+        for how in ("plain", "other-secret"):
+            env = dict(job.env, ETJOB_STORE_SECRET_FILE=other) if how == "other-secret" else \
+                {k: v for k, v in job.env.items() if k != "ETJOB_STORE_SECRET_FILE"}
+            r = subprocess.run([sys.executable, "-c", ATTACK, str(job.port), key, how], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+            out[how] = r.stdout.strip() or "no answer (exit %d): %s" % (r.returncode, r.stderr[-300:])
+        attacked = max(s[0] for s in job.steps("w0"))
+        job.wait_step(attacked + 40)
+        after = [s for n in job.procs for s in job.steps(n) if s[0] > attacked]
+        self.assertEqual({s[3] for s in after}, {gen}, "the workers left generation %d after the attacks (%s):\n%s"
+                         % (gen, out, job.dump()))
+        for how, said in out.items():
+            self.assertTrue(said.startswith("refused"), "%s: %s" % (how, said))
+        job.kill_store()
+        self.assertIn("without the job's secret", job.store_proc_err(), "the store logs whom it refused")

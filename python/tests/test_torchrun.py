@@ -12,6 +12,7 @@ import unittest
 from datetime import datetime, timedelta, timezone
 
 from agentstub import AgentStub
+from test_elastic import store_secret
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -309,7 +310,9 @@ class LeaveWhileWaitingAgentTest(unittest.TestCase):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
-        self.env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+        # the store and the agents authenticate with the job's secret, as a
+        # launcher's and its workers' do (etjob.storeauth)
+        self.env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), ETJOB_STORE_SECRET_FILE=store_secret(tempfile.mkdtemp(prefix="etjob-secret-")))
         self.store = subprocess.Popen([sys.executable, "-m", "etjob.rdzv", "--host", "127.0.0.1", "--port", str(self.port)],
                                       env=self.env, stdout=subprocess.PIPE, text=True)
         self.assertIn("listening", self.store.stdout.readline())
@@ -325,7 +328,11 @@ class LeaveWhileWaitingAgentTest(unittest.TestCase):
         from torch.distributed import TCPStore
         from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 
-        store = TCPStore("127.0.0.1", self.port, is_master=False, timeout=timedelta(seconds=10))
+        from etjob import storeauth
+
+        key = storeauth.load_secret(self.env["ETJOB_STORE_SECRET_FILE"])
+        t = storeauth.Tunnel("127.0.0.1", self.port, key)
+        store = TCPStore("127.0.0.1", t.local_port, is_master=False, timeout=timedelta(seconds=10))
         got = C10dRendezvousBackend(store, "leave-test").get_state()
         return pickle.loads(got[0]) if got else None
 
@@ -378,7 +385,8 @@ class RoundLostTest(unittest.TestCase):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
-        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "python"), HERE]))
+        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "python"), HERE]),
+                        ETJOB_STORE_SECRET_FILE=store_secret(tempfile.mkdtemp(prefix="etjob-secret-")))
         self.env.pop("ETJOB_AGENT_ADDR", None)
         self.store = subprocess.Popen([sys.executable, "-m", "etjob.rdzv", "--host", "127.0.0.1", "--port", str(self.port)],
                                       env=self.env, stdout=subprocess.PIPE, text=True)

@@ -438,6 +438,27 @@ func TestScaleMembershipAndNotices(t *testing.T) {
 	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "train"}, svc); err != nil || svc.Spec.ClusterIP != corev1.ClusterIPNone {
 		t.Errorf("headless service: %v %+v", err, svc.Spec)
 	}
+	// Issue #26, N1: the rendezvous store's secret, made by the controller,
+	// mounted into the pods by name, never in their environment.
+	sec := &corev1.Secret{}
+	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "train-store"}, sec); err != nil {
+		t.Fatalf("the store's Secret: %v", err)
+	}
+	key := string(sec.Data[etjobv1.StoreSecretKey])
+	if !metav1.IsControlledBy(sec, job) || sec.Immutable == nil || !*sec.Immutable || len(key) != 2*etjobv1.StoreSecretBytes {
+		t.Errorf("the store's Secret: controlled %v, immutable %v, %d characters; want the job's, immutable, %d",
+			metav1.IsControlledBy(sec, job), sec.Immutable, len(key), 2*etjobv1.StoreSecretBytes)
+	}
+	for name, pod := range pods {
+		if envOf(pod)[etjobv1.EnvStoreSecretFile] != etjobv1.StoreSecretPath {
+			t.Errorf("%s: $%s = %q", name, etjobv1.EnvStoreSecretFile, envOf(pod)[etjobv1.EnvStoreSecretFile])
+		}
+		for k, v := range envOf(pod) {
+			if strings.Contains(v, key) {
+				t.Errorf("%s: the store's secret is in $%s", name, k)
+			}
+		}
+	}
 
 	// Scale out by k=2 through /scale, and count the controller's API requests
 	// until the new members are published.
