@@ -44,7 +44,9 @@ type ElasticJobReconciler struct {
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
 	// Decisions, when set, records every Decide call (--record-decisions).
-	Decisions    *DecisionRecorder
+	Decisions *DecisionRecorder
+	// Prices is the admin's price table (--price-table); nil: none.
+	Prices       *PriceTables
 	expectations *Expectations
 }
 
@@ -140,6 +142,9 @@ func (r *ElasticJobReconciler) observe(ctx context.Context, job *etjobv1.Elastic
 			snap.PodNotices[p.Name] = reason
 		}
 	}
+	if core.ObservesPrices(&job.Spec) {
+		snap.Prices = r.Prices.Get(ctx)
+	}
 	if err := r.observePricedNodes(ctx, job, &snap); err != nil {
 		return core.Snapshot{}, false, err
 	}
@@ -167,7 +172,7 @@ func (r *ElasticJobReconciler) observePricedNodes(ctx context.Context, job *etjo
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		if snap.Nodes[n.Name] == nil && core.SnapshotNode(&job.Spec, n) {
+		if snap.Nodes[n.Name] == nil && core.SnapshotNode(&job.Spec, snap.Prices, n) {
 			snap.Nodes[n.Name] = n
 		}
 	}

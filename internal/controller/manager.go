@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -89,14 +90,16 @@ func ManagerOptions(o Options) ctrl.Options {
 }
 
 // Setup registers indexes and the reconciler with the manager; decisions,
-// when not nil, records every Decide call of the job reconciler.
-func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *DecisionRecorder) error {
+// when not nil, records every Decide call of the job reconciler; prices
+// names the admin's price table ConfigMap (PriceTables; empty: none).
+func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *DecisionRecorder, prices types.NamespacedName) error {
 	if err := SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	r := NewElasticJobReconciler(mgr.GetClient(), mgr.GetEventRecorder("etjob-controller"), clock.RealClock{})
 	r.APIReader = mgr.GetAPIReader()
 	r.Decisions = decisions
+	r.Prices = &PriceTables{Reader: mgr.GetAPIReader(), Key: prices, Clock: clock.RealClock{}}
 	if err := r.SetupWithManager(mgr, concurrency); err != nil {
 		return err
 	}

@@ -65,7 +65,7 @@ func (d *decision) bill() {
 			rows[costKey{r.CapacityType, r.InstanceType, r.PricePerHour, r.OnDemandPricePerHour}] += r.Milliseconds
 		}
 	}
-	onDemand := onDemandPrices(d.s.Nodes)
+	onDemand := onDemandPrices(d.s.Prices, d.s.Nodes)
 	for _, v := range d.pods {
 		if v.role != etjobv1.RoleWorker || v.pod.Status.StartTime == nil || v.lost {
 			continue
@@ -84,7 +84,7 @@ func (d *decision) bill() {
 		if !end.After(start) {
 			continue
 		}
-		rows[nodeCostKey(node, onDemand)] += end.Sub(start).Milliseconds()
+		rows[nodeCostKey(d.s.Prices, node, onDemand)] += end.Sub(start).Milliseconds()
 	}
 	d.st.Cost = costStatus(rows, upTo)
 	if running {
@@ -93,14 +93,15 @@ func (d *decision) bill() {
 }
 
 // onDemandPrices are the on-demand prices by instance type that the
-// cluster's on-demand nodes carry.
-func onDemandPrices(nodes map[string]*corev1.Node) map[string]string {
+// cluster's on-demand nodes carry (under the admin's price table, when there
+// is one).
+func onDemandPrices(prices *etjobv1.PriceTable, nodes map[string]*corev1.Node) map[string]string {
 	out := map[string]string{}
 	for _, n := range nodes {
 		if etjobv1.NodeCapacityType(n.Labels) != etjobv1.CapacityTypeOnDemand {
 			continue
 		}
-		if p, ok := etjobv1.NodePrice(n); ok && p > 0 {
+		if p, ok := prices.Price(n); ok && p > 0 {
 			out[n.Labels[etjobv1.LabelInstanceType]] = p.String()
 		}
 	}
@@ -108,15 +109,20 @@ func onDemandPrices(nodes map[string]*corev1.Node) map[string]string {
 }
 
 // nodeCostKey is the bill's row of a node: its capacity type, instance
-// type, price and the on-demand price of its type (its own label, else that
-// of an on-demand node of the same type; an on-demand node's own price).
-func nodeCostKey(node *corev1.Node, onDemand map[string]string) costKey {
+// type, price (under the admin's price table, when there is one) and the
+// on-demand price of its type (the table's row, else the node's own label,
+// else that of an on-demand node of the same type; an on-demand node's own
+// price).
+func nodeCostKey(prices *etjobv1.PriceTable, node *corev1.Node, onDemand map[string]string) costKey {
 	labels := node.Labels
 	k := costKey{capacity: etjobv1.NodeCapacityType(labels), instance: labels[etjobv1.LabelInstanceType]}
-	if p, ok := etjobv1.NodePrice(node); ok {
+	if p, ok := prices.Price(node); ok {
 		k.price = p.String()
 	}
+	row, listed := prices.Row(k.instance, etjobv1.CapacityTypeOnDemand)
 	switch {
+	case listed:
+		k.onDemand = row.String()
 	case labels[etjobv1.LabelOnDemandPricePerHour] != "":
 		if p, err := etjobv1.ParsePricePerHour(labels[etjobv1.LabelOnDemandPricePerHour]); err == nil {
 			k.onDemand = p.String()

@@ -35,18 +35,18 @@ func MaxPrice(spec *etjobv1.ElasticJobSpec) (p etjobv1.PricePerHour, ok bool) {
 // spec.spot.maxPricePerHour, and its price: the one rule, which
 // SnapshotNode also applies when the controller chooses the nodes it adds to
 // the snapshot.
-func OverPrice(spec *etjobv1.ElasticJobSpec, node *corev1.Node) (etjobv1.PricePerHour, bool) {
+func OverPrice(spec *etjobv1.ElasticJobSpec, prices *etjobv1.PriceTable, node *corev1.Node) (etjobv1.PricePerHour, bool) {
 	limit, ok := MaxPrice(spec)
 	if !ok || node == nil {
 		return 0, false
 	}
-	p, ok := etjobv1.NodePrice(node)
+	p, ok := prices.Price(node)
 	return p, ok && p > limit
 }
 
 // overPrice is OverPrice for a node of the snapshot, by name.
 func (d *decision) overPrice(nodeName string) (etjobv1.PricePerHour, bool) {
-	return OverPrice(d.spec, d.s.Nodes[nodeName])
+	return OverPrice(d.spec, d.s.Prices, d.s.Nodes[nodeName])
 }
 
 // leaveOverPrice tells the workers on nodes priced above the limit to leave.
@@ -126,19 +126,19 @@ func ObservesPrices(spec *etjobv1.ElasticJobSpec) bool {
 // job that ObservesPrices although none of the job's pods is on it: a node
 // priced above the limit (kept off), and for a budget any priced node (the
 // cheapest bounds the count; dearer ones are kept off).
-func SnapshotNode(spec *etjobv1.ElasticJobSpec, node *corev1.Node) bool {
-	if _, over := OverPrice(spec, node); over {
+func SnapshotNode(spec *etjobv1.ElasticJobSpec, prices *etjobv1.PriceTable, node *corev1.Node) bool {
+	if _, over := OverPrice(spec, prices, node); over {
 		return true
 	}
 	_, budget := Budget(spec)
-	_, priced := etjobv1.NodePrice(node)
+	_, priced := prices.Price(node)
 	return budget && priced
 }
 
 // nodePrice is the price of a node of the snapshot, 0 when unknown.
 func (d *decision) nodePrice(name string) etjobv1.PricePerHour {
 	if n := d.s.Nodes[name]; n != nil {
-		if p, ok := etjobv1.NodePrice(n); ok {
+		if p, ok := d.s.Prices.Price(n); ok {
 			return p
 		}
 	}
@@ -243,11 +243,11 @@ func (d *decision) cheapestNode() (etjobv1.PricePerHour, bool) {
 	var cheapest etjobv1.PricePerHour
 	found := false
 	for _, n := range d.s.Nodes {
-		p, ok := etjobv1.NodePrice(n)
+		p, ok := d.s.Prices.Price(n)
 		if !ok || p <= 0 || !nodeReady(n) || n.Annotations[etjobv1.AnnotationNodeNotice] != "" {
 			continue
 		}
-		if _, over := OverPrice(d.spec, n); over {
+		if _, over := OverPrice(d.spec, d.s.Prices, n); over {
 			continue
 		}
 		if !found || p < cheapest {
@@ -277,7 +277,7 @@ func (d *decision) budgetAvoid(left etjobv1.PricePerHour) []string {
 	share := left / etjobv1.PricePerHour(max(n, 1))
 	var out []string
 	for name, node := range d.s.Nodes {
-		if p, ok := etjobv1.NodePrice(node); ok && p > share {
+		if p, ok := d.s.Prices.Price(node); ok && p > share {
 			out = append(out, name)
 		}
 	}

@@ -140,3 +140,49 @@ func TestDecideBudget(t *testing.T) {
 		}
 	})
 }
+
+// TestDecidePriceTable (issue #26, N7): a rooted node that claims to be the
+// cheapest (its own etjob.dev/price-per-hour, which its agent writes) draws
+// a budget job's new workers: without a price table every new worker's
+// share fits only it, and the dearer honest nodes are avoided. Under the
+// admin's table its claim cannot lower its row's price: the budget buys
+// what the table's prices buy, and the claimant is avoided like any node
+// dearer than a share.
+func TestDecidePriceTable(t *testing.T) {
+	job := MakeElasticJob("j", "ns").Replicas(6).Min(1).Max(6).Spot(etjobv1.SpotSpec{Enabled: true, BudgetPerHour: "2.0", LeaveGracePeriodSeconds: 30}).
+		Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 1, Membership: etjobv1.MembershipStatus{Generation: 1, Hosts: []string{"j-worker-0:1"}}})).Obj()
+	typed := func(name, instance, own string) *corev1.Node {
+		return MakeNode(name).Label(etjobv1.LabelInstanceType, instance).Label(etjobv1.LabelCapacityType, etjobv1.CapacityTypeSpot).
+			Label(etjobv1.LabelPricePerHour, own).Obj()
+	}
+	ns := nodes("od")
+	ns["n0"] = typed("n0", "g5.xlarge", "0.5")
+	ns["honest"] = typed("honest", "g5.xlarge", "0.5")
+	ns["rooted"] = typed("rooted", "g5.xlarge", "0.01")
+	pods := []*corev1.Pod{MakeLauncher(job).Ready("od").Obj(), MakeWorker(job, 0).Ready("n0").Obj()}
+	table, err := etjobv1.ParsePriceTable("g5.xlarge spot 0.5\ng5.xlarge on-demand 1.0\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	trusting := core.Decide(core.Snapshot{Job: job, Pods: pods, Nodes: ns}, t0)
+	// 1.5 left at 0.01 buys all 5; a share of 0.3 each keeps them off
+	// every honest node: only the claimant fits.
+	if diff := cmp.Diff([]string{"honest", "n0"}, trusting.AvoidNodes); diff != "" {
+		t.Errorf("without a table, AvoidNodes (-want +got):\n%s", diff)
+	}
+	if len(trusting.CreateWorkers) != 5 {
+		t.Errorf("without a table, CreateWorkers %v, want the 5 the forged price buys", trusting.CreateWorkers)
+	}
+
+	plan := core.Decide(core.Snapshot{Job: job, Pods: pods, Nodes: ns, Prices: table}, t0)
+	// 1.5 left at the table's 0.5 buys 3, with a share of 0.5 each: every
+	// g5.xlarge fits; the launcher's node, of a type the table does not
+	// list, costs its dearest (1.0) and is avoided.
+	if diff := cmp.Diff([]int32{1, 2, 3}, plan.CreateWorkers); diff != "" {
+		t.Errorf("under the table, CreateWorkers (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"od"}, plan.AvoidNodes); diff != "" {
+		t.Errorf("under the table, AvoidNodes (-want +got):\n%s", diff)
+	}
+}

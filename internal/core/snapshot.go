@@ -48,6 +48,9 @@ type Snapshot struct {
 	// that no etjob agent serves (TrustPodNotices). Serverless pods have no
 	// node agent, so this is the only notice they get.
 	PodNotices map[string]string
+	// Prices is the platform admin's price table (etjobv1.PriceTable), nil
+	// when there is none: then every node's own price is trusted.
+	Prices *etjobv1.PriceTable `json:",omitempty"`
 }
 
 // noticeEventReasons are the Event reasons that announce the reclamation of

@@ -1,0 +1,106 @@
+package v1alpha1
+
+import (
+	"bufio"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// PriceTableKey is the ConfigMap key that holds a price table
+// (ParsePriceTable): the platform admin's prices, which nodes cannot write
+// (issue #26, N7).
+const PriceTableKey = "prices"
+
+// PriceTable is the platform admin's prices of nodes, in US dollars an hour,
+// by instance type and capacity type ("p4d.24xlarge spot"). Where it is set,
+// a node's own price (its etjob.dev/price-per-hour, which the node's agent
+// writes and a rooted node can forge) only proposes: it may raise the
+// table's price of its row (a spot market that rose), never lower it; and a
+// node whose instance type and capacity type the table does not list costs
+// the table's dearest price. A rooted node can then only make itself look
+// dearer, which draws no budget job's workers to it. A nil table trusts
+// every node's own price (NodePrice).
+type PriceTable struct {
+	// Prices are the rows, by "<instance type> <capacity type>".
+	Prices map[string]PricePerHour `json:"prices"`
+}
+
+// ParsePriceTable reads a price table: one row a line, "<instance type>
+// <capacity type> <US dollars an hour>", fields separated by spaces or
+// tabs, capacity type "spot" or "on-demand"; "#" starts a comment. An error
+// names the line.
+func ParsePriceTable(text string) (*PriceTable, error) {
+	t := &PriceTable{Prices: map[string]PricePerHour{}}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for n := 1; sc.Scan(); n++ {
+		line, _, _ := strings.Cut(sc.Text(), "#")
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) != 3 {
+			return nil, fmt.Errorf("line %d %q: want <instance type> <capacity type> <US dollars an hour>", n, strings.TrimSpace(line))
+		}
+		if f[1] != CapacityTypeSpot && f[1] != CapacityTypeOnDemand {
+			return nil, fmt.Errorf("line %d: capacity type %q: want %q or %q", n, f[1], CapacityTypeSpot, CapacityTypeOnDemand)
+		}
+		p, err := ParsePricePerHour(f[2])
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		key := f[0] + " " + f[1]
+		if _, dup := t.Prices[key]; dup {
+			return nil, fmt.Errorf("line %d: %s %s is listed twice", n, f[0], f[1])
+		}
+		t.Prices[key] = p
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(t.Prices) == 0 {
+		return nil, fmt.Errorf("no rows: want lines of <instance type> <capacity type> <US dollars an hour>")
+	}
+	return t, nil
+}
+
+// Row is the table's price of an instance type at a capacity type.
+func (t *PriceTable) Row(instanceType, capacityType string) (PricePerHour, bool) {
+	if t == nil {
+		return 0, false
+	}
+	p, ok := t.Prices[instanceType+" "+capacityType]
+	return p, ok
+}
+
+// Dearest is the table's highest price.
+func (t *PriceTable) Dearest() PricePerHour {
+	var out PricePerHour
+	if t != nil {
+		for _, p := range t.Prices {
+			out = max(out, p)
+		}
+	}
+	return out
+}
+
+// Price is node's price under the table (the type's doc): with no table,
+// the node's own (NodePrice, ok false when it has none); with one, the row
+// of its instance type and capacity type raised to the node's own where
+// that is higher, or the table's dearest price for a node the table does
+// not list (ok is then always true).
+func (t *PriceTable) Price(n *corev1.Node) (PricePerHour, bool) {
+	own, ok := NodePrice(n)
+	if t == nil {
+		return own, ok
+	}
+	row, listed := t.Row(n.Labels[LabelInstanceType], NodeCapacityType(n.Labels))
+	if !listed {
+		return t.Dearest(), true
+	}
+	if ok && own > row {
+		return own, true
+	}
+	return row, true
+}

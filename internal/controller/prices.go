@@ -1,0 +1,103 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+)
+
+// PriceTableRefresh is how often the controller reads the admin's price
+// table again: a change applies to each job at its first pass after that.
+const PriceTableRefresh = 30 * time.Second
+
+// PriceTables reads the platform admin's price table (etjobv1.PriceTable,
+// issue #26 N7) from one ConfigMap (--price-table), past the cache, which
+// holds only etjob's own ConfigMaps: at most once every PriceTableRefresh,
+// whatever the number of jobs. No ConfigMap: no table, every node's own
+// price is trusted, as before there was one. A table that does not parse
+// leaves the last good one in force (none: the nodes' own prices), and is
+// logged once.
+type PriceTables struct {
+	Reader client.Reader
+	Key    types.NamespacedName
+	Clock  clock.PassiveClock
+
+	mu    sync.Mutex
+	table *etjobv1.PriceTable
+	read  time.Time
+	said  string
+}
+
+// ParsePriceTableFlag reads --price-table: NAMESPACE/NAME, or "" for none.
+func ParsePriceTableFlag(v string) (types.NamespacedName, error) {
+	if v == "" {
+		return types.NamespacedName{}, nil
+	}
+	ns, name, ok := strings.Cut(v, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("%q: want NAMESPACE/NAME of a ConfigMap", v)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
+}
+
+// Get is the table in force (nil: none), read again when it is older than
+// PriceTableRefresh. A nil PriceTables has none.
+func (p *PriceTables) Get(ctx context.Context) *etjobv1.PriceTable {
+	if p == nil || p.Key.Name == "" {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.Clock.Now()
+	if !p.read.IsZero() && now.Sub(p.read) < PriceTableRefresh {
+		return p.table
+	}
+	p.read = now
+	cm := &corev1.ConfigMap{}
+	err := p.Reader.Get(ctx, p.Key, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		p.table = nil
+		p.say(ctx, nil, "no price table: every node's own price is trusted (create it to stop that)")
+	case err != nil:
+		p.say(ctx, err, "reading the price table; the last one stays in force")
+	default:
+		t, err := etjobv1.ParsePriceTable(cm.Data[etjobv1.PriceTableKey])
+		if err != nil {
+			p.say(ctx, fmt.Errorf("key %q: %w", etjobv1.PriceTableKey, err), "the price table does not parse; the last good one stays in force")
+			break
+		}
+		p.table = t
+		p.say(ctx, nil, fmt.Sprintf("price table in force: %d rows; nodes' own prices may only raise them", len(t.Prices)))
+	}
+	return p.table
+}
+
+// say logs msg when it differs from the last: once a change, not a pass.
+func (p *PriceTables) say(ctx context.Context, err error, msg string) {
+	line := msg
+	if err != nil {
+		line += ": " + err.Error()
+	}
+	if line == p.said {
+		return
+	}
+	p.said = line
+	log := ctrl.LoggerFrom(ctx).WithValues("configMap", p.Key.String())
+	if err != nil {
+		log.Error(err, msg)
+	} else {
+		log.Info(msg)
+	}
+}

@@ -1,0 +1,72 @@
+package controller
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/scheme"
+)
+
+// TestPriceTables: the admin's table is read at most every
+// PriceTableRefresh; none is no table; one that does not parse leaves the
+// last good one in force.
+func TestPriceTables(t *testing.T) {
+	ctx := context.Background()
+	key := types.NamespacedName{Namespace: "etjob-system", Name: "etjob-prices"}
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1e9, 0))
+	p := &PriceTables{Reader: c, Key: key, Clock: clk}
+	if got := p.Get(ctx); got != nil {
+		t.Fatalf("no ConfigMap: table %+v, want none", got)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+		Data: map[string]string{etjobv1.PriceTableKey: "g5.xlarge spot 0.5\n"}}
+	if err := c.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Get(ctx); got != nil {
+		t.Fatalf("read again before %v: %+v", PriceTableRefresh, got)
+	}
+	clk.SetTime(clk.Now().Add(PriceTableRefresh))
+	if got, _ := p.Get(ctx).Row("g5.xlarge", etjobv1.CapacityTypeSpot); got != 0.5 {
+		t.Fatalf("after the refresh: g5.xlarge spot %v, want 0.5", got)
+	}
+	cm.Data[etjobv1.PriceTableKey] = "g5.xlarge spot cheap\n"
+	if err := c.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	clk.SetTime(clk.Now().Add(PriceTableRefresh))
+	if got, _ := p.Get(ctx).Row("g5.xlarge", etjobv1.CapacityTypeSpot); got != 0.5 {
+		t.Errorf("a table that does not parse: g5.xlarge spot %v, want the last good 0.5", got)
+	}
+	if err := c.Delete(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	clk.SetTime(clk.Now().Add(PriceTableRefresh))
+	if got := p.Get(ctx); got != nil {
+		t.Errorf("the ConfigMap deleted: table %+v, want none", got)
+	}
+	var none *PriceTables
+	if none.Get(ctx) != nil {
+		t.Error("a nil PriceTables has a table")
+	}
+}
+
+func TestParsePriceTableFlag(t *testing.T) {
+	if got, err := ParsePriceTableFlag("etjob-system/etjob-prices"); err != nil || got.Namespace != "etjob-system" || got.Name != "etjob-prices" {
+		t.Errorf("got %v, %v", got, err)
+	}
+	for _, bad := range []string{"etjob-prices", "/x", "ns/", "a/b/c"} {
+		if _, err := ParsePriceTableFlag(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
