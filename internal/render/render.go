@@ -277,7 +277,7 @@ func Launcher(job *etjobv1.ElasticJob) *corev1.Pod {
 		mountStoreSecret(&pod.Spec, job)
 	}
 	injectEnv(&pod.Spec, env)
-	if sp := job.Spec.Spot; sp != nil && sp.Enabled && pod.Spec.Affinity == nil {
+	if sp := job.Spec.Spot; sp != nil && sp.Enabled {
 		requireOnDemand(&pod.Spec)
 	}
 	return pod
@@ -424,14 +424,42 @@ func preferSpot(spec *corev1.PodSpec) {
 	}
 }
 
+// requireOnDemand keeps a spot job's launcher off spot capacity: a required
+// NotIn for every cloud's spot label, added to each term the template
+// already requires (terms are ORed, so each must exclude spot; issue #26,
+// L6: a template with any affinity of its own used to lose the
+// requirement). A template whose required terms already name a capacity
+// label has chosen for itself and is left as it is.
 func requireOnDemand(spec *corev1.PodSpec) {
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
+	}
+	sel := na.RequiredDuringSchedulingIgnoredDuringExecution
+	for _, t := range sel.NodeSelectorTerms {
+		for _, r := range t.MatchExpressions {
+			if _, capacity := etjobv1.SpotLabels[r.Key]; capacity {
+				return
+			}
+		}
+	}
 	var reqs []corev1.NodeSelectorRequirement
 	for _, k := range sortedKeys(etjobv1.SpotLabels) {
 		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: k, Operator: corev1.NodeSelectorOpNotIn, Values: []string{etjobv1.SpotLabels[k]}})
 	}
-	spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: reqs}}},
-	}}
+	if len(sel.NodeSelectorTerms) == 0 {
+		sel.NodeSelectorTerms = []corev1.NodeSelectorTerm{{}}
+	}
+	for i := range sel.NodeSelectorTerms {
+		t := &sel.NodeSelectorTerms[i]
+		t.MatchExpressions = append(t.MatchExpressions, reqs...)
+	}
 }
 
 func hasToleration(ts []corev1.Toleration, t corev1.Toleration) bool {

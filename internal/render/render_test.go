@@ -106,6 +106,50 @@ func TestSpotPlacement(t *testing.T) {
 	}
 }
 
+// TestLauncherOnDemandWithAffinity (issue #26, L6): a spot job's launcher
+// template with an affinity of its own still requires on-demand capacity,
+// in each of its terms; one whose terms name a capacity label chose for
+// itself.
+func TestLauncherOnDemandWithAffinity(t *testing.T) {
+	zone := corev1.NodeSelectorRequirement{Key: "topology.kubernetes.io/zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}
+	withTerms := func(terms ...corev1.NodeSelectorTerm) *etjobv1.ElasticJob {
+		job := MakeElasticJob("train", "ml").Obj()
+		job.Spec.Spot = &etjobv1.SpotSpec{Enabled: true}
+		tmpl := render.RendezvousLauncherTemplate(job.Spec.WorkerTemplate)
+		tmpl.Spec.Affinity = &corev1.Affinity{
+			PodAntiAffinity: &corev1.PodAntiAffinity{},
+			NodeAffinity:    &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: terms}},
+		}
+		job.Spec.LauncherTemplate = tmpl
+		return job
+	}
+	terms := render.Launcher(withTerms(corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{zone}},
+		corev1.NodeSelectorTerm{})).Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 2 {
+		t.Fatalf("terms %+v, want the template's two", terms)
+	}
+	for i, term := range terms {
+		spot := 0
+		for _, r := range term.MatchExpressions {
+			if _, ok := etjobv1.SpotLabels[r.Key]; ok && r.Operator == corev1.NodeSelectorOpNotIn {
+				spot++
+			}
+		}
+		if spot != len(etjobv1.SpotLabels) {
+			t.Errorf("term %d %+v: %d spot labels excluded, want all %d", i, term, spot, len(etjobv1.SpotLabels))
+		}
+	}
+	if terms[0].MatchExpressions[0].Key != zone.Key {
+		t.Errorf("the template's own requirement is gone: %+v", terms[0])
+	}
+	chosen := corev1.NodeSelectorRequirement{Key: etjobv1.LabelCapacityType, Operator: corev1.NodeSelectorOpIn, Values: []string{etjobv1.CapacityTypeSpot}}
+	terms = render.Launcher(withTerms(corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{chosen}})).
+		Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 1 || len(terms[0].MatchExpressions) != 1 {
+		t.Errorf("a template that chose its capacity: terms %+v, want them as they were", terms)
+	}
+}
+
 // TestReplacementLauncher: a launcher that replaces one (spec.recovery
 // InProcess) tells its store so (ETJOB_RDZV_REPLACEMENT).
 func TestReplacementLauncher(t *testing.T) {
