@@ -47,7 +47,9 @@ import (
 // job.
 const ExitCodePreempted = 75
 
-// TokenPath is where Kubernetes mounts the pod's service-account token.
+// TokenPath is where Kubernetes mounts the pod's service-account token. It is
+// sent to the agent only where Options.TokenPath or $ETJOB_AGENT_TOKEN_PATH
+// names it (an agent run with --token-audiences="").
 const TokenPath = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 // Actions the agent answers on GET /v1/signal.
@@ -102,7 +104,8 @@ type Options struct {
 	// Namespace and Pod name this pod ($ETJOB_NAMESPACE, $ETJOB_POD_NAME or
 	// $HOSTNAME).
 	Namespace, Pod string
-	// TokenPath is the projected service-account token (TokenPath).
+	// TokenPath is the pod's token for the agent ($ETJOB_AGENT_TOKEN_PATH;
+	// the projected agent-audience token etjob mounts). Empty: none is sent.
 	TokenPath string
 	// Interval between polls (100 ms).
 	Interval time.Duration
@@ -151,10 +154,10 @@ func New(o Options) *Supervisor {
 	}
 	o.Pod = env(env(o.Pod, "ETJOB_POD_NAME"), "HOSTNAME")
 	if o.TokenPath == "" {
-		o.TokenPath = os.Getenv("ETJOB_AGENT_TOKEN_PATH") // the pod's token for the agent's audience
-	}
-	if o.TokenPath == "" {
-		o.TokenPath = TokenPath
+		// The pod's token for the agent's audience. Without one no token is
+		// sent: the pod's API token (TokenPath) goes over the agent's plain
+		// HTTP only where ETJOB_AGENT_TOKEN_PATH names it (L3).
+		o.TokenPath = os.Getenv("ETJOB_AGENT_TOKEN_PATH")
 	}
 	if o.Interval <= 0 {
 		o.Interval = 100 * time.Millisecond
@@ -427,6 +430,9 @@ func (s *Supervisor) request(ctx context.Context, method, path string, body io.R
 	req, err := http.NewRequestWithContext(ctx, method, s.opts.AgentAddr+path+"?"+q.Encode(), body)
 	if err != nil {
 		return nil, err
+	}
+	if s.opts.TokenPath == "" {
+		return req, nil
 	}
 	if tok, err := os.ReadFile(s.opts.TokenPath); err == nil {
 		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))

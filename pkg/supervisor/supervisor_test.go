@@ -247,3 +247,23 @@ func TestSIGTERM(t *testing.T) {
 		t.Errorf("logs %q: want the missing agent said once, then the SIGTERM", logs)
 	}
 }
+
+// TestNoTokenByDefault (issue #26, L3): without a token for the agent
+// ($ETJOB_AGENT_TOKEN_PATH, Options.TokenPath) a poll carries none; the
+// pod's API token is never sent by default over the agent's plain HTTP.
+func TestNoTokenByDefault(t *testing.T) {
+	stub := &agentStub{status: http.StatusOK, answer: `{"action":"none"}`}
+	srv := httptest.NewServer(stub)
+	defer srv.Close()
+	t.Setenv("ETJOB_AGENT_TOKEN_PATH", "")
+	s := supervisor.New(supervisor.Options{AgentAddr: srv.URL, Namespace: "ml", Pod: "w-0", NoSIGTERM: true,
+		Log: func(string) {}, Exit: func(int) {}})
+	if err := s.PollOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stub.mu.Lock()
+	defer stub.mu.Unlock()
+	if len(stub.auth) != 1 || stub.auth[0] != "" {
+		t.Errorf("Authorization headers %q, want none", stub.auth)
+	}
+}

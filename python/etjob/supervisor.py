@@ -36,9 +36,11 @@ import urllib.request
 EXIT_CODE_PREEMPTED = int(os.environ.get("ETJOB_EXIT_CODE_PREEMPTED", "75"))
 
 # The pod's token for the node agent (audience etjob-agent, mounted by the
-# controller and named in $ETJOB_AGENT_TOKEN_PATH); the service-account token
-# when the pod has none.
-TOKEN_PATH = os.environ.get("ETJOB_AGENT_TOKEN_PATH") or "/var/run/secrets/kubernetes.io/serviceaccount/token"
+# controller and named in $ETJOB_AGENT_TOKEN_PATH). Without it no token is
+# sent: the pod's API token is never sent over the agent's plain HTTP unless
+# $ETJOB_AGENT_TOKEN_PATH names it (for an agent run with
+# --token-audiences=""; docs/security.md, L3).
+TOKEN_PATH = os.environ.get("ETJOB_AGENT_TOKEN_PATH") or None
 
 
 class Supervisor:
@@ -213,17 +215,18 @@ class Supervisor:
 
     def _request(self, path, body=None, query=None):
         """_request is a request for this pod to the agent, carrying the pod's
-        service-account token (a POST of JSON when body is given)."""
+        token for the agent, if it has one (a POST of JSON when body is given)."""
         query = urllib.parse.urlencode(dict({"namespace": self.namespace, "pod": self.pod}, **(query or {})))
         addr = self.agent_addr if "://" in self.agent_addr else "http://" + self.agent_addr
         req = urllib.request.Request(addr + path + "?" + query, data=body, method="POST" if body is not None else "GET")
         if body is not None:
             req.add_header("Content-Type", "application/json")
-        try:
-            with open(self.token_path) as f:
-                req.add_header("Authorization", "Bearer " + f.read().strip())
-        except OSError:
-            pass
+        if self.token_path:
+            try:
+                with open(self.token_path) as f:
+                    req.add_header("Authorization", "Bearer " + f.read().strip())
+            except OSError:
+                pass
         return req
 
     def _run(self):

@@ -151,6 +151,20 @@ class SupervisorTest(unittest.TestCase):
         self.assertEqual(self.agent.bodies[-1]["samplesPerSecond"], 812.5)
         self.assertEqual(self.agent.bodies[-1]["workers"], 3)
 
+    def test_the_api_token_is_never_sent_by_default(self):
+        # Issue #26, L3: without $ETJOB_AGENT_TOKEN_PATH no token goes over
+        # the agent's plain HTTP; the pod's API token used to, by default.
+        import subprocess
+        import sys
+        env = {k: v for k, v in os.environ.items() if k != "ETJOB_AGENT_TOKEN_PATH"}
+        out = subprocess.run([sys.executable, "-c", "from etjob import supervisor; print(supervisor.TOKEN_PATH)"],
+                             env=env, stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+        self.assertEqual(out, "None", "the default token path")
+        s = supervisor.Supervisor(agent_addr=self.agent.addr, namespace="ns", pod="p-0", token_path=None,
+                                  install_sigterm=False, log=lambda m: None)
+        s.poll_once()
+        self.assertEqual(self.agent.requests[-1][1], None, "an Authorization header was sent")
+
     def test_exit_code_is_reserved(self):
         self.assertEqual(supervisor.EXIT_CODE_PREEMPTED, 75)
 
