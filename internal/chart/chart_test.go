@@ -1,6 +1,7 @@
 package chart_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,7 +40,7 @@ func TestDefaults(t *testing.T) {
 	}
 	args := strings.Join(toStrings(ctl["args"]), " ")
 	for _, want := range []string{"--leader-elect", "--leader-election-namespace=etjob-system", "--metrics-secure=true",
-		"--metrics-bind-address=:8443", "--memory-limit=$(MEMORY_LIMIT)", "--gc-percent=50"} {
+		"--metrics-bind-address=:8443", "--memory-limit=$(MEMORY_LIMIT)", "--gc-percent=50", "--price-table=etjob-system/etjob-prices"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("controller args %q lack %q", args, want)
 		}
@@ -61,7 +62,8 @@ func TestValues(t *testing.T) {
 		"controller": map[string]any{"namespace": "ml-system", "replicas": 3, "listenOnPodIP": true,
 			"image": map[string]any{"digest": "sha256:0123"}, "resources": map[string]any{"limits": map[string]any{"memory": nil}},
 			"extraArgs": []any{"--concurrency=8"}, "watchNamespaces": []any{"team-a", "team-b"}},
-		"agent":     map[string]any{"namespace": "ml-agent", "metadataURL": "http://$(NODE_IP):8775", "azureVMName": "vm-1"},
+		"agent": map[string]any{"namespace": "ml-agent", "metadataURL": "http://$(NODE_IP):8775", "azureVMName": "vm-1",
+			"criticalPodQuota": map[string]any{"enabled": true}},
 		"dashboard": map[string]any{"enabled": false},
 	})
 	if err != nil {
@@ -71,6 +73,12 @@ func TestValues(t *testing.T) {
 		if o.GetKind() == "Namespace" || o.GetKind() == "ConfigMap" {
 			t.Errorf("%s %s rendered though disabled", o.GetKind(), o.GetName())
 		}
+	}
+	// N12: GKE's quota for the agent's system-node-critical pods, in its namespace.
+	quota := testutil.Find(t, objs, "ResourceQuota", "etjob-agent-critical-pods")
+	scope, _, _ := unstructured.NestedSlice(quota.Object, "spec", "scopeSelector", "matchExpressions")
+	if quota.GetNamespace() != "ml-agent" || len(scope) != 1 || fmt.Sprint(scope[0]) != "map[operator:In scopeName:PriorityClass values:[system-node-critical]]" {
+		t.Errorf("the agent's priority quota: namespace %q, scope %v", quota.GetNamespace(), scope)
 	}
 	dep := testutil.Find(t, objs, "Deployment", "etjob-controller")
 	if dep.GetNamespace() != "ml-system" {
