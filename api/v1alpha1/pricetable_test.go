@@ -57,11 +57,11 @@ g5.xlarge         spot        0.40
 
 func TestParsePriceTableErrors(t *testing.T) {
 	for text, want := range map[string]string{
-		"p4d spot":                    "line 1",
-		"p4d reserved 1.0":            `capacity type "reserved"`,
-		"p4d spot -1":                 "line 1: price per hour",
+		"p4d spot":                     "line 1",
+		"p4d reserved 1.0":             `capacity type "reserved"`,
+		"p4d spot -1":                  "line 1: price per hour",
 		"a spot 1\nb spot 2\na spot 3": "line 3: a spot is listed twice",
-		"# only a comment\n":          "no rows",
+		"# only a comment\n":           "no rows",
 	} {
 		_, err := etjobv1.ParsePriceTable(text)
 		if err == nil || !strings.Contains(err.Error(), want) {
