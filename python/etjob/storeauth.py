@@ -14,7 +14,9 @@ A client (etjob.elastic's store clients, etjob.torchrun's rendezvous) talks
 to the front through a tunnel in its own process: c10d's client connects to
 the tunnel on 127.0.0.1, and the tunnel opens a connection to the front for
 each one, proves the secret, and then moves the bytes of c10d's own protocol,
-unchanged, both ways.
+unchanged, both ways. A connection to the front that goes unanswered for
+$ETJOB_STORE_SILENCE_SECONDS (30) ends (bound_silence): a store whose node
+vanished is found in that time, and its clients connect again.
 
 The handshake (fixed sizes, HMAC-SHA256 with the secret as its key):
 
@@ -94,6 +96,37 @@ def _nodelay(s):
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except OSError:
         pass
+
+
+def silence_seconds():
+    """silence_seconds is how long a connection between a store client and
+    the front may go unanswered before it is taken for lost
+    ($ETJOB_STORE_SILENCE_SECONDS, 30)."""
+    try:
+        return max(float(os.environ.get("ETJOB_STORE_SILENCE_SECONDS", "30")), 2.0)
+    except ValueError:
+        return 30.0
+
+
+def bound_silence(sock, seconds=None):
+    """bound_silence makes the kernel end sock with an error once its peer
+    has said nothing for about seconds (silence_seconds): keep-alive probes
+    while it is idle, TCP_USER_TIMEOUT while data waits for an
+    acknowledgement. A store whose node vanished (no FIN, no reset: a
+    half-open connection) is then found in that time, not after TCP's ~15
+    minutes of retransmissions; c10d's own client sets neither, and torch
+    1.13's waits on a reply with no timeout at all."""
+    s = seconds or silence_seconds()
+    opts = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (("TCP_KEEPIDLE", max(int(s / 3), 1)), ("TCP_KEEPINTVL", max(int(s / 6), 1)),
+                        ("TCP_KEEPCNT", 4), ("TCP_USER_TIMEOUT", int(s * 1000))):
+        if hasattr(socket, name):
+            opts.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+    for level, opt, value in opts:
+        try:
+            sock.setsockopt(level, opt, value)
+        except OSError:
+            pass
 
 
 class _End:
@@ -299,6 +332,7 @@ class Front:
                 self._say("accepting: %s" % e)
                 return
             s.setblocking(False)
+            bound_silence(s)  # a client whose node vanished is let go too
             if len(self._pending) >= MAX_PENDING:
                 old, _ = self._pending.popitem(last=False)
                 self._drop(old, count=True)
@@ -456,6 +490,7 @@ class Tunnel:
         handshake (blocking), or raises OSError or HandshakeError."""
         where = "%s:%d" % (self.host, self.port)
         up = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        bound_silence(up)
         try:
             up.settimeout(min(self.timeout, HANDSHAKE_SECONDS))
             handshake(up, self.key, where)

@@ -3,8 +3,12 @@ tunnel, on real sockets (an echo server stands in for the store where the
 test is about the relay), and the loopback-only store on real torch."""
 
 import os
+import select
+import shutil
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -164,6 +168,103 @@ class LoopbackStoreTest(unittest.TestCase):
                 socket.create_connection((addr, port), timeout=2).close()
         c = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=10))
         self.assertEqual(c.get("k"), b"v")
+
+
+def _netns_available():
+    """_netns_available reports whether this process may make network
+    namespaces and veth pairs (root, iproute2)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        return False
+    name = "etjobprobe%d" % os.getpid()
+    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
+        return False
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return True
+
+
+# A store client as a rank's watcher uses one: an add every 0.2 s; it says
+# when the store answered last, and when a call failed.
+CLIENT = """
+import sys, time
+from datetime import timedelta
+from etjob import storeclient
+c = storeclient.new_client(sys.argv[1], int(sys.argv[2]), timedelta(seconds=120))
+last = time.monotonic()
+while True:
+    try:
+        c.add("beat", 1)
+    except Exception as e:
+        print("lost %.1f s after the last answer: %s" % (time.monotonic() - last, (str(e).splitlines() or ["?"])[0]), flush=True)
+        sys.exit(0)
+    last = time.monotonic()
+    print("ok", flush=True)
+    time.sleep(0.2)
+"""
+
+
+@unittest.skipUnless(dist is not None and _netns_available(), "needs torch, root and ip netns")
+class VanishedStoreTest(unittest.TestCase):
+    """A store whose node vanishes (its link gone: no FIN, no reset, a
+    half-open connection) is found by its clients in about
+    $ETJOB_STORE_SILENCE_SECONDS: the tunnel's connection to the front is
+    bounded (storeauth.bound_silence). c10d's own client would wait for
+    its call's timeout (here 120 s) on torch 2.x, and for TCP's ~15 minutes
+    of retransmissions on torch 1.13, whose add has no timeout. The store
+    runs in a network namespace of its own, behind a veth pair whose far end
+    the test takes down."""
+
+    SILENCE = 4
+
+    def setUp(self):
+        tag = "%d" % (os.getpid() % 100000)
+        self.ns, here = "etjobst" + tag, "etjs" + tag
+        self.addr = "10.213.77.2"
+
+        def ip(*args, ns=None):
+            cmd = (["ip", "netns", "exec", ns] if ns else []) + ["ip"] + list(args)
+            subprocess.run(cmd, check=True, capture_output=True)
+
+        ip("netns", "add", self.ns)
+        self.addCleanup(subprocess.run, ["ip", "netns", "del", self.ns], capture_output=True)
+        ip("link", "add", here, "type", "veth", "peer", "name", "store0")
+        self.addCleanup(subprocess.run, ["ip", "link", "del", here], capture_output=True)
+        ip("link", "set", "store0", "netns", self.ns)
+        ip("addr", "add", "10.213.77.1/30", "dev", here)
+        ip("link", "set", here, "up")
+        ip("addr", "add", self.addr + "/30", "dev", "store0", ns=self.ns)
+        ip("link", "set", "store0", "up", ns=self.ns)
+        ip("link", "set", "lo", "up", ns=self.ns)
+        self.ip = ip
+
+    def test_a_vanished_store_is_found_in_the_silence_bound(self):
+        secret = os.path.join(tempfile.mkdtemp(prefix="etjob-vanish-"), "secret")
+        with open(secret, "w") as f:
+            f.write(os.urandom(32).hex())
+        env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"),
+                   ETJOB_STORE_SECRET_FILE=secret, ETJOB_STORE_SILENCE_SECONDS=str(self.SILENCE))
+        store = subprocess.Popen(["ip", "netns", "exec", self.ns, sys.executable, "-m", "etjob.rdzv", "--host", self.addr,
+                                  "--port", "29400"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.addCleanup(store.wait)
+        self.addCleanup(store.kill)
+        self.assertIn("listening", store.stdout.readline())
+        client = subprocess.Popen([sys.executable, "-c", CLIENT, self.addr, "29400"], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True)
+        self.addCleanup(client.wait)
+        self.addCleanup(client.kill)
+        for _ in range(5):
+            self.assertEqual(client.stdout.readline().strip(), "ok", "the client never reached the store")
+        self.ip("link", "set", "store0", "down", ns=self.ns)  # the store's node is gone, silently
+        began = time.monotonic()
+        got = ""
+        while not got and time.monotonic() - began < 60:
+            ready, _, _ = select.select([client.stdout], [], [], 1.0)  # a client stuck in a call prints nothing
+            line = client.stdout.readline() if ready else "ok"
+            if not line or line.startswith("lost"):
+                got = line.strip() or "the client exited"
+        took = time.monotonic() - began
+        print("a vanished store, %.1f s after its link went down: %s" % (took, got or "no call failed"))
+        self.assertTrue(got.startswith("lost"), "no store call failed in 60 s (the silence bound is %d s)" % self.SILENCE)
+        self.assertLess(took, 4 * self.SILENCE + 5, got)
 
 
 def _addresses():
