@@ -98,6 +98,18 @@ def _nodelay(s):
         pass
 
 
+def _end(sock):
+    """_end ends a connection for its peer and closes sock. The shutdown
+    comes first: a process forked from this one (a DataLoader's workers)
+    holds a copy of every fd, and a close alone would then send nothing, so
+    a c10d client waiting on its tunnel would wait for ever."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
 def silence_seconds():
     """silence_seconds is how long a connection between a store client and
     the front may go unanswered before it is taken for lost
@@ -281,7 +293,7 @@ class Loop:
                 if x.events:
                     self.sel.unregister(x.sock)
                     x.events = 0
-                x.sock.close()
+                _end(x.sock)
         self.pairs -= 1
 
 
@@ -383,7 +395,7 @@ class Front:
             up = socket.create_connection(self.upstream, timeout=HANDSHAKE_SECONDS)
         except OSError as e:
             self._say("a client proved the secret, but the store at %s:%d did not answer: %s" % (self.upstream + (e,)))
-            s.close()
+            _end(s)
             return
         self.accepted += 1
         self.loop.relay(s, up)
@@ -400,7 +412,7 @@ class Front:
             except OSError:
                 peer = "?"
             self._say("refused a client from %s without the job's secret (%d refused so far)" % (peer, self.refused))
-        s.close()
+        _end(s)
 
     def _say(self, msg):
         now = time.monotonic()
@@ -508,7 +520,7 @@ class Tunnel:
             if isinstance(e, HandshakeError) and self._said != self.last_error:
                 self._said = self.last_error
                 _log("etjob.storeauth", self.last_error)
-            local.close()
+            _end(local)
             return
         self.last_error = ""
         self.loop.call_soon(lambda: self.loop.relay(local, up))

@@ -132,6 +132,66 @@ class FrontTest(unittest.TestCase):
             s.close()
 
 
+class ForkTest(unittest.TestCase):
+    """A tunnel whose connection to the front breaks (a reset) ends its
+    client's connection even when a process forked from the client's (a
+    DataLoader's workers) holds a copy of every fd: a close alone sends
+    nothing then, and the c10d client waited for ever."""
+
+    KEY = b"k" * 32
+
+    def test_a_broken_front_ends_the_client_in_a_forked_process(self):
+        # The front, in a process of its own (a fork of this one would keep
+        # its connection open too): the handshake, "hi", then on a line from
+        # stdin a reset, as a broken node's connection ends.
+        front = subprocess.Popen([sys.executable, "-c", FAKE_FRONT, self.KEY.decode()], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        self.addCleanup(front.wait)
+        self.addCleanup(front.kill)
+        t = storeauth.Tunnel("127.0.0.1", int(front.stdout.readline()), self.KEY, timeout=5)
+        c = socket.create_connection(("127.0.0.1", t.local_port), timeout=10)
+        self.addCleanup(c.close)
+        self.assertEqual(recv_all(c, 2), b"hi")
+        pid = os.fork()
+        if pid == 0:  # the forked process holds every fd and does nothing
+            time.sleep(30)
+            os._exit(0)
+        self.addCleanup(lambda: (os.kill(pid, 9), os.waitpid(pid, 0)))
+        front.stdin.write("reset\n")
+        front.stdin.flush()
+        c.settimeout(10)
+        try:
+            got = c.recv(1)
+        except ConnectionResetError:
+            got = b""
+        except socket.timeout:
+            got = None
+        self.assertEqual(got, b"", "the client's connection did not end while a forked process held its copy")
+
+
+FAKE_FRONT = """
+import os, socket, sys
+from etjob import storeauth
+key = sys.argv[1].encode()
+ls = socket.create_server(("127.0.0.1", 0))
+print(ls.getsockname()[1], flush=True)
+c, _ = ls.accept()
+def recv(n):
+    b = b""
+    while len(b) < n:
+        b += c.recv(n - len(b))
+    return b
+nonce_c = recv(len(storeauth.MAGIC) + storeauth.NONCE)[len(storeauth.MAGIC):]
+nonce_f = os.urandom(storeauth.NONCE)
+c.sendall(nonce_f + storeauth._mac(key, b"etjob-store server", nonce_c, nonce_f))
+recv(storeauth.MAC)
+c.sendall(b"hi")
+sys.stdin.readline()
+c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00")
+c.close()
+"""
+
+
 class SecretTest(unittest.TestCase):
     def test_a_named_secret_must_be_usable(self):
         d = os.path.join("/tmp", "etjob-secret-test-%d" % os.getpid())
