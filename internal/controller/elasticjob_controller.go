@@ -142,9 +142,7 @@ func (r *ElasticJobReconciler) observe(ctx context.Context, job *etjobv1.Elastic
 			snap.PodNotices[p.Name] = reason
 		}
 	}
-	if core.ObservesPrices(&job.Spec) {
-		snap.Prices = r.Prices.Get(ctx)
-	}
+	snap.Prices = r.Prices.Get(ctx) // the bill prices by it too
 	if err := r.observePricedNodes(ctx, job, &snap); err != nil {
 		return core.Snapshot{}, false, err
 	}
