@@ -139,6 +139,17 @@ func avoidNodes(spec *corev1.PodSpec, nodes []string) {
 	for _, n := range nodes {
 		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpNotIn, Values: []string{n}})
 	}
+	sel := requiredNodeSelector(spec)
+	for i := range sel.NodeSelectorTerms {
+		t := &sel.NodeSelectorTerms[i]
+		t.MatchFields = append(t.MatchFields, reqs...)
+	}
+}
+
+// requiredNodeSelector is the pod's required node selector, made where the
+// template has none, with at least one term: what is added to each of its
+// terms holds whichever term the scheduler matches (terms are ORed).
+func requiredNodeSelector(spec *corev1.PodSpec) *corev1.NodeSelector {
 	if spec.Affinity == nil {
 		spec.Affinity = &corev1.Affinity{}
 	}
@@ -153,10 +164,7 @@ func avoidNodes(spec *corev1.PodSpec, nodes []string) {
 	if len(sel.NodeSelectorTerms) == 0 {
 		sel.NodeSelectorTerms = []corev1.NodeSelectorTerm{{}}
 	}
-	for i := range sel.NodeSelectorTerms {
-		t := &sel.NodeSelectorTerms[i]
-		t.MatchFields = append(t.MatchFields, reqs...)
-	}
+	return sel
 }
 
 // mountAgentToken gives every container the pod's token for the node agent
@@ -431,17 +439,7 @@ func preferSpot(spec *corev1.PodSpec) {
 // requirement). A template whose required terms already name a capacity
 // label has chosen for itself and is left as it is.
 func requireOnDemand(spec *corev1.PodSpec) {
-	if spec.Affinity == nil {
-		spec.Affinity = &corev1.Affinity{}
-	}
-	if spec.Affinity.NodeAffinity == nil {
-		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
-	}
-	na := spec.Affinity.NodeAffinity
-	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
-	}
-	sel := na.RequiredDuringSchedulingIgnoredDuringExecution
+	sel := requiredNodeSelector(spec)
 	for _, t := range sel.NodeSelectorTerms {
 		for _, r := range t.MatchExpressions {
 			if _, capacity := etjobv1.SpotLabels[r.Key]; capacity {
@@ -452,9 +450,6 @@ func requireOnDemand(spec *corev1.PodSpec) {
 	var reqs []corev1.NodeSelectorRequirement
 	for _, k := range sortedKeys(etjobv1.SpotLabels) {
 		reqs = append(reqs, corev1.NodeSelectorRequirement{Key: k, Operator: corev1.NodeSelectorOpNotIn, Values: []string{etjobv1.SpotLabels[k]}})
-	}
-	if len(sel.NodeSelectorTerms) == 0 {
-		sel.NodeSelectorTerms = []corev1.NodeSelectorTerm{{}}
 	}
 	for i := range sel.NodeSelectorTerms {
 		t := &sel.NodeSelectorTerms[i]
