@@ -39,6 +39,7 @@ import collections
 import hashlib
 import hmac
 import os
+import select
 import selectors
 import socket
 import stat
@@ -456,6 +457,14 @@ def handshake(sock, key, where):
     sock.sendall(_mac(key, b"etjob-store client", nonce_f, nonce_c))
 
 
+def _closed(sock):
+    """_closed reports whether the peer of sock closed it (or shut down its
+    writing: a c10d client never half-closes)."""
+    p = select.poll()
+    p.register(sock, select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+    return bool(p.poll(0))
+
+
 def _recv_exact(sock, n):
     buf = bytearray()
     while len(buf) < n:
@@ -473,12 +482,13 @@ class Tunnel:
     """Tunnel listens on 127.0.0.1 for this process's c10d store clients
     and joins each to the front at (host, port), resolved again for every
     connection (a replacement launcher has another address), after the
-    handshake. A connection that cannot reach the front or is refused is
-    closed: the c10d client sees its server gone, as without a tunnel;
+    handshake. A front not up yet is tried again until the client gives up
+    (or wait seconds); a refused handshake closes the client's connection
+    at once: the c10d client sees its server gone, as without a tunnel;
     last_error says why."""
 
-    def __init__(self, host, port, key, timeout=10.0, loop=None):
-        self.host, self.port, self.key, self.timeout = host, port, key, timeout
+    def __init__(self, host, port, key, timeout=10.0, loop=None, wait=600.0):
+        self.host, self.port, self.key, self.timeout, self.wait = host, port, key, timeout, wait
         self.loop = loop or Loop("etjob-store-tunnel")
         self.listener = socket.create_server(("127.0.0.1", 0), backlog=128)
         self.listener.setblocking(False)
@@ -513,15 +523,32 @@ class Tunnel:
             raise
 
     def _join(self, local):
-        try:
-            up = self.connect()
-        except (OSError, HandshakeError) as e:
-            self.last_error = str(e)
-            if isinstance(e, HandshakeError) and self._said != self.last_error:
-                self._said = self.last_error
-                _log("etjob.storeauth", self.last_error)
-            _end(local)
-            return
+        # A store not up yet (a launcher still starting) is waited for, as
+        # c10d's own client waits for its server: the tunnel accepted the
+        # client's connection at once, so a refusal here would reach the
+        # client as a broken pipe on its first call (found by
+        # TestGrowthStory: a torchrun agent that came before its launcher
+        # failed). The client's own timeout bounds the wait: once it gives up
+        # and closes, so does this.
+        began, delay = time.monotonic(), 0.05
+        while True:
+            try:
+                up = self.connect()
+                break
+            except HandshakeError as e:
+                self.last_error = str(e)
+                if self._said != self.last_error:
+                    self._said = self.last_error
+                    _log("etjob.storeauth", self.last_error)
+                _end(local)
+                return
+            except OSError as e:
+                self.last_error = "the store at %s:%d is unreachable: %s" % (self.host, self.port, e)
+                if _closed(local) or time.monotonic() - began > self.wait:
+                    _end(local)
+                    return
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
         self.last_error = ""
         self.loop.call_soon(lambda: self.loop.relay(local, up))
 

@@ -82,6 +82,23 @@ class FrontTest(unittest.TestCase):
         self.assertEqual(self.front.loop.pairs, 0, "both ends closed once both sides ended")
         self.assertEqual(self.front.accepted, 1)
 
+    def test_a_client_before_its_store_waits_for_it(self):
+        # A torchrun agent that starts before its launcher: c10d's client
+        # waits for its server, so the tunnel waits for the front (before,
+        # the client's first call broke: "Broken pipe", the agent failed).
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        t = storeauth.Tunnel("127.0.0.1", port, self.KEY, timeout=5)
+        c = socket.create_connection(("127.0.0.1", t.local_port), timeout=20)
+        self.addCleanup(c.close)
+        c.sendall(b"ping")
+        time.sleep(1.5)  # the store is not up: the tunnel tries again
+        late = storeauth.Front("127.0.0.1", port, ("127.0.0.1", echo_server()), self.KEY, who="late front")
+        self.addCleanup(late.close)
+        self.assertEqual(recv_all(c, 4), b"ping")
+        self.assertEqual(late.accepted, 1)
+
     def test_another_secret_is_refused_and_said(self):
         t, c = self.tunnel(b"z" * 32)
         self.assertEqual(c.recv(1), b"", "the tunnel closes the client's connection")
