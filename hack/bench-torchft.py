@@ -44,6 +44,9 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "python"))
+from etjob import storeauth  # noqa: E402  (stdlib only: no torch in this process)
+
 STEP = re.compile(r"^step=(\d+) rank=\d+ world=(\d+) loss=[\d.]+ pid=\d+ t=([\d.]+)$")
 
 
@@ -72,10 +75,7 @@ class Run:
         elif mode == "etjob":
             port = free_port()
             # the store and the ranks authenticate with a job secret, as a launcher's and its workers' do
-            secret = os.path.join(dir_, "store-secret")
-            with open(secret, "w") as f:
-                f.write(os.urandom(32).hex())
-            self.env["ETJOB_STORE_SECRET_FILE"] = secret
+            self.env["ETJOB_STORE_SECRET_FILE"] = storeauth.write_secret(os.path.join(dir_, "store-secret"))
             self.service([self.py, "-m", "etjob.rdzv", "--host", "127.0.0.1", "--port", str(port)], "store")
             self.env.update(ETJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, PET_NNODES="1:%d" % args.ranks,
                             PET_RDZV_ID="bench", ETJOB_HEARTBEAT_TIMEOUT=str(args.detect))

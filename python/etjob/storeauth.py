@@ -83,6 +83,16 @@ def load_secret(path=None):
     return key
 
 
+def write_secret(path):
+    """write_secret writes a new random job secret to path (readable by its
+    owner only) and returns path: for a store and its clients started by
+    hand (the controller makes a job's as a Secret)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(os.urandom(32).hex())
+    return path
+
+
 def _mac(key, label, a, b):
     return hmac.new(key, label + a + b, hashlib.sha256).digest()
 
@@ -309,7 +319,7 @@ class Front:
                                              family=socket.AF_INET6 if ":" in host else socket.AF_INET)
         self.listener.setblocking(False)
         self.port = self.listener.getsockname()[1]
-        self._pending = collections.OrderedDict()  # sock -> [nonce, got bytes, deadline]
+        self._pending = collections.OrderedDict()  # sock -> [its hello so far, (nonce_c, nonce_f) once answered, deadline]
         self.accepted = self.refused = 0
         self._said = 0.0
         self.loop.call_soon(lambda: self.loop.sel.register(self.listener, selectors.EVENT_READ, self._accept))
@@ -349,7 +359,6 @@ class Front:
             if len(self._pending) >= MAX_PENDING:
                 old, _ = self._pending.popitem(last=False)
                 self._drop(old, count=True)
-            # [the client's hello so far, our nonce once sent, deadline]
             self._pending[s] = [bytearray(), None, time.monotonic() + HANDSHAKE_SECONDS]
             self.loop.sel.register(s, selectors.EVENT_READ, self._hello)
 
@@ -593,36 +602,19 @@ def _socket_of(fd):
         return None
 
 
-def _listening_fd(port):
-    """_listening_fd is the fd of this process's listening socket on port."""
+def _sockets():
+    """_sockets lists (fd, local name, peer name or None when listening) of
+    this process's TCP sockets."""
+    out = []
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         s = _socket_of(fd)
         if s is None:
             continue
         try:
-            if s.type == socket.SOCK_STREAM and s.getsockname()[1] == port and \
-                    s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-                return fd
-        except (OSError, TypeError, IndexError):
-            pass
-        finally:
-            s.close()
-    return None
-
-
-def _sockets():
-    """_sockets lists (local name, peer name or None when listening) of
-    this process's TCP sockets."""
-    out = []
-    for name in os.listdir("/proc/self/fd"):
-        s = _socket_of(int(name))
-        if s is None:
-            continue
-        try:
             if s.type == socket.SOCK_STREAM and s.family in (socket.AF_INET, socket.AF_INET6):
                 listening = s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
-                out.append((s.getsockname()[:2], None if listening else s.getpeername()[:2]))
+                out.append((fd, s.getsockname()[:2], None if listening else s.getpeername()[:2]))
         except OSError:
             pass
         finally:
@@ -630,13 +622,18 @@ def _sockets():
     return out
 
 
+def _listening_fd(port):
+    """_listening_fd is the fd of this process's listening socket on port."""
+    return next((fd for fd, local, peer in _sockets() if peer is None and local[1] == port), None)
+
+
 def _accepted(port, foreign_only=False):
     """_accepted counts the connections this process accepted on port;
     foreign_only: only those whose client is not a socket of this process
     (torch 1.13's server store is a client of itself, twice)."""
     socks = _sockets()
-    mine = {local for local, _ in socks}
-    return sum(1 for local, peer in socks
+    mine = {local for _, local, _ in socks}
+    return sum(1 for _, local, peer in socks
                if peer is not None and local[1] == port and not (foreign_only and peer in mine))
 
 
@@ -672,7 +669,7 @@ def loopback_store(timeout):
     end = time.monotonic() + 10
     while True:
         socks = _sockets()
-        clients = sum(1 for _, peer in socks if peer is not None and peer[1] == wide)
+        clients = sum(1 for _, _, peer in socks if peer is not None and peer[1] == wide)
         if _accepted(wide) >= clients:
             break
         if time.monotonic() > end:

@@ -61,9 +61,9 @@ def main():
     args = p.parse_args()
     import torch
 
-    secret = os.path.join(tempfile.mkdtemp(prefix="etjob-bench-store-"), "secret")
-    with open(secret, "w") as f:
-        f.write(os.urandom(32).hex())
+    from etjob import storeauth
+
+    secret = storeauth.write_secret(os.path.join(tempfile.mkdtemp(prefix="etjob-bench-store-"), "secret"))
     base = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
     base.pop("ETJOB_STORE_SECRET_FILE", None)
     plain, plain_port = start_store(base)

@@ -29,10 +29,7 @@ except ImportError:  # pragma: no cover
 def store_secret(directory):
     """store_secret writes a job's store secret into directory, as the
     controller's Secret would be mounted, and returns its path."""
-    path = os.path.join(directory, "store-secret")
-    with open(path, "w") as f:
-        f.write(os.urandom(32).hex())
-    return path
+    return storeauth.write_secret(os.path.join(directory, "store-secret"))
 
 STEP = re.compile(r"^step=(\d+) rank=(\d+) world=(\d+) gen=(\d+) pid=(\d+) t=([\d.]+)$")
 

@@ -314,9 +314,7 @@ class VanishedStoreTest(unittest.TestCase):
         self.ip = ip
 
     def test_a_vanished_store_is_found_in_the_silence_bound(self):
-        secret = os.path.join(tempfile.mkdtemp(prefix="etjob-vanish-"), "secret")
-        with open(secret, "w") as f:
-            f.write(os.urandom(32).hex())
+        secret = storeauth.write_secret(os.path.join(tempfile.mkdtemp(prefix="etjob-vanish-"), "secret"))
         env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"),
                    ETJOB_STORE_SECRET_FILE=secret, ETJOB_STORE_SILENCE_SECONDS=str(self.SILENCE))
         store = subprocess.Popen(["ip", "netns", "exec", self.ns, sys.executable, "-m", "etjob.rdzv", "--host", self.addr,
