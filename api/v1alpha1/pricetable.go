@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"strings"
-
-	corev1 "k8s.io/api/core/v1"
 )
 
 // PriceTableKey is the ConfigMap key that holds a price table
@@ -14,14 +12,9 @@ import (
 const PriceTableKey = "prices"
 
 // PriceTable is the platform admin's prices of nodes, in US dollars an hour,
-// by instance type and capacity type ("p4d.24xlarge spot"). Where it is set,
-// a node's own price (its etjob.dev/price-per-hour, which the node's agent
-// writes and a rooted node can forge) only proposes: it may raise the
-// table's price of its row (a spot market that rose), never lower it; and a
-// node whose instance type and capacity type the table does not list costs
-// the table's dearest price. A rooted node can then only make itself look
-// dearer, which draws no budget job's workers to it. A nil table trusts
-// every node's own price (NodePrice).
+// by instance type and capacity type ("p4d.24xlarge spot"): prices nodes
+// cannot write. How a node is priced under it is the decision core's rule
+// (core.NodePrice).
 type PriceTable struct {
 	// Prices are the rows, by "<instance type> <capacity type>".
 	Prices map[string]PricePerHour `json:"prices"`
@@ -83,24 +76,4 @@ func (t *PriceTable) Dearest() PricePerHour {
 		}
 	}
 	return out
-}
-
-// Price is node's price under the table (the type's doc): with no table,
-// the node's own (NodePrice, ok false when it has none); with one, the row
-// of its instance type and capacity type raised to the node's own where
-// that is higher, or the table's dearest price for a node the table does
-// not list (ok is then always true).
-func (t *PriceTable) Price(n *corev1.Node) (PricePerHour, bool) {
-	own, ok := NodePrice(n)
-	if t == nil {
-		return own, ok
-	}
-	row, listed := t.Row(n.Labels[LabelInstanceType], NodeCapacityType(n.Labels))
-	if !listed {
-		return t.Dearest(), true
-	}
-	if ok && own > row {
-		return own, true
-	}
-	return row, true
 }

@@ -101,7 +101,7 @@ func onDemandPrices(prices *etjobv1.PriceTable, nodes map[string]*corev1.Node) m
 		if etjobv1.NodeCapacityType(n.Labels) != etjobv1.CapacityTypeOnDemand {
 			continue
 		}
-		if p, ok := prices.Price(n); ok && p > 0 {
+		if p, ok := NodePrice(prices, n); ok && p > 0 {
 			out[n.Labels[etjobv1.LabelInstanceType]] = p.String()
 		}
 	}
@@ -116,7 +116,7 @@ func onDemandPrices(prices *etjobv1.PriceTable, nodes map[string]*corev1.Node) m
 func nodeCostKey(prices *etjobv1.PriceTable, node *corev1.Node, onDemand map[string]string) costKey {
 	labels := node.Labels
 	k := costKey{capacity: etjobv1.NodeCapacityType(labels), instance: labels[etjobv1.LabelInstanceType]}
-	if p, ok := prices.Price(node); ok {
+	if p, ok := NodePrice(prices, node); ok {
 		k.price = p.String()
 	}
 	row, listed := prices.Row(k.instance, etjobv1.CapacityTypeOnDemand)

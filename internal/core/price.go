@@ -31,6 +31,26 @@ func MaxPrice(spec *etjobv1.ElasticJobSpec) (p etjobv1.PricePerHour, ok bool) {
 	return p, err == nil
 }
 
+// NodePrice is node's price under the admin's price table (issue #26, N7).
+// With no table (nil): the node's own (etjobv1.NodePrice; ok is false when
+// it has none). With one, the node's own price (its etjob.dev/price-per-hour,
+// which its agent writes and a rooted node can forge) only proposes: it may
+// raise its row's price (a spot market that rose), never lower it; a node
+// whose instance type and capacity type the table does not list costs the
+// table's dearest (ok is then always true). A rooted node can then only make
+// itself look dearer, which draws no budget job's workers to it.
+func NodePrice(prices *etjobv1.PriceTable, node *corev1.Node) (etjobv1.PricePerHour, bool) {
+	own, ok := etjobv1.NodePrice(node)
+	if prices == nil {
+		return own, ok
+	}
+	row, listed := prices.Row(node.Labels[etjobv1.LabelInstanceType], etjobv1.NodeCapacityType(node.Labels))
+	if !listed {
+		return prices.Dearest(), true
+	}
+	return max(row, own), true
+}
+
 // OverPrice reports whether node's price is above the job's
 // spec.spot.maxPricePerHour, and its price: the one rule, which
 // SnapshotNode also applies when the controller chooses the nodes it adds to
@@ -40,7 +60,7 @@ func OverPrice(spec *etjobv1.ElasticJobSpec, prices *etjobv1.PriceTable, node *c
 	if !ok || node == nil {
 		return 0, false
 	}
-	p, ok := prices.Price(node)
+	p, ok := NodePrice(prices, node)
 	return p, ok && p > limit
 }
 
@@ -131,14 +151,14 @@ func SnapshotNode(spec *etjobv1.ElasticJobSpec, prices *etjobv1.PriceTable, node
 		return true
 	}
 	_, budget := Budget(spec)
-	_, priced := prices.Price(node)
+	_, priced := NodePrice(prices, node)
 	return budget && priced
 }
 
 // nodePrice is the price of a node of the snapshot, 0 when unknown.
 func (d *decision) nodePrice(name string) etjobv1.PricePerHour {
 	if n := d.s.Nodes[name]; n != nil {
-		if p, ok := d.s.Prices.Price(n); ok {
+		if p, ok := NodePrice(d.s.Prices, n); ok {
 			return p
 		}
 	}
@@ -243,7 +263,7 @@ func (d *decision) cheapestNode() (etjobv1.PricePerHour, bool) {
 	var cheapest etjobv1.PricePerHour
 	found := false
 	for _, n := range d.s.Nodes {
-		p, ok := d.s.Prices.Price(n)
+		p, ok := NodePrice(d.s.Prices, n)
 		if !ok || p <= 0 || !nodeReady(n) || n.Annotations[etjobv1.AnnotationNodeNotice] != "" {
 			continue
 		}
@@ -277,7 +297,7 @@ func (d *decision) budgetAvoid(left etjobv1.PricePerHour) []string {
 	share := left / etjobv1.PricePerHour(max(n, 1))
 	var out []string
 	for name, node := range d.s.Nodes {
-		if p, ok := d.s.Prices.Price(node); ok && p > share {
+		if p, ok := NodePrice(d.s.Prices, node); ok && p > share {
 			out = append(out, name)
 		}
 	}

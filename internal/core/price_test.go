@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/core"
@@ -184,5 +185,50 @@ func TestDecidePriceTable(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"od"}, plan.AvoidNodes); diff != "" {
 		t.Errorf("under the table, AvoidNodes (-want +got):\n%s", diff)
+	}
+}
+
+func typedNode(instance, capacity, own string) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{
+		etjobv1.LabelInstanceType: instance, etjobv1.LabelCapacityType: capacity}}}
+	if own != "" {
+		n.Annotations = map[string]string{etjobv1.AnnotationPricePerHour: own}
+	}
+	return n
+}
+
+// TestNodePrice (issue #26, N7): under the admin's table a node's own price
+// can raise its row's price, never lower it; a node the table does not list
+// costs the dearest row; without a table the node's own price stands.
+func TestNodePrice(t *testing.T) {
+	table, err := etjobv1.ParsePriceTable(`
+# instance type   capacity    $/hour
+p4d.24xlarge      spot        9.83
+p4d.24xlarge      on-demand   32.77   # list price
+g5.xlarge         spot        0.40
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		table  *etjobv1.PriceTable
+		node   *corev1.Node
+		want   etjobv1.PricePerHour
+		wantOK bool
+	}{
+		"a rooted node claims to be cheap": {table, typedNode("p4d.24xlarge", "spot", "0.01"), 9.83, true},
+		"the spot market rose":             {table, typedNode("p4d.24xlarge", "spot", "12.5"), 12.5, true},
+		"no price of its own":              {table, typedNode("g5.xlarge", "spot", ""), 0.40, true},
+		"on demand":                        {table, typedNode("p4d.24xlarge", "on-demand", "1"), 32.77, true},
+		"a type the table does not list":   {table, typedNode("made-up.nano", "spot", "0.001"), 32.77, true},
+		"no table: the node's own":         {nil, typedNode("p4d.24xlarge", "spot", "0.01"), 0.01, true},
+		"no table, no price":               {nil, typedNode("p4d.24xlarge", "spot", ""), 0, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, ok := core.NodePrice(tc.table, tc.node)
+			if got != tc.want || ok != tc.wantOK {
+				t.Errorf("NodePrice = %v, %v; want %v, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
 	}
 }
