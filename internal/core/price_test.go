@@ -201,12 +201,7 @@ func typedNode(instance, capacity, own string) *corev1.Node {
 // can raise its row's price, never lower it; a node the table does not list
 // costs the dearest row; without a table the node's own price stands.
 func TestNodePrice(t *testing.T) {
-	table, err := etjobv1.ParsePriceTable(`
-# instance type   capacity    $/hour
-p4d.24xlarge      spot        9.83
-p4d.24xlarge      on-demand   32.77   # list price
-g5.xlarge         spot        0.40
-`)
+	table, err := etjobv1.ParsePriceTable("p4d.24xlarge spot 9.83\np4d.24xlarge on-demand 32.77\ng5.xlarge spot 0.40\n")
 	if err != nil {
 		t.Fatal(err)
 	}
