@@ -1,7 +1,9 @@
 """torchrun for etjob workers: `python3 -m etjob.torchrun ARGS...`.
 
 It runs torch.distributed.run unchanged (every torchrun flag and PET_* variable
-works as documented) with these additions (docs/worker-library.md):
+works as documented) with these additions (docs/worker-library.md). They patch
+and read torch internals (_INTERNALS); a torch that lacks one is refused at
+start, naming it (_check_torch).
 
 * Debian's torch 1.13 on Python 3.11 crashes at launch (IntFlag
   iteration changed, so `Std.from_str("0")` returns None); Std.from_str is fixed.
@@ -44,6 +46,87 @@ import threading
 import time
 
 from etjob import supervisor as sup_module
+
+
+#: What this wrapper patches or reads in torch, none of it public API: module
+#: -> dotted attributes (classes, functions, enum members). Read on torch
+#: 1.13 and 2.15; _check_torch refuses a torch that lacks any of them.
+_INTERNALS = {
+    "torch.distributed.run": ["main", "config_from_args"],
+    "torch.distributed.elastic.multiprocessing.api": ["Std.from_str", "_terminate_process_handler"],
+    "torch.distributed.elastic.agent.server.api": [
+        "SimpleElasticAgent.run", "SimpleElasticAgent._rendezvous", "SimpleElasticAgent._restart_workers",
+        "SimpleElasticAgent._stop_workers", "SimpleElasticAgent._assign_worker_ranks"],
+    "torch.distributed.elastic.agent.server.local_elastic_agent": ["start_processes"],
+    "torch.distributed.elastic.rendezvous.dynamic_rendezvous": [
+        "_delay", "_should_keep_alive", "_RendezvousExitOp", "_RendezvousJoinOp.__call__",
+        "DynamicRendezvousHandler.from_backend", "DynamicRendezvousHandler.next_rendezvous",
+        "DynamicRendezvousHandler.shutdown", "DynamicRendezvousHandler._stop_heartbeats",
+        "_Action.REMOVE_FROM_WAIT_LIST", "_Action.FINISH", "_Action.MARK_RENDEZVOUS_COMPLETE", "_Action.KEEP_ALIVE",
+        "_Action.SYNC"],
+    "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend": ["create_backend", "C10dRendezvousBackend"],
+    "torch.distributed.elastic.rendezvous.utils": ["parse_rendezvous_endpoint"],
+    "torch.distributed.elastic.utils.store": ["synchronize"],
+}
+#: ... and what it reads on a rendezvous handler's objects at run time.
+_HANDLER_FIELDS = {
+    "handler": ["_state_holder", "_heartbeat_lock", "_op_executor", "_this_node", "_settings"],
+    "handler._state_holder": ["_backend", "state", "sync"],
+    "handler._state_holder._backend": ["_key", "_store"],
+    "handler._state_holder.state": ["round", "complete", "closed", "participants", "wait_list", "last_heartbeats"],
+    "handler._this_node": ["pid", "local_id"],
+    "handler._settings": ["min_nodes", "max_nodes"],
+}
+
+
+def _check_torch():
+    """_check_torch returns what this wrapper needs and this torch lacks (dotted
+    names; empty when all is there): every patched or read internal, and the
+    fields of a rendezvous handler built on an in-memory store."""
+    import importlib
+
+    missing, absent = [], object()
+    for module, names in _INTERNALS.items():
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+            continue
+        for name in names:
+            obj = mod
+            for part in name.split("."):
+                # a class's own dunder: getattr would find type's __call__
+                obj = vars(obj).get(part, absent) if part.startswith("__") else getattr(obj, part, absent)
+                if obj is absent:
+                    missing.append("%s.%s" % (module, name))
+                    break
+    if missing:
+        return missing
+    import torch.distributed as dist
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    try:
+        store = dist.HashStore()
+        handler = dr.DynamicRendezvousHandler.from_backend(
+            "etjob-check", store, c10d.C10dRendezvousBackend(store, "etjob-check"), 1, 2)
+    except Exception as e:  # noqa: BLE001 - a changed signature is a missing internal too
+        return ["a rendezvous handler built as DynamicRendezvousHandler.from_backend(run_id, store, backend, "
+                "min_nodes, max_nodes) (%s)" % e]
+    objs = {"handler": handler}
+    for path, fields in _HANDLER_FIELDS.items():
+        obj = objs.get(path)
+        if obj is None:
+            parent, _, last = path.rpartition(".")
+            obj = getattr(objs.get(parent), last, None) if objs.get(parent) is not None else None
+            objs[path] = obj
+        if obj is None:
+            continue  # its parent's absence is reported already
+        missing += ["dynamic_rendezvous.%s.%s" % (path, f) for f in fields if not hasattr(obj, f)]
+    node = objs.get("handler._this_node")
+    if node is not None and not (hasattr(node, "fqdn") or hasattr(node, "addr")):
+        missing.append("dynamic_rendezvous.handler._this_node.addr (2.x) or .fqdn (1.13)")
+    return missing
 
 
 def _patch_std():
@@ -828,6 +911,14 @@ def main(argv=None):
         storeauth.load_secret()  # a named secret that cannot be used stops the agent here, said plainly
     except storeauth.SecretError as e:
         sys.exit("etjob.torchrun: %s" % e)
+    missing = _check_torch()
+    if missing:
+        import torch
+
+        sys.exit("etjob.torchrun: torch %s lacks what etjob.torchrun patches or reads in it (torch's internals, "
+                 "read on torch 1.13 and 2.15): %s. Use one of those versions, or torch's own torchrun "
+                 "(python3 -m torch.distributed.run: no agreed leaves, no fast resizes)"
+                 % (torch.__version__, ", ".join(missing)))
     _patch_std()
     _patch_shutdown()
     _patch_rendezvous(float(os.environ.get("ETJOB_RDZV_POLL_SECONDS", "0.2")))

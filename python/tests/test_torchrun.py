@@ -453,5 +453,56 @@ class RoundLostTest(unittest.TestCase):
         self.assertNotIn("round=None", rounds.values(), "ETJOB_RDZV_ROUND not given to the workers: %s" % rounds)
 
 
+@unittest.skipIf(dr is None, "needs torch")
+class TorchInternalsTest(unittest.TestCase):
+    """etjob.torchrun patches and reads torch internals that torch does not
+    promise: a torch that lacks one is refused at start, naming each, instead
+    of failing mid-job (or, worse, running without the fix it carried)."""
+
+    def test_this_torch_has_them_all(self):
+        self.assertEqual(torchrun._check_torch(), [])
+
+    def test_a_missing_function_is_named(self):
+        saved = dr._should_keep_alive
+        del dr._should_keep_alive
+        try:
+            missing = torchrun._check_torch()
+        finally:
+            dr._should_keep_alive = saved
+        self.assertEqual(missing, ["torch.distributed.elastic.rendezvous.dynamic_rendezvous._should_keep_alive"])
+
+    def test_a_missing_handler_field_is_named(self):
+        build = dr.DynamicRendezvousHandler.from_backend
+
+        def without_lock(*args, **kwargs):
+            h = build(*args, **kwargs)
+            del h._heartbeat_lock
+            return h
+
+        dr.DynamicRendezvousHandler.from_backend = without_lock
+        try:
+            missing = torchrun._check_torch()
+        finally:
+            dr.DynamicRendezvousHandler.from_backend = build
+        self.assertEqual(missing, ["dynamic_rendezvous.handler._heartbeat_lock"])
+
+    def test_the_wrapper_refuses_such_a_torch(self):
+        code = ("from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr\n"
+                "del dr._RendezvousJoinOp.__call__, dr._delay\n"
+                "from etjob import torchrun\n"
+                "torchrun.main(['--nnodes=1', '--nproc_per_node=1', '-m', 'json.tool', '/dev/null'])\n")
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+        env.pop("ETJOB_STORE_SECRET_FILE", None)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 1, out.stderr)
+        import torch
+
+        self.assertIn("etjob.torchrun: torch %s lacks what etjob.torchrun patches" % torch.__version__, out.stderr)
+        self.assertIn("in it (torch's internals, read on torch 1.13 and 2.15): "
+                      "torch.distributed.elastic.rendezvous.dynamic_rendezvous._delay, "
+                      "torch.distributed.elastic.rendezvous.dynamic_rendezvous._RendezvousJoinOp.__call__. "
+                      "Use one of those versions, or torch's own torchrun", out.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
