@@ -77,6 +77,19 @@ class _Item:
         self.work, self.fut, self.buf, self.deadline, self.done = work, fut, buf, deadline, False
 
 
+def _error_of(work):
+    """_error_of is the first line of a completed work's error, or None. A
+    failed NCCL work is completed too (is_completed() is true once it has an
+    error), and its wait() does not raise with NCCL's async error handling
+    off: its buffer holds a reduction cut short, which must never reach DDP
+    as a bucket's mean (the replicas would step apart)."""
+    try:
+        e = work.exception()
+    except (AttributeError, TypeError, NotImplementedError):  # torch 1.13 cannot hand it to Python
+        return None
+    return None if e is None else (str(e).splitlines() or ["?"])[0]
+
+
 class _Buckets:
     """_Buckets is one generation's communication hook: each bucket's
     all-reduce is launched at once (DDP's overlap) and waited for by a
@@ -172,7 +185,9 @@ class _Buckets:
                         nap = min(nap * 1.5, 0.002)
                     if item.done:
                         continue
-                item.work.wait()  # lets go of the GIL; ends at once on torch 2.x once the group is aborted
+                    err = _error_of(item.work)
+                if err is None:
+                    item.work.wait()  # lets go of the GIL; ends at once on torch 2.x once the group is aborted
             except RuntimeError as e:
                 err = (str(e).splitlines() or ["?"])[0]
             if err is not None:

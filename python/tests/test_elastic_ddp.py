@@ -8,6 +8,8 @@ the undisturbed run's model)."""
 import os
 import subprocess
 import sys
+import threading
+import time
 import unittest
 
 import test_elastic as te
@@ -137,6 +139,68 @@ class RefusalTest(unittest.TestCase):
         state = te.elastic.State(model=torch.nn.Linear(2, 2), step=0)
         self.assertFalse(state.load_checkpoint(d))
         self.assertEqual(state._dir, d)
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class PolledFailureTest(unittest.TestCase):
+    """NCCL's works complete at enqueue, so completion is polled; a work that
+    failed (a peer died in the all-reduce) is completed too, and its wait()
+    does not raise. Its buffer, a reduction cut short, must not reach DDP
+    as the bucket's mean: seen once in CI, in FakeNCCLTest's hard kill, as
+    replicas that ended with three different models. Fakes throughout (a
+    work, a group, a bucket): no machine of the tests has NCCL."""
+
+    class Work:
+        def __init__(self, error):
+            self.error = error
+
+        def is_completed(self):
+            return True
+
+        def wait(self, timeout=None):
+            return True
+
+        def exception(self):
+            return self.error
+
+    def hook(self, error):
+        import torch
+
+        from etjob import ddp
+
+        ended = []
+        ctx = type("Ctx", (), {"timeout_for": lambda self, n: 60.0, "over": lambda self, gen: False,
+                               "end": lambda self, gen, why: ended.append((gen, why))})()
+        group = type("Group", (), {"gen": 3, "size": 2, "pg": object(), "work": None})()
+        pg = type("PG", (), {"allreduce": lambda self, tensors, opts=None: PolledFailureTest.Work(error)})()
+        transport = type("T", (), {"polled": True})()
+        buckets = ddp._Buckets(ctx, group, pg, transport, {})
+        self.addCleanup(self.close, buckets)
+        bucket = type("Bucket", (), {"buffer": lambda self: torch.ones(4), "parameters": lambda self: [],
+                                     "is_last": lambda self: True})()
+        return buckets.hook(None, bucket).wait(), buckets, ended
+
+    def close(self, buckets):
+        buckets.close()
+        for t in threading.enumerate():  # none left in torch's code when the interpreter exits
+            if t.name.startswith("etjob-ddp-"):
+                t.join(10)
+
+    def test_a_failed_work_fails_the_bucket(self):
+        got, buckets, ended = self.hook(RuntimeError("Connection closed by peer\nmore"))
+        self.assertEqual(got.tolist(), [0.0] * 4, "a failed all-reduce's buffer reached DDP")
+        self.assertEqual(buckets.failed, "bucket all-reduce failed: Connection closed by peer")
+        for _ in range(100):  # the generation is ended after the buckets are completed
+            if ended:
+                break
+            time.sleep(0.05)
+        self.assertEqual(ended, [(3, "bucket all-reduce failed: Connection closed by peer")])
+
+    def test_a_completed_work_is_the_mean(self):
+        got, buckets, ended = self.hook(None)
+        self.assertEqual(got.tolist(), [0.5] * 4)  # the buffer, divided by the world (the fake reduces nothing)
+        self.assertIsNone(buckets.failed)
+        self.assertEqual(ended, [])
 
 
 if __name__ == "__main__":
