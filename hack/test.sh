@@ -92,11 +92,10 @@ step "integration tests (real kube-apiserver + etcd)"
 go test -count=1 -p 1 -timeout 20m ./test/integration/...
 
 step "end-to-end: the spot stories on a local cluster with real torchrun and real Horovod training"
-# Two stories at a time, each on a cluster of its own (test/e2e's nets).
 # -v into a file: each story's time is printed (the budget's breakdown); the
 # whole log only when something failed, as go test without -v would.
 e2e_log=$(mktemp)
-if go test -count=1 -p 1 -parallel 2 -timeout 40m -v ./test/e2e/... > "$e2e_log" 2>&1; then
+if go test -count=1 -p 1 -timeout 40m -v ./test/e2e/... > "$e2e_log" 2>&1; then
   grep -E '^(--- |ok |PASS)' "$e2e_log"
   rm -f "$e2e_log"
 else

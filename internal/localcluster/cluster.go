@@ -67,40 +67,7 @@ type Cluster struct {
 	// chart as controller.extraArgs (etjob-local chaos passes
 	// --record-decisions).
 	ControllerArgs []string
-	// Net lets clusters run side by side on one machine (the e2e stories
-	// do): cluster N gives its nodes and pods 127.N.0.0/16 and moves its
-	// control plane's ports up by N×1000 (NetStride). 0 is the addresses
-	// and ports documented in docs/local-cluster.md. Up records it in Dir,
-	// so a Cluster made from Dir alone (etjob-local cluster add-node)
-	// finds it.
-	Net int
 }
-
-// NetStride is how far the control plane's ports move per Cluster.Net.
-const NetStride = 1000
-
-// MaxNet is the largest Cluster.Net: the second octet of its addresses,
-// and ports that stay below the ephemeral range.
-const MaxNet = 5
-
-// netIndex is the cluster's Net: the field, or the one recorded in Dir.
-func (c *Cluster) netIndex() int {
-	if c.Net != 0 {
-		return c.Net
-	}
-	data, err := os.ReadFile(c.path("net"))
-	if err != nil {
-		return 0
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || n < 0 || n > MaxNet {
-		return 0
-	}
-	return n
-}
-
-// port is one of the control plane's ports for this cluster's Net.
-func (c *Cluster) port(base int) int { return base + NetStride*c.netIndex() }
 
 // DefaultDir is where `etjob-local cluster` keeps its cluster unless told otherwise.
 func DefaultDir() string {
@@ -132,16 +99,10 @@ func (c *Cluster) logf(format string, args ...any) {
 // installs the chart. It returns once the API server is ready; the chart's
 // pods run once nodes join (WaitComponents).
 func (c *Cluster) StartControlPlane(ctx context.Context) error {
-	if c.Net < 0 || c.Net > MaxNet {
-		return fmt.Errorf("local cluster: Net %d is not in 0..%d", c.Net, MaxNet)
-	}
 	for _, d := range []string{"pki", "etcd", "logs", "pids", "nodes"} {
 		if err := os.MkdirAll(c.path(d), 0o755); err != nil {
 			return err
 		}
-	}
-	if err := os.WriteFile(c.path("net"), []byte(strconv.Itoa(c.netIndex())+"\n"), 0o644); err != nil {
-		return err
 	}
 	token, err := c.ensureSecrets()
 	if err != nil {
@@ -150,13 +111,13 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 	if err := c.ensureKubeletPKI(); err != nil {
 		return err
 	}
-	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", c.port(EtcdClientPort))
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", EtcdClientPort)
 	if err := c.start("etcd", filepath.Join(c.BinDir, "etcd"),
 		"--name=etjob", "--data-dir="+c.path("etcd"),
 		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
-		fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", c.port(EtcdPeerPort)),
-		fmt.Sprintf("--initial-advertise-peer-urls=http://127.0.0.1:%d", c.port(EtcdPeerPort)),
-		fmt.Sprintf("--initial-cluster=etjob=http://127.0.0.1:%d", c.port(EtcdPeerPort)),
+		fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", EtcdPeerPort),
+		fmt.Sprintf("--initial-advertise-peer-urls=http://127.0.0.1:%d", EtcdPeerPort),
+		fmt.Sprintf("--initial-cluster=etjob=http://127.0.0.1:%d", EtcdPeerPort),
 		"--quota-backend-bytes=4294967296", "--log-level=warn",
 	); err != nil {
 		return err
@@ -166,7 +127,7 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 	}
 	if err := c.start("kube-apiserver", filepath.Join(c.BinDir, "kube-apiserver"),
 		"--etcd-servers="+etcdURL,
-		fmt.Sprintf("--secure-port=%d", c.port(APIServerPort)), "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", APIServerPort), "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		// v1.37 refuses a loopback advertise address with the default reconciler (it exits at start).
 		"--endpoint-reconciler-type=none",
 		"--cert-dir="+c.path("pki"),
@@ -188,7 +149,7 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
-	server := fmt.Sprintf("https://127.0.0.1:%d", c.port(APIServerPort))
+	server := fmt.Sprintf("https://127.0.0.1:%d", APIServerPort)
 	if err := waitHTTP(ctx, server+"/readyz", token, 120*time.Second); err != nil {
 		return fmt.Errorf("kube-apiserver did not become ready (log: %s): %w", c.path("logs", "kube-apiserver.log"), err)
 	}
@@ -197,11 +158,11 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 	}
 	kc := "--kubeconfig=" + c.Kubeconfig()
 	if err := c.start("kube-scheduler", filepath.Join(c.BinDir, "kube-scheduler"), kc,
-		"--leader-elect=false", "--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", c.port(SchedulerPort))); err != nil {
+		"--leader-elect=false", "--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", SchedulerPort)); err != nil {
 		return err
 	}
 	if err := c.start("kube-controller-manager", filepath.Join(c.BinDir, "kube-controller-manager"), kc,
-		"--leader-elect=false", "--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", c.port(KCMPort)),
+		"--leader-elect=false", "--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", KCMPort),
 		"--service-account-private-key-file="+c.path("pki", "sa.key"),
 		"--root-ca-file="+c.path("pki", "apiserver.crt"),
 		"--use-service-account-credentials=false",
@@ -259,7 +220,7 @@ func (c *Cluster) RestartComponentAfter(ctx context.Context, name string, down t
 		if err != nil {
 			return err
 		}
-		return waitHTTP(ctx, fmt.Sprintf("https://127.0.0.1:%d/readyz", c.port(APIServerPort)), token, 120*time.Second)
+		return waitHTTP(ctx, fmt.Sprintf("https://127.0.0.1:%d/readyz", APIServerPort), token, 120*time.Second)
 	}
 	return nil
 }
@@ -279,11 +240,8 @@ type NodeSpec struct {
 	Provider string
 	// GPUs is the number of emulated accelerators (nvidia.com/gpu).
 	GPUs int
-	// Index picks the node's loopback /24 in its cluster's /16:
-	// 127.<Net>.<Index>.1.
+	// Index picks the node's loopback /24: 127.0.<Index>.1.
 	Index int
-	// Net is the cluster's (Cluster.Net); StartNode sets it.
-	Net int
 	// Taints are registered with the node (key[=value]:Effect,...).
 	Taints string
 }
@@ -297,7 +255,7 @@ const (
 )
 
 // NodeIP is the node's loopback address.
-func (n NodeSpec) NodeIP() string { return fmt.Sprintf("127.%d.%d.1", n.Net, n.Index) }
+func (n NodeSpec) NodeIP() string { return fmt.Sprintf("127.0.%d.1", n.Index) }
 
 // MetadataURL is the base URL of the node's emulated metadata service.
 func (n NodeSpec) MetadataURL() string { return fmt.Sprintf("http://%s:%d", n.NodeIP(), MetadataPort) }
@@ -325,7 +283,6 @@ func (n NodeSpec) Labels() map[string]string {
 
 // StartNode starts (or finds running) a process node.
 func (c *Cluster) StartNode(n NodeSpec) error {
-	n.Net = c.netIndex()
 	labels := n.Labels()
 	keys := make([]string, 0, len(labels))
 	for k := range labels {

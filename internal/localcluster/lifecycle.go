@@ -89,8 +89,7 @@ func (c *Cluster) Up(ctx context.Context, spot, onDemand int) error {
 	// The ports are fixed: a control plane still on them (the last
 	// cluster's, shutting down) would answer this one's clients with its own
 	// certificates ("x509: certificate signed by unknown authority", or 401).
-	if err := waitPortsFree(ctx, 30*time.Second, c.port(EtcdClientPort), c.port(EtcdPeerPort), c.port(APIServerPort),
-		c.port(SchedulerPort), c.port(KCMPort)); err != nil {
+	if err := waitPortsFree(ctx, 30*time.Second, EtcdClientPort, EtcdPeerPort, APIServerPort, SchedulerPort, KCMPort); err != nil {
 		return err
 	}
 	if err := c.StartControlPlane(ctx); err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,7 +29,6 @@ import (
 // add-node, scalein, the launcher's node reclaimed, completion, delete. The training logs then show that no
 // committed step was lost.
 func TestCLIStory(t *testing.T) {
-	t.Parallel() // beside one other story, on a Net of its own (startClusterWith)
 	ctx := withTimeout(t, 20*time.Minute)
 	e := startCluster(t, ctx, "etjob-e2e-cli", 4, 1)
 	cl, repo, bin, local, dir := e.Cluster, e.repo, e.bin, e.local, e.Dir
@@ -124,12 +124,10 @@ func TestCLIStory(t *testing.T) {
 		}
 		return out
 	}
-	// A node of cliCloud: the spot story, which may run beside this one,
-	// reclaims the other clouds' (TestMain checks that each cloud's notice
-	// drove a reclamation).
 	victim, provider := "", ""
+	done := reclaimedProviders()
 	for _, m := range spotMembers() {
-		if victim == "" || (provider != cliCloud && m.provider == cliCloud) {
+		if victim == "" || (slices.Contains(done, provider) && !slices.Contains(done, m.provider)) {
 			victim, provider = m.node, m.provider
 		}
 	}

@@ -38,18 +38,6 @@ func startCluster(t *testing.T, ctx context.Context, name string, spot, onDemand
 	return startClusterWith(t, ctx, name, spot, onDemand, localcluster.LocalImages(repoRoot(t), localcluster.HorovodVenv()))
 }
 
-// nets are the localcluster.Cluster.Net values the stories' clusters take
-// turns on: two stories run side by side (each calls t.Parallel; go test's
-// -parallel, GOMAXPROCS by default, is 2 on the 2-core machines CI runs
-// on), on addresses and ports of their own, and never on those of a
-// developer's own cluster (Net 0).
-var nets = func() chan int {
-	c := make(chan int, 2)
-	c <- 1
-	c <- 2
-	return c
-}()
-
 // startClusterWith is startCluster with the process nodes' image table and
 // extra flags of the controller (the chart's controller.extraArgs).
 func startClusterWith(t *testing.T, ctx context.Context, name string, spot, onDemand int, images processnode.Images, controllerArgs ...string) *e2eCluster {
@@ -68,12 +56,8 @@ func startClusterWith(t *testing.T, ctx context.Context, name string, spot, onDe
 		t.Fatal(err)
 	}
 	dir := filepath.Join(os.TempDir(), name)
-	// A Net of its own, given back once the cluster is gone (the cleanups
-	// run last registered first).
-	n := <-nets
-	t.Cleanup(func() { nets <- n })
 	cl := &localcluster.Cluster{Dir: dir, BinDir: assets, Binaries: components, Out: testWriter{t}, Images: images,
-		ControllerArgs: controllerArgs, Net: n}
+		ControllerArgs: controllerArgs}
 	if err := cl.Delete(); err != nil {
 		t.Fatal(err)
 	}
@@ -221,10 +205,11 @@ func recordReclaims(providers ...string) {
 	reclaims.stories++
 }
 
-// cliCloud is the cloud whose notice the CLI story reclaims a node with;
-// the spot story reclaims the others' first. Fixed, not "those not
-// reclaimed yet": the two stories may run side by side.
-const cliCloud = "alibaba"
+func reclaimedProviders() []string {
+	reclaims.Lock()
+	defer reclaims.Unlock()
+	return slices.Clone(reclaims.providers)
+}
 
 // TestMain runs the stories, then checks that, when both noticed stories
 // passed, each cloud's notice drove at least one reclamation.

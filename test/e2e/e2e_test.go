@@ -23,7 +23,6 @@ import (
 )
 
 func TestSpotStory(t *testing.T) {
-	t.Parallel() // beside one other story, on a Net of its own (startClusterWith)
 	ctx := withTimeout(t, 40*time.Minute)
 	e := startCluster(t, ctx, "etjob-e2e", 4, 1)
 	cl, repo, dir := e.Cluster, e.repo, e.Dir
@@ -31,7 +30,7 @@ func TestSpotStory(t *testing.T) {
 	res, err := demo.Run(ctx, demo.Options{
 		Cluster: cl, RepoRoot: repo, Namespace: "default", Job: "story",
 		Epochs: 24, Width: 96, Notice: 20 * time.Second, StepsBeforeLoss: 30, Baseline: true, Out: testWriter{t},
-		Reclaimed: []string{cliCloud}, // the CLI story's: this one reclaims the other clouds' nodes first
+		Reclaimed: reclaimedProviders(),
 	})
 	if res != nil {
 		recordReclaims(res.ReclaimedProviders...)

@@ -33,7 +33,6 @@ import (
 //   - minReplicas is 1 (a newcomer must not complete a round alone);
 //   - no resume loses a committed step, and nothing counts as a failure.
 func TestGrowthStory(t *testing.T) {
-	t.Parallel() // beside one other story, on a Net of its own (startClusterWith)
 	ctx := withTimeout(t, 12*time.Minute)
 	e := startCluster(t, ctx, "etjob-e2e-growth", 2, 1)
 	cl, repo, dir := e.Cluster, e.repo, e.Dir

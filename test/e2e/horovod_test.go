@@ -56,7 +56,6 @@ const seed000Command = `horovodrun
   python /examples/horovod/pytorch_digits_elastic.py --epochs=%d`
 
 func TestHorovodSeed001(t *testing.T) {
-	t.Parallel() // beside one other story, on a Net of its own (startClusterWith)
 	requireHorovod(t)
 	ctx := withTimeout(t, 15*time.Minute)
 	e := startHorovodCluster(t, ctx, "etjob-e2e-hvd-seed001", 4)
@@ -109,7 +108,6 @@ func TestHorovodSeed001(t *testing.T) {
 }
 
 func TestHorovodSpotStory(t *testing.T) {
-	t.Parallel() // beside one other story, on a Net of its own (startClusterWith)
 	requireHorovod(t)
 	ctx := withTimeout(t, 20*time.Minute)
 	const epochs = 90
@@ -235,7 +233,6 @@ func TestHorovodSpotStory(t *testing.T) {
 // TestHorovodBadInput: each mistake gets a clear condition and Event within
 // 60 s, not horovodrun's 600 s --elastic-timeout.
 func TestHorovodBadInput(t *testing.T) {
-	t.Parallel() // beside one other story, on a Net of its own (startClusterWith)
 	requireHorovod(t)
 	ctx := withTimeout(t, 10*time.Minute)
 	e := startHorovodCluster(t, ctx, "etjob-e2e-hvd-bad", 2)

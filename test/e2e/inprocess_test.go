@@ -44,7 +44,6 @@ import (
 // undisturbed run of the same script (2 local processes, no cluster, run
 // beside the story).
 func TestInProcessStory(t *testing.T) {
-	t.Parallel() // beside one other story, on a Net of its own (startClusterWith)
 	ctx := withTimeout(t, 10*time.Minute)
 	const epochs = 25
 	type result struct {

@@ -29,7 +29,6 @@ import (
 // twice, no survivor restarts, nothing counts as a failure, and the ScaleOut
 // request succeeds.
 func TestLeaderKilledMidScaleOut(t *testing.T) {
-	t.Parallel() // beside one other story, on a Net of its own (startClusterWith)
 	ctx := withTimeout(t, 20*time.Minute)
 	const target = 5
 	e := startClusterWith(t, ctx, "etjob-e2e-leader", target, 1,
