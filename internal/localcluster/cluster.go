@@ -19,6 +19,7 @@ import (
 	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
@@ -549,15 +550,25 @@ func (c *Cluster) ensureSecrets() (string, error) {
 	return token, os.WriteFile(tokens, []byte(token+",admin,admin,system:masters\n"), 0o600)
 }
 
+// writeKubeconfig writes the admin kubeconfig. The API server's CA goes in as data, not as its file's path: client-go
+// (v0.37, ClientsAllowCARotation) caches a transport by the CA file's path
+// and reads the file again only every 5 minutes, so a process that brought
+// a cluster up again in the same directory (go test -count=N of one story)
+// kept the last cluster's CA: "x509: certificate signed by unknown
+// authority" from the new cluster's own API server (TestKubeconfigCA).
 func (c *Cluster) writeKubeconfig(server, token string) error {
-	ca := c.path("pki", "apiserver.crt")
+	pem, err := os.ReadFile(c.path("pki", "apiserver.crt"))
+	if err != nil {
+		return fmt.Errorf("the API server's certificate: %w", err)
+	}
+	ca := base64.StdEncoding.EncodeToString(pem)
 	kc := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: etjob-local
   cluster:
     server: %s
-    certificate-authority: %s
+    certificate-authority-data: %s
 users:
 - name: admin
   user:
