@@ -99,6 +99,24 @@ class FrontTest(unittest.TestCase):
         self.assertEqual(recv_all(c, 4), b"ping")
         self.assertEqual(late.accepted, 1)
 
+    def test_a_client_that_gives_up_ends_the_wait(self):
+        # The wait for a store not up yet is bounded by the client: once it
+        # closes, the tunnel stops trying and never joins it to a store that
+        # comes up later (its thread would otherwise try for 600 s).
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        t = storeauth.Tunnel("127.0.0.1", port, self.KEY, timeout=5)
+        c = socket.create_connection(("127.0.0.1", t.local_port), timeout=20)
+        c.sendall(b"ping")
+        time.sleep(1.5)  # the tunnel tries again
+        c.close()
+        time.sleep(1.5)  # past its next try (at most 1 s apart)
+        late = storeauth.Front("127.0.0.1", port, ("127.0.0.1", echo_server()), self.KEY, who="late front")
+        self.addCleanup(late.close)
+        time.sleep(2.5)  # two more tries, had it not given up
+        self.assertEqual(late.accepted, 0, "the tunnel joined a client that had gone")
+
     def test_another_secret_is_refused_and_said(self):
         t, c = self.tunnel(b"z" * 32)
         self.assertEqual(c.recv(1), b"", "the tunnel closes the client's connection")
