@@ -82,18 +82,25 @@ class FrontTest(unittest.TestCase):
         self.assertEqual(self.front.loop.pairs, 0, "both ends closed once both sides ended")
         self.assertEqual(self.front.accepted, 1)
 
-    def test_a_client_before_its_store_waits_for_it(self):
-        # A torchrun agent that starts before its launcher: c10d's client
-        # waits for its server, so the tunnel waits for the front (before,
-        # the client's first call broke: "Broken pipe", the agent failed).
+    def before_the_store(self):
+        """A client of a tunnel to a port no store listens on yet, which has
+        sent its first bytes and waited while the tunnel tried again; the
+        port and the client."""
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         t = storeauth.Tunnel("127.0.0.1", port, self.KEY, timeout=5)
         c = socket.create_connection(("127.0.0.1", t.local_port), timeout=20)
-        self.addCleanup(c.close)
         c.sendall(b"ping")
         time.sleep(1.5)  # the store is not up: the tunnel tries again
+        return port, c
+
+    def test_a_client_before_its_store_waits_for_it(self):
+        # A torchrun agent that starts before its launcher: c10d's client
+        # waits for its server, so the tunnel waits for the front (before,
+        # the client's first call broke: "Broken pipe", the agent failed).
+        port, c = self.before_the_store()
+        self.addCleanup(c.close)
         late = storeauth.Front("127.0.0.1", port, ("127.0.0.1", echo_server()), self.KEY, who="late front")
         self.addCleanup(late.close)
         self.assertEqual(recv_all(c, 4), b"ping")
@@ -103,13 +110,7 @@ class FrontTest(unittest.TestCase):
         # The wait for a store not up yet is bounded by the client: once it
         # closes, the tunnel stops trying and never joins it to a store that
         # comes up later (its thread would otherwise try for 600 s).
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        t = storeauth.Tunnel("127.0.0.1", port, self.KEY, timeout=5)
-        c = socket.create_connection(("127.0.0.1", t.local_port), timeout=20)
-        c.sendall(b"ping")
-        time.sleep(1.5)  # the tunnel tries again
+        port, c = self.before_the_store()
         c.close()
         time.sleep(1.5)  # past its next try (at most 1 s apart)
         late = storeauth.Front("127.0.0.1", port, ("127.0.0.1", echo_server()), self.KEY, who="late front")
