@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,6 +65,12 @@ func leader(ctx context.Context, cs kubernetes.Interface) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return LeaseHolder(lease, time.Now()), nil
+}
+
+// LeaseHolder returns the controller replica (its pod's name) that holds
+// lease at now, or "" when none does or its term ran out.
+func LeaseHolder(lease *coordinationv1.Lease, now time.Time) string {
 	holder := ""
 	if lease.Spec.HolderIdentity != nil {
 		holder = *lease.Spec.HolderIdentity
@@ -72,10 +79,10 @@ func leader(ctx context.Context, cs kubernetes.Interface) (string, error) {
 	// pod's hostname is its name.
 	holder, _, _ = strings.Cut(holder, "_")
 	if holder == "" || lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil ||
-		time.Since(lease.Spec.RenewTime.Time) > time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second {
-		return "", nil
+		now.Sub(lease.Spec.RenewTime.Time) > time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second {
+		return ""
 	}
-	return holder, nil
+	return holder
 }
 
 // WaitLeader waits until a controller replica other than not holds the
@@ -214,28 +221,57 @@ func poll(ctx context.Context, timeout time.Duration, done func() bool) error {
 // stays; its node restarts the container after its back-off, as a kubelet
 // does. It returns the killed replica's name.
 func (c *Cluster) KillLeader(ctx context.Context) (string, error) {
-	cs, err := c.Clientset()
-	if err != nil {
-		return "", err
-	}
 	name, err := c.WaitLeader(ctx, "")
 	if err != nil {
 		return "", err
 	}
-	pod, err := cs.CoreV1().Pods(ControllerNamespace).Get(ctx, name, metav1.GetOptions{})
+	killers, err := c.ControllerKillers(ctx)
 	if err != nil {
 		return "", err
 	}
-	pids, _ := filepath.Glob(c.path("nodes", pod.Spec.NodeName, "pods", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), "*.pid"))
-	killed := 0
-	for _, f := range pids {
-		if pid := readPid(f); alive(pid) {
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			killed++
+	kill, ok := killers[name]
+	if !ok {
+		return "", fmt.Errorf("kill the leader %s: no controller pod of that name", name)
+	}
+	return name, kill()
+}
+
+// ControllerKillers maps each controller replica's pod name to a function
+// that kills that replica's processes as KillLeader does, reading only its
+// node's pid files: no request to the API server. A test that must kill
+// the leader at one moment (the first pod of a scale-out) resolves them
+// before it, as asking the API server at that moment takes seconds on a
+// loaded machine, by which time the moment has passed.
+func (c *Cluster) ControllerKillers(ctx context.Context) (map[string]func() error, error) {
+	cs, err := c.Clientset()
+	if err != nil {
+		return nil, err
+	}
+	pods, err := cs.CoreV1().Pods(ControllerNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]func() error{}
+	for _, pod := range pods.Items {
+		if pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil {
+			continue
+		}
+		name, node := pod.Name, pod.Spec.NodeName
+		glob := c.path("nodes", node, "pods", fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID), "*.pid")
+		out[name] = func() error {
+			pids, _ := filepath.Glob(glob)
+			killed := 0
+			for _, f := range pids {
+				if pid := readPid(f); alive(pid) {
+					_ = syscall.Kill(-pid, syscall.SIGKILL)
+					killed++
+				}
+			}
+			if killed == 0 {
+				return fmt.Errorf("kill the controller replica %s: no process of it runs on %s", name, node)
+			}
+			return nil
 		}
 	}
-	if killed == 0 {
-		return "", fmt.Errorf("kill the leader %s: no process of it runs on %s", name, pod.Spec.NodeName)
-	}
-	return name, nil
+	return out, nil
 }

@@ -43,10 +43,39 @@ func getJob(t *testing.T, ctx context.Context, e *e2eCluster, name string) *etjo
 	return j
 }
 
-func waitFinished(t *testing.T, ctx context.Context, e *e2eCluster, name string, timeout time.Duration, logs *launcherLogs) *etjobv1.ElasticJob {
+// waitProgressing waits until ok holds, like waitFor, but bounds the silence
+// rather than the wait: it fails once progress (a count of step lines) has
+// not grown for stall, or once ctx is done. A whole run's length depends on
+// the machine (a loaded CI machine trained a story at half its usual pace,
+// past a fixed 5-minute limit, while every rank made steps); a stuck job
+// stops counting at once.
+func waitProgressing(t *testing.T, ctx context.Context, what string, stall time.Duration, progress func() int, ok func() (bool, string)) {
+	t.Helper()
+	last, lastAt := progress(), time.Now()
+	for {
+		if err := ctx.Err(); err != nil {
+			_, word := ok()
+			t.Fatalf("waiting for %s: %v; last: %s", what, err, word)
+		}
+		done, word := ok()
+		if done {
+			return
+		}
+		if p := progress(); p != last {
+			last, lastAt = p, time.Now()
+		} else if time.Since(lastAt) > stall {
+			t.Fatalf("waiting for %s: no new step for %s (%d step lines); last: %s", what, stall, last, word)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// waitFinished waits until the job is Complete or Failed while its
+// launchers' logs show new steps at least every stall.
+func waitFinished(t *testing.T, ctx context.Context, e *e2eCluster, name string, stall time.Duration, logs *launcherLogs) *etjobv1.ElasticJob {
 	t.Helper()
 	var j *etjobv1.ElasticJob
-	waitFor(t, ctx, name+" finished", timeout, func() (bool, string) {
+	waitProgressing(t, ctx, name+" finished", stall, logs.steps, func() (bool, string) {
 		j = getJob(t, ctx, e, name)
 		return meta.IsStatusConditionTrue(j.Status.Conditions, etjobv1.ConditionComplete) ||
 			meta.IsStatusConditionTrue(j.Status.Conditions, etjobv1.ConditionFailed), fmt.Sprintf("%+v\n%s", j.Status.Conditions, tail(logs.text(), 20))

@@ -30,7 +30,6 @@ import (
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/localcluster"
 	"github.com/etjob/etjob/internal/scheme"
-	"github.com/etjob/etjob/internal/testutil"
 )
 
 // The Horovod stories run real horovodrun (Horovod 0.28.1 built by
@@ -89,7 +88,7 @@ func TestHorovodSeed001(t *testing.T) {
 	if got := podUID(t, ctx, e, "elastic-training-launcher"); got != launcher {
 		t.Errorf("the launcher was replaced during the resizes (%s -> %s): a job restart", launcher, got)
 	}
-	job := waitFinished(t, ctx, e, "elastic-training", testutil.LongTimeout, logs)
+	job := waitFinished(t, ctx, e, "elastic-training", 2*time.Minute, logs)
 	if !meta.IsStatusConditionTrue(job.Status.Conditions, etjobv1.ConditionComplete) || job.Status.Restarts != 0 || job.Status.Failures != 0 {
 		t.Errorf("want Complete with no restart and no failure: restarts %d, failures %d, conditions %+v",
 			job.Status.Restarts, job.Status.Failures, job.Status.Conditions)
@@ -195,7 +194,7 @@ func TestHorovodSpotStory(t *testing.T) {
 		return regexp.MustCompile(fmt.Sprintf(`resume step=%d world=\d+`, stopStep)).MatchString(logs.text()), tail(logs.text(), 20)
 	})
 
-	job := waitFinished(t, ctx, e, "fine-tuning-elastic", 8*time.Minute, logs)
+	job := waitFinished(t, ctx, e, "fine-tuning-elastic", 2*time.Minute, logs)
 	run := parseHorovodLog(logs.text())
 	if !meta.IsStatusConditionTrue(job.Status.Conditions, etjobv1.ConditionComplete) {
 		t.Fatalf("the job did not complete: %+v\n%s", job.Status.Conditions, tail(logs.text(), 40))
@@ -428,6 +427,17 @@ func (l *launcherLogs) text() string {
 		fmt.Fprintf(&b, "=== launcher %d\n%s", i, s.String())
 	}
 	return b.String()
+}
+
+// steps counts the step lines (a rank's step, or a resume) printed so far.
+func (l *launcherLogs) steps() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, s := range l.logs {
+		n += strings.Count(s.String(), "step=")
+	}
+	return n
 }
 
 func followLaunchers(t *testing.T, ctx context.Context, e *e2eCluster, job string) *launcherLogs {

@@ -17,7 +17,6 @@ import (
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/demo"
 	"github.com/etjob/etjob/internal/driver"
-	"github.com/etjob/etjob/internal/testutil"
 )
 
 // TestInProcessStory is issue #15's story on the local cluster: real
@@ -159,7 +158,16 @@ func TestInProcessStory(t *testing.T) {
 	run(e.local, "cluster", "reclaim", node, "--notice", "20s")
 	noticed := waitTraining("after "+pod+"'s node was reclaimed with a 20 s notice", 3, noticedAt)
 
-	waitFor(t, ctx, "the job Complete", testutil.LongTimeout, func() (bool, string) {
+	stepLines := func() int {
+		n := 0
+		for _, l := range logs() {
+			if l.Kind == "step" {
+				n++
+			}
+		}
+		return n
+	}
+	waitProgressing(t, ctx, "the job Complete", 2*time.Minute, stepLines, func() (bool, string) {
 		j := job()
 		if c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed); c != nil && c.Status == "True" {
 			t.Fatalf("the job failed: %s", c.Message)

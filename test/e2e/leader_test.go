@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -50,24 +52,77 @@ func TestLeaderKilledMidScaleOut(t *testing.T) {
 	}
 	before := liveWorkerUIDs(t, ctx, d)
 
-	// Every worker pod the scale-out creates, by name, from the moment it starts.
+	// Who leads, and how to kill each replica, known before the scale-out
+	// begins: the kill must land between its first pod and its last, which
+	// the leader creates about a second apart, and asking the API server
+	// who leads at that moment takes seconds on a loaded machine (a CI run
+	// killed the leader only after it had created every pod).
+	killers, err := e.ControllerKillers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := d.Clientset.CoordinationV1().Leases(localcluster.ControllerNamespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=" + localcluster.LeaseName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer leases.Stop()
+	var mu sync.Mutex
+	holder := ""
+	go func() {
+		for ev := range leases.ResultChan() {
+			if l, ok := ev.Object.(*coordinationv1.Lease); ok {
+				mu.Lock()
+				holder = localcluster.LeaseHolder(l, time.Now())
+				mu.Unlock()
+			}
+		}
+	}()
+	if err := d.WaitFor(ctx, "the Lease's holder", time.Minute, func() (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return killers[holder] != nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Every worker pod the scale-out creates, by name, from the moment it
+	// starts; the leader is killed on the first new one, in this watch.
 	w, err := d.Clientset.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{
 		LabelSelector: etjobv1.LabelJobName + "=" + job + "," + etjobv1.LabelRole + "=" + etjobv1.RoleWorker})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	var mu sync.Mutex
+	type kill struct {
+		name    string
+		created int
+		at      time.Time
+		err     error
+	}
+	killed := make(chan kill, 1)
 	created := map[string]map[types.UID]bool{}
 	go func() {
+		done := false
 		for ev := range w.ResultChan() {
-			if pod, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Added {
-				mu.Lock()
-				if created[pod.Name] == nil {
-					created[pod.Name] = map[types.UID]bool{}
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok || ev.Type != watch.Added {
+				continue
+			}
+			mu.Lock()
+			if created[pod.Name] == nil {
+				created[pod.Name] = map[types.UID]bool{}
+			}
+			created[pod.Name][pod.UID] = true
+			n, name := len(created), holder
+			mu.Unlock()
+			if !done && n > len(before) {
+				done = true
+				err := fmt.Errorf("no controller replica held the Lease when the scale-out began (last holder %q)", name)
+				if f := killers[name]; f != nil {
+					err = f()
 				}
-				created[pod.Name][pod.UID] = true
-				mu.Unlock()
+				killed <- kill{name: name, created: n, at: time.Now(), err: err}
 			}
 		}
 	}()
@@ -81,31 +136,34 @@ func TestLeaderKilledMidScaleOut(t *testing.T) {
 		scaleOut = out
 		scaled <- err
 	}()
-	// Kill the leader as soon as the scale-out has begun: the first new pod.
-	if err := d.WaitFor(ctx, "the scale-out to create a pod", 2*time.Minute, func() (bool, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(created) > len(before), nil
-	}); err != nil {
-		t.Fatal(err)
+	var k kill
+	select {
+	case k = <-killed:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the scale-out created no pod within 2 minutes")
 	}
-	old, err := e.KillLeader(ctx)
-	if err != nil {
-		t.Fatal(err)
+	if k.err != nil {
+		t.Fatal(k.err)
 	}
-	killed := time.Now()
-	mu.Lock()
-	atKill := len(created)
-	mu.Unlock()
-	t.Logf("killed the leading controller %s with %d of %d worker pods created", old, atKill, target)
-	if atKill >= target {
-		t.Errorf("the leader was killed after it created every pod (%d): not in the middle of the scale-out", atKill)
+	old := k.name
+	t.Logf("killed the leading controller %s with %d of %d worker pods created", old, k.created, target)
+	if k.created >= target {
+		t.Errorf("the leader was killed after it created every pod (%d): not in the middle of the scale-out", k.created)
 	}
 	next, err := e.WaitLeader(ctx, old)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s took the Lease over after %.1fs", next, time.Since(killed).Seconds())
+	t.Logf("%s took the Lease over after %.1fs", next, time.Since(k.at).Seconds())
+	// The replica killed was the one leading: nobody took the Lease between
+	// the moment the watch last saw it and the kill.
+	lease, err := d.Clientset.CoordinationV1().Leases(localcluster.ControllerNamespace).Get(ctx, localcluster.LeaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := lease.Spec.AcquireTime; a == nil || a.Time.Before(k.at) {
+		t.Fatalf("%s acquired the Lease at %v, before the kill of %s at %v: the replica killed was not leading", next, a, old, k.at)
+	}
 
 	select {
 	case err := <-scaled:
