@@ -63,6 +63,7 @@ def resources():
 
 
 def main():
+    faulthandler.enable()  # a crash prints its thread's stack first (the test's report shows it whole)
     faulthandler.register(signal.SIGUSR1)
     hold = os.environ.get("HOLD_FILE")
     if hold:  # torch imported: print `held` and wait for the test's go

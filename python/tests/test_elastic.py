@@ -169,7 +169,17 @@ class Job:
                 raise AssertionError("%s still runs after %.0f s:\n%s" % (n, timeout, self.dump()))
         return codes
 
-    def dump(self):
+    def dump(self, head=None):
+        """dump is the workers' report for a failure's message: computed only
+        when it is read (str), so that a message built for an assertion that
+        holds costs nothing and signals nobody. Reading it asks every
+        running worker for its stacks (SIGUSR1, faulthandler), which can
+        crash a Python process whose threads start or end at that moment
+        (CPython dumps other threads' frames with no lock): a dump made on a
+        passing path killed a worker with SIGSEGV in two CI runs."""
+        return _Report(lambda: self._dump() if head is None else "%s\n%s" % (head, self._dump()))
+
+    def _dump(self):
         for p in self.procs.values():  # the stacks of those still running (faulthandler)
             if p.poll() is None:
                 p.send_signal(signal.SIGCONT)
@@ -177,8 +187,15 @@ class Job:
         time.sleep(0.5)
         out = []
         for n in self.procs:
-            out.append("== %s (exit %s)" % (n, self.procs[n].poll()))
-            out += [l for l in self.lines(n, "err") if not l.startswith("step=")][-30:]
+            code = self.procs[n].poll()
+            out.append("== %s (exit %s)" % (n, code))
+            err = [l for l in self.lines(n, "err") if not l.startswith("step=")]
+            fatal = [i for i, l in enumerate(err) if l.startswith("Fatal Python error")]
+            if code is not None and code < 0 and fatal:
+                # a crash: faulthandler's whole report, the crashing thread first
+                out += err[:2] + ["..."] + err[fatal[-1]:][:80]
+            else:
+                out += err[-30:]
             out += self.lines(n)[-3:]
         return "\n".join(out)
 
@@ -188,6 +205,18 @@ class Job:
         ledger = [l for l in lines if l.startswith("ledger")]
         done = [l for l in lines if l.startswith("done")]
         return (ledger[-1] if ledger else None), (done[-1].split("weight=")[1] if done else None)
+
+
+class _Report:
+    """_Report is a text computed when first read."""
+
+    def __init__(self, make):
+        self._make, self._text = make, None
+
+    def __str__(self):
+        if self._text is None:
+            self._text = self._make()
+        return self._text
 
 
 def cpu_seconds(pid):
@@ -258,7 +287,7 @@ class Undisturbed:
         weights = set()
         for n in names:
             ledger, weight = job.done(n)
-            self.assertEqual(ledger, "ledger ok", "%s:\n%s" % (n, job.dump()))
+            self.assertEqual(ledger, "ledger ok", job.dump("%s:" % n))
             got = [float(v) for v in weight.split(",")]
             want = [float(v) for v in self.want.split(",")]
             # the same model up to float rounding (the sums run over other world sizes)
@@ -362,7 +391,7 @@ class InProcessRecoveryTest(Undisturbed, unittest.TestCase):
         self.assert_finished_like_undisturbed(job, list(job.procs))
         # the state went to the joiner only: the members, current, took none of it
         for n in ("w0", "w1", "w2"):
-            self.assertTrue(any("not needed here" in l for l in job.lines(n, "err")), "%s:\n%s" % (n, job.dump()))
+            self.assertTrue(any("not needed here" in l for l in job.lines(n, "err")), job.dump("%s:" % n))
         self.assertTrue(any(re.search(r"state from rank \d: [\d.]+ MB in", l) for l in job.lines(name, "err")), job.dump())
         joined = job.steps(name)[0][5]
         times = [s[5] for s in job.steps("w0")]
@@ -404,9 +433,9 @@ class InProcessRecoveryTest(Undisturbed, unittest.TestCase):
         self.assertEqual(set(codes.values()), {0}, job.dump())
         for n in job.procs:
             rolled = [l for l in job.lines(n, "err") if "rolling back" in l or "took more than" in l]
-            self.assertFalse(rolled, "%s: a collective gave up behind the save: %s\n%s" % (n, rolled, job.dump()))
+            self.assertFalse(rolled, job.dump("%s: a collective gave up behind the save: %s" % (n, rolled)))
         landed = [l for n in job.procs for l in job.lines(n) if l.startswith("checkpoint ")]
-        self.assertTrue(landed, "no background checkpoint landed:\n%s" % job.dump())
+        self.assertTrue(landed, job.dump("no background checkpoint landed:"))
         import etjob.torch as etorch
         self.assertGreaterEqual(etorch.latest_step(ckpt), 25)
         self.assert_finished_like_undisturbed(job, list(job.procs))
@@ -472,6 +501,38 @@ class InProcessRecoveryTest(Undisturbed, unittest.TestCase):
         self.assertEqual(set(codes.values()), {0}, again.dump())
         self.assertEqual(self.resumes(again)[0][1], stopped)
         self.assert_finished_like_undisturbed(again, list(again.procs))
+
+
+class DumpTest(unittest.TestCase):
+    """The workers' report is made when a failure's message is read, never
+    when an assertion that holds is called: making it signals every running
+    worker (SIGUSR1, for faulthandler's stacks), which crashed a worker
+    whose threads were ending at that moment (SIGSEGV, two CI runs, on a
+    passing path: `assertEqual(..., job.dump())`)."""
+
+    def test_a_report_signals_nobody_until_read(self):
+        job = Job(self, 0, "1:1")
+
+        class Worker:
+            signals = []
+
+            def poll(self):
+                return None
+
+            def send_signal(self, sig):
+                self.signals.append(sig)
+
+        job.procs["w0"] = Worker()
+        for ext in ("out", "err"):
+            with open(os.path.join(job.dir, "w0." + ext), "w") as f:
+                f.write("a line\n")
+        self.addCleanup(job.procs.clear)
+        report = job.dump("w0 failed:")
+        self.assertEqual(Worker.signals, [], "a report signalled the workers before anyone read it")
+        text = str(report)
+        self.assertIn(signal.SIGUSR1, Worker.signals)
+        self.assertTrue(text.startswith("w0 failed:\n== w0 (exit None)"), text)
+        self.assertEqual(str(report), text)
 
 
 @unittest.skipIf(dist is None or not getattr(elastic, "_ABORTABLE", False), "needs a torch whose gloo groups abort (2.x)")
@@ -573,8 +634,8 @@ class StoreAuthTest(unittest.TestCase):
         attacked = max(s[0] for s in job.steps("w0"))
         job.wait_step(attacked + 40)
         after = [s for n in job.procs for s in job.steps(n) if s[0] > attacked]
-        self.assertEqual({s[3] for s in after}, {gen}, "the workers left generation %d after the attacks (%s):\n%s"
-                         % (gen, out, job.dump()))
+        self.assertEqual({s[3] for s in after}, {gen},
+                         job.dump("the workers left generation %d after the attacks (%s):" % (gen, out)))
         for how, said in out.items():
             self.assertTrue(said.startswith("refused"), "%s: %s" % (how, said))
         job.kill_store()

@@ -42,7 +42,7 @@ class VoteRecoveryTest(te.Undisturbed, unittest.TestCase):
             codes = job.wait_exit(["w0", "w1"])
             self.assertEqual(codes, {"w0": 0, "w1": 0}, job.dump())
             for n in ("w0", "w1"):
-                self.assertIn("votes late=%d" % late, job.lines(n), "ACCUM=%s %s:\n%s" % (accum, n, job.dump()))
+                self.assertIn("votes late=%d" % late, job.lines(n), job.dump("ACCUM=%s %s:" % (accum, n)))
             self.assert_finished_like_undisturbed(job, ["w0", "w1"])
             job.close()
 
@@ -66,7 +66,7 @@ class FakeNCCLTest(te.Undisturbed, unittest.TestCase):
         job = self.last
         for n in ("w0", "w1", "w2"):
             # the communicator of the generation the kill ended
-            self.assertIn("fake-nccl: aborted %d" % self.g4, job.lines(n, "err"), "%s:\n%s" % (n, job.dump()))
+            self.assertIn("fake-nccl: aborted %d" % self.g4, job.lines(n, "err"), job.dump("%s:" % n))
 
     test_joiner_takes_the_state_by_broadcast = te.InProcessRecoveryTest.test_joiner_takes_the_state_by_broadcast
 

@@ -50,13 +50,13 @@ class StoreLossTest(Undisturbed, unittest.TestCase):
         self.assertEqual(set(codes.values()), {0}, job.dump())
         self.assert_survivors_kept_their_process(job, ["w0", "w1", "w2"], pids)
         during = [s for s in job.steps("w0") if lost < s[5] < back]
-        self.assertGreater(len(during), 5, "w0 did not train while the store was away:\n%s" % job.dump())
+        self.assertGreater(len(during), 5, job.dump("w0 did not train while the store was away:"))
         # the newcomer joined the members' generation line (world 4), from their state
         first = job.steps(name)[0]
         self.assertEqual(first[2], 4, job.dump())
         self.assertGreater(first[0], 20, "the newcomer started at step %d, not from the members' state" % first[0])
         for n in ("w0", "w1", "w2"):
-            self.assertTrue(any("store re-seeded" in l for l in job.lines(n, "err")), "%s:\n%s" % (n, job.dump()))
+            self.assertTrue(any("store re-seeded" in l for l in job.lines(n, "err")), job.dump("%s:" % n))
         self.assertLess(busy, 0.3, "w0 used %s of a core in 2-s windows after the store came back (old clients spinning?)" % windows)
         for gen, step, again in self.resumes(job):
             self.assertLessEqual(again, 1, "generation %d resumed at %d, %d steps done again" % (gen, step, again))
@@ -110,7 +110,7 @@ class RendezvousCrashPointTest(Undisturbed, unittest.TestCase):
         end = time.monotonic() + 60
         while time.monotonic() < end and not any(s[2] == 3 for s in job.steps("w2")):
             time.sleep(0.05)
-        self.assertTrue(any(s[2] == 3 for s in job.steps("w2")), "%s: the three ranks never trained together:\n%s" % (spec, job.dump()))
+        self.assertTrue(any(s[2] == 3 for s in job.steps("w2")), job.dump("%s: the three ranks never trained together:" % spec))
         at = time.time()
         job.store.add("fault-armed", 1)
         job.procs["w2"].kill()
@@ -119,7 +119,7 @@ class RendezvousCrashPointTest(Undisturbed, unittest.TestCase):
         while time.monotonic() < end and hit is None:
             hit = next((n for n in ("w0", "w1") if any(l.startswith("fault:") for l in job.lines(n, "err"))), None)
             time.sleep(0.05)
-        self.assertIsNotNone(hit, "%s: the fault never fired:\n%s" % (spec, job.dump()))
+        self.assertIsNotNone(hit, job.dump("%s: the fault never fired:" % spec))
         left = "w1" if hit == "w0" else "w0"
         codes = job.wait_exit([left], timeout=60)
         self.assertEqual(codes, {left: 0}, job.dump())

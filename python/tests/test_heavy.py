@@ -100,7 +100,7 @@ class HeavyTest(unittest.TestCase):
         self.assertEqual(len(stops), 1, job.dump())
         stopped = int(stops[0].split()[1].split("=")[1])
         import etjob.torch as etorch
-        self.assertEqual(etorch.latest_step(ckpt), stopped, "the stop's checkpoint is not the newest:\n%s" % job.dump())
+        self.assertEqual(etorch.latest_step(ckpt), stopped, job.dump("the stop's checkpoint is not the newest:"))
 
         # no survivor restarted; the thawed rank and the joiner took the state by broadcast
         for n in ("w0", "w2", joiner):
@@ -108,7 +108,7 @@ class HeavyTest(unittest.TestCase):
             self.assertEqual(seen, {pids[n]}, "%s's steps came from pids %s" % (n, seen))
         for n in ("w2", joiner):
             err = "\n".join(job.lines(n, "err"))
-            self.assertRegex(err, r"\(state from rank \d: [\d.]+ MB in", "%s did not take the state from a peer:\n%s" % (n, job.dump()))
+            self.assertRegex(err, r"\(state from rank \d: [\d.]+ MB in", job.dump("%s did not take the state from a peer:" % n))
         for gen, step, again in test_elastic.resumes(job):
             self.assertLessEqual(again, 1, "generation %d resumed at %d, %d steps done again" % (gen, step, again))
         wall = time.monotonic() - began
