@@ -186,6 +186,16 @@ func (d *Debouncer) Observe(n Notice, err error, now time.Time) (Notice, bool) {
 		return d.reported, false
 	}
 	d.raw = n
+	if n.Kind == Reclaim && d.reported.Kind == Reclaim && n.Deadline.After(d.reported.Deadline) {
+		// A node's termination time does not move later: a reading that
+		// names a later one while a reclaim is reported (a second notice
+		// for a node already under notice) keeps the reported notice, as
+		// the cloud may still take the node at the first deadline (found
+		// by TestHorovodSpotStory: a leaver republished on the later
+		// deadline was lost at the first inside Horovod's reset). Only a
+		// withdrawal (None) or an earlier deadline replaces it.
+		return d.reported, false
+	}
 	if n.Kind == Reclaim && n.Deadline.Before(now) {
 		n.Deadline = now
 	}

@@ -551,10 +551,15 @@ func TestDebouncer(t *testing.T) {
 			readings: []reading{{n: none}, {n: none}, {n: reclaim}, {n: reclaim}, {n: reclaim}},
 			want:     []step{{}, {none, true}, {none, false}, {reclaim, true}, {reclaim, false}},
 		},
-		"a changed deadline needs confirming too": {
+		"an earlier deadline needs confirming too": {
 			confirm:  2,
-			readings: []reading{{n: reclaim}, {n: reclaim}, {n: reclaim2}, {n: reclaim2}},
-			want:     []step{{}, {reclaim, true}, {reclaim, false}, {reclaim2, true}},
+			readings: []reading{{n: reclaim2}, {n: reclaim2}, {n: reclaim}, {n: reclaim}},
+			want:     []step{{}, {reclaim2, true}, {reclaim2, false}, {reclaim, true}},
+		},
+		"a later deadline never replaces the reported one": {
+			confirm:  2,
+			readings: []reading{{n: reclaim}, {n: reclaim}, {n: reclaim2}, {n: reclaim2}, {n: reclaim2}, {n: none}, {n: none}},
+			want:     []step{{}, {reclaim, true}, {reclaim, false}, {reclaim, false}, {reclaim, false}, {reclaim, false}, {none, true}},
 		},
 		"withdrawn after confirming": {
 			confirm:  2,
