@@ -102,6 +102,7 @@ else
   cat "$e2e_log"
   echo "== the stories:"
   grep -E '^\s*--- ' "$e2e_log" || true
+  awk -f hack/e2e-failures.awk "$e2e_log"
   rm -f "$e2e_log"
   exit 1
 fi
