@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // Version is set by the binary.
@@ -81,6 +83,9 @@ func progName(arg0 string) string {
 
 // Main runs the etjob command and returns its exit code.
 func Main() int {
+	// controller-runtime's clients log nothing the user needs; left unset,
+	// it prints a warning with a stack into a command that runs 30 s.
+	ctrllog.SetLogger(logr.Discard())
 	streams := IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
 	cmd := NewNamedRootCommand(progName(os.Args[0]), streams)
 	if err := cmd.Execute(); err != nil {

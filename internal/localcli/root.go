@@ -10,7 +10,9 @@ import (
 	"io"
 	"os"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/etjob/etjob/internal/cli"
 )
@@ -48,6 +50,9 @@ the user's CLI, etjob, against the cluster's kubeconfig.`,
 
 // Main runs the etjob-local command and returns its exit code.
 func Main() int {
+	// controller-runtime's clients log nothing the user needs; left unset,
+	// it prints a warning with a stack into a command that runs 30 s.
+	ctrllog.SetLogger(logr.Discard())
 	streams := cli.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
 	if err := NewRootCommand(streams).Execute(); err != nil {
 		_, _ = io.WriteString(streams.ErrOut, "error: "+err.Error()+"\n")

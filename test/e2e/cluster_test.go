@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/localcluster"
 	"github.com/etjob/etjob/internal/localcluster/processnode"
@@ -245,6 +248,10 @@ func buildBinaries(repo string) (string, localcluster.Binaries, error) {
 }
 
 func TestMain(m *testing.M) {
+	// The clients of the stories and of localcluster log nothing:
+	// controller-runtime otherwise prints a warning with a stack into the
+	// first story whose cluster takes 30 s to come up.
+	ctrllog.SetLogger(logr.Discard())
 	code := m.Run()
 	if built.dir != "" {
 		_ = os.RemoveAll(built.dir)

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -25,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/localcluster"
@@ -328,7 +326,6 @@ func (e *e2eCluster) cli(t *testing.T, args ...string) string {
 
 func (e *e2eCluster) client(t *testing.T) client.Client {
 	t.Helper()
-	ctrllog.SetLogger(logr.Discard())
 	cfg, err := e.RESTConfig()
 	if err != nil {
 		t.Fatal(err)
