@@ -2,10 +2,14 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -343,10 +347,18 @@ func (o *ScaleOptions) request(ctx context.Context, job *etjobv1.ElasticJob, pre
 	// The controller decides the outcome; wait a little longer than its timeout.
 	deadline := time.Now().Add(time.Duration(spec.TimeoutSeconds)*time.Second + 15*time.Second)
 	lastMembers := int32(-1)
+	var reads readRetry
 	for {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(req), req); err != nil {
-			return fmt.Errorf("reading the %s request %s: %w", kind, req.GetName(), err)
+			if !reads.again(f, err, deadline) {
+				return fmt.Errorf("reading the %s request %s: %w", kind, req.GetName(), err)
+			}
+			if err := sleep(ctx, o.Poll); err != nil {
+				return err
+			}
+			continue
 		}
+		reads.ok()
 		_, st := req.Request()
 		var cur etjobv1.ElasticJob
 		if err := c.Get(ctx, client.ObjectKeyFromObject(job), &cur); err == nil && cur.Status.Members != lastMembers {
@@ -399,10 +411,18 @@ func (o *ScaleOptions) wait(ctx context.Context, job *etjobv1.ElasticJob, prev, 
 	deadline := time.Now().Add(o.Timeout)
 	lastMembers, lastLeaving := int32(-1), int32(-1)
 	var cur etjobv1.ElasticJob
+	var reads readRetry
 	for {
 		if err := c.Get(ctx, key, &cur); err != nil {
-			return fmt.Errorf("waiting for %s: %w", jobRef(job.Name), err)
+			if !reads.again(f, err, deadline) {
+				return fmt.Errorf("waiting for %s: %w", jobRef(job.Name), err)
+			}
+			if err := sleep(ctx, o.Poll); err != nil {
+				return err
+			}
+			continue
 		}
+		reads.ok()
 		st := cur.Status
 		if st.Members != lastMembers || st.LeavingReplicas != lastLeaving {
 			f.log().Info(fmt.Sprintf("%s: %d of %d workers are members, %d leaving", job.Name, st.Members, target, st.LeavingReplicas))
@@ -437,4 +457,50 @@ func (o *ScaleOptions) wait(ctx context.Context, job *etjobv1.ElasticJob, prev, 
 	}
 	f.log().Warn(fmt.Sprintf("%s; restored the previous %d replicas", msg, prev))
 	return fmt.Errorf("%s; replicas restored to %d", msg, prev)
+}
+
+// readRetry lets a wait of minutes ride over the API server being busy,
+// slow or unreachable for a moment (a restart, a lost leader, 429s): such a
+// read is tried again until the wait's deadline, with one warning per run of
+// failures; any other error ends the wait at once.
+type readRetry struct{ failing bool }
+
+// again reports whether the wait goes on after err, warning on the first
+// failure of a run.
+func (r *readRetry) again(f *factory, err error, deadline time.Time) bool {
+	if !transient(err) || !time.Now().Before(deadline) {
+		return false
+	}
+	if !r.failing {
+		f.log().Warn(fmt.Sprintf("reading from the API server failed, trying again: %v", err))
+	}
+	r.failing = true
+	return true
+}
+
+// ok ends a run of failures.
+func (r *readRetry) ok() { r.failing = false }
+
+// transient reports whether a failed read may succeed if tried again.
+func transient(err error) bool {
+	if apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err) || apierrors.IsUnexpectedServerError(err) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }
