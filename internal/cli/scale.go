@@ -347,18 +347,10 @@ func (o *ScaleOptions) request(ctx context.Context, job *etjobv1.ElasticJob, pre
 	// The controller decides the outcome; wait a little longer than its timeout.
 	deadline := time.Now().Add(time.Duration(spec.TimeoutSeconds)*time.Second + 15*time.Second)
 	lastMembers := int32(-1)
-	var reads readRetry
 	for {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(req), req); err != nil {
-			if !reads.again(f, err, deadline) {
-				return fmt.Errorf("reading the %s request %s: %w", kind, req.GetName(), err)
-			}
-			if err := sleep(ctx, o.Poll); err != nil {
-				return err
-			}
-			continue
+		if err := o.getRetrying(ctx, client.ObjectKeyFromObject(req), req, deadline); err != nil {
+			return fmt.Errorf("reading the %s request %s: %w", kind, req.GetName(), err)
 		}
-		reads.ok()
 		_, st := req.Request()
 		var cur etjobv1.ElasticJob
 		if err := c.Get(ctx, client.ObjectKeyFromObject(job), &cur); err == nil && cur.Status.Members != lastMembers {
@@ -376,10 +368,8 @@ func (o *ScaleOptions) request(ctx context.Context, job *etjobv1.ElasticJob, pre
 			return fmt.Errorf("%s %s is still %q after %ds: is the etjob controller running? (kubectl get %s %s -o yaml)",
 				kind, req.GetName(), st.Phase, spec.TimeoutSeconds, kind, req.GetName())
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(o.Poll):
+		if err := sleep(ctx, o.Poll); err != nil {
+			return err
 		}
 	}
 }
@@ -411,18 +401,10 @@ func (o *ScaleOptions) wait(ctx context.Context, job *etjobv1.ElasticJob, prev, 
 	deadline := time.Now().Add(o.Timeout)
 	lastMembers, lastLeaving := int32(-1), int32(-1)
 	var cur etjobv1.ElasticJob
-	var reads readRetry
 	for {
-		if err := c.Get(ctx, key, &cur); err != nil {
-			if !reads.again(f, err, deadline) {
-				return fmt.Errorf("waiting for %s: %w", jobRef(job.Name), err)
-			}
-			if err := sleep(ctx, o.Poll); err != nil {
-				return err
-			}
-			continue
+		if err := o.getRetrying(ctx, key, &cur, deadline); err != nil {
+			return fmt.Errorf("waiting for %s: %w", jobRef(job.Name), err)
 		}
-		reads.ok()
 		st := cur.Status
 		if st.Members != lastMembers || st.LeavingReplicas != lastLeaving {
 			f.log().Info(fmt.Sprintf("%s: %d of %d workers are members, %d leaving", job.Name, st.Members, target, st.LeavingReplicas))
@@ -442,10 +424,8 @@ func (o *ScaleOptions) wait(ctx context.Context, job *etjobv1.ElasticJob, prev, 
 		if !time.Now().Before(deadline) {
 			break
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(o.Poll):
+		if err := sleep(ctx, o.Poll); err != nil {
+			return err
 		}
 	}
 	msg := fmt.Sprintf("%s timed out after %s: %d of %d workers are members", o.Verb, o.Timeout, cur.Status.Members, target)
@@ -459,27 +439,26 @@ func (o *ScaleOptions) wait(ctx context.Context, job *etjobv1.ElasticJob, prev, 
 	return fmt.Errorf("%s; replicas restored to %d", msg, prev)
 }
 
-// readRetry lets a wait of minutes ride over the API server being busy,
-// slow or unreachable for a moment (a restart, a lost leader, 429s): such a
-// read is tried again until the wait's deadline, with one warning per run of
-// failures; any other error ends the wait at once.
-type readRetry struct{ failing bool }
-
-// again reports whether the wait goes on after err, warning on the first
-// failure of a run.
-func (r *readRetry) again(f *factory, err error, deadline time.Time) bool {
-	if !transient(err) || !time.Now().Before(deadline) {
-		return false
+// getRetrying reads key into obj for a wait of minutes, riding over a
+// moment's API server trouble (a restart, a lost leader, 429s): a transient
+// failure is tried again every poll until deadline, with one warning per
+// run of failures; any other error is returned at once.
+func (o *ScaleOptions) getRetrying(ctx context.Context, key client.ObjectKey, obj client.Object, deadline time.Time) error {
+	warned := false
+	for {
+		err := o.clients.Client.Get(ctx, key, obj)
+		if err == nil || !transient(err) || !time.Now().Before(deadline) {
+			return err
+		}
+		if !warned {
+			o.factory.log().Warn(fmt.Sprintf("reading from the API server failed, trying again: %v", err))
+			warned = true
+		}
+		if err := sleep(ctx, o.Poll); err != nil {
+			return err
+		}
 	}
-	if !r.failing {
-		f.log().Warn(fmt.Sprintf("reading from the API server failed, trying again: %v", err))
-	}
-	r.failing = true
-	return true
 }
-
-// ok ends a run of failures.
-func (r *readRetry) ok() { r.failing = false }
 
 // transient reports whether a failed read may succeed if tried again.
 func transient(err error) bool {
