@@ -144,6 +144,25 @@ func (d *decision) horovodRanksGone() bool {
 	return true
 }
 
+// horovodRankLeaving reports whether a rank of horovodrun's set was told to
+// stop or is on a noticed node. A rank of that set that horovodrun then names
+// as the first to fail, killed (128 and up, 255 when its exec's connection
+// went with its node) or preempted (75), was taken with the stop under way:
+// its node's loss is often not seen yet when horovodrun stops on "failure
+// count == N" (every rank of its round non-zero), so its exit is a release.
+func (d *decision) horovodRankLeaving() bool {
+	published := map[string]bool{}
+	for _, h := range d.s.Job.Status.Membership.Hosts {
+		published[HostName(h)] = true
+	}
+	for _, w := range d.workers {
+		if published[w.pod.Name] && w.leaving() {
+			return true
+		}
+	}
+	return false
+}
+
 // noPreviousHost reports whether a launcher's termination message is
 // horovodrun's own for a change that kept no host of its set.
 func noPreviousHost(message string) bool {
@@ -173,16 +192,20 @@ func (d *decision) releaseStoppedLauncher() bool {
 // its message is its own for a change that kept no host. Any other exit
 // still counts, and so does one whose message names, as the first rank that
 // failed, a rank on a worker that was neither told to go nor lost (that rank
-// failed on its own), or one that could not run its command (126, 127).
+// failed on its own), or one that could not run its command (126, 127). A
+// first failed rank that was killed or preempted while another rank of the
+// set was leaving is a release too (horovodRankLeaving).
 func (d *decision) horovodExitReleased(l *podView) bool {
 	if l.exitCode == 126 || l.exitCode == 127 {
 		return false
 	}
-	if !l.released && !d.horovodStopped() && !d.horovodRanksGone() && !noPreviousHost(l.message) {
+	host, code, ok := firstFailedRank(l.message)
+	taken := ok && (code == etjobv1.ExitCodePreempted || code >= 128)
+	if !l.released && !d.horovodStopped() && !d.horovodRanksGone() && !noPreviousHost(l.message) &&
+		!(taken && d.horovodRankLeaving()) {
 		return false
 	}
-	host, code, ok := firstFailedRank(l.message)
-	if !ok || code == etjobv1.ExitCodePreempted || code >= 128 {
+	if !ok || taken {
 		return true
 	}
 	for _, w := range d.workers {

@@ -21,7 +21,7 @@ func TestDecideHorovodHandover(t *testing.T) {
 	suspendedCond := []metav1.Condition{{Type: etjobv1.ConditionSuspended, Status: metav1.ConditionTrue, Reason: etjobv1.ReasonWaitingForCapacity}}
 	two := etjobv1.MembershipStatus{Generation: 2, Hosts: []string{"j-worker-0:1", "j-worker-1:1"}}
 	noticed := func(deadline time.Time, names ...string) map[string]*corev1.Node {
-		m := nodes("od", "n2", "n3")
+		m := nodes("od", "n0", "n1", "n2", "n3")
 		for _, n := range names {
 			m[n] = MakeNode(n).Notice(deadline, "aws").Obj()
 		}
@@ -117,6 +117,47 @@ func TestDecideHorovodHandover(t *testing.T) {
 			wantSummary:    "WaitingForCapacity",
 			wantEvents: []wantEvent{
 				warning(etjobv1.EventRestarting, "launcher j-launcher ended after its ranks stopped (exit code 1)"),
+				normal(etjobv1.EventMembershipChanged, "generation 3: 0 members"),
+			},
+		},
+		"horovodrun's stop on every rank failing, the first lost with its node while the others were told, is a release": {
+			// The burst of session 23's failed run: two ranks told to stop
+			// at a notice, the third's node taken before its loss was seen
+			// (its pod still Ready), its exec ended with 255, and
+			// horovodrun stopped on "failure count == 3".
+			job: hvd().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3, Conditions: runningCond,
+				Membership: etjobv1.MembershipStatus{Generation: 5, Hosts: []string{"j-worker-0:1", "j-worker-1:1", "j-worker-2:1"}}})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Node("od").ExitedWith(1, t0, "ERROR:root:failure count == 3 -> stop running\n"+
+					"RuntimeError: Horovod detected that one or more processes exited with non-zero status, thus causing the job to be terminated. "+
+					"The first process to do so was:\nProcess name: j-worker-1[0]\nExit code: 255\n").Obj(),
+				leaving(0, "n0").Obj(), MakeWorker(base().Obj(), 1).Ready("n1").Obj(), leaving(2, "n2").Obj(),
+			},
+			nodes:          noticed(t0.Add(18*time.Second), "n0", "n2"),
+			wantDelete:     []string{"j-launcher", "j-worker-0", "j-worker-1", "j-worker-2"},
+			wantGeneration: 6,
+			wantRestarts:   1,
+			wantCondReason: map[string]string{etjobv1.ConditionSuspended: etjobv1.ReasonWaitingForCapacity},
+			wantSummary:    "WaitingForCapacity",
+			wantEvents: []wantEvent{
+				warning(etjobv1.EventRestarting, "launcher j-launcher ended after its ranks stopped (exit code 1)"),
+				normal(etjobv1.EventMembershipChanged, "generation 6: 0 members"),
+			},
+		},
+		"a rank killed while no rank of horovodrun's set was told to go still counts": {
+			job: hvd().RestartPolicy(etjobv1.RestartPolicyOnFailure).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2, Membership: two, Conditions: runningCond})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Node("od").ExitedWith(1, t0, "Process name: j-worker-1[0]\nExit code: 137\n").Obj(),
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(), MakeWorker(base().Obj(), 1).Ready("n1").Obj(),
+			},
+			nodes:          nodes("od", "n0", "n1"),
+			wantDelete:     []string{"j-launcher", "j-worker-0", "j-worker-1"},
+			wantGeneration: 3,
+			wantRestarts:   1,
+			wantFailures:   1,
+			wantSummary:    "Restarting",
+			wantEvents: []wantEvent{
+				warning(etjobv1.EventRestarting, "launcher j-launcher lost (exit code 1"),
 				normal(etjobv1.EventMembershipChanged, "generation 3: 0 members"),
 			},
 		},
