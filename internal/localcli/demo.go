@@ -49,7 +49,7 @@ kubectl get etjob,pods -w`,
 	cmd.Flags().IntVar(&o.epochs, "epochs", 40, "training epochs (22 steps each)")
 	cmd.Flags().IntVar(&o.width, "width", 160, "CNN width (work per step)")
 	cmd.Flags().DurationVar(&o.notice, "notice", 30*time.Second, "reclamation notice of each reclaimed node")
-	cmd.Flags().BoolVar(&o.baseline, "baseline", true, "first run the same training undisturbed, for the accuracy comparison")
+	cmd.Flags().BoolVar(&o.baseline, "baseline", true, "run the same training undisturbed beside the job, for the accuracy comparison")
 	cmd.Flags().IntVar(&o.churn, "churn", 0, "instead of the story, measure N loss-and-join events (4 workers on 4 spot nodes) and print medians")
 	cmd.Flags().BoolVar(&o.hard, "hard", false, "with --churn: hard losses (no notice) instead of noticed ones")
 	return cmd

@@ -29,7 +29,7 @@ func TestSpotStory(t *testing.T) {
 
 	res, err := demo.Run(ctx, demo.Options{
 		Cluster: cl, RepoRoot: repo, Namespace: "default", Job: "story",
-		Epochs: 24, Width: 96, Notice: 20 * time.Second, StepsBeforeLoss: 30, Baseline: true, Out: testWriter{t},
+		Epochs: 16, Width: 96, Notice: 20 * time.Second, StepsBeforeLoss: 30, Baseline: true, Out: testWriter{t},
 		Reclaimed: reclaimedProviders(),
 	})
 	if res != nil {
