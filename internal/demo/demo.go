@@ -107,8 +107,11 @@ func (s *story) run(ctx context.Context) error {
 	undisturbed := make(chan error, 1)
 	if s.Baseline {
 		s.say("undisturbed baseline: the same training, 2 processes, no cluster, beside the job")
+		// A story that ends early stops it too.
+		bctx, cancel := context.WithCancel(ctx)
+		defer cancel()
 		go func() {
-			acc, err := s.baseline(ctx)
+			acc, err := s.baseline(bctx)
 			if err == nil {
 				s.mu.Lock()
 				s.res.BaselineAccuracy = acc
@@ -194,7 +197,7 @@ func (s *story) run(ctx context.Context) error {
 	s.say("the job completed")
 	stopMeter()
 	if err := <-undisturbed; err != nil {
-		return fmt.Errorf("the undisturbed run: %w", err)
+		return err
 	}
 	if s.Baseline {
 		s.say("baseline accuracy %.4f", s.res.BaselineAccuracy)
