@@ -7,6 +7,7 @@
 package localcli
 
 import (
+	"fmt"
 	"io"
 	"os"
 
@@ -45,7 +46,28 @@ the user's CLI, etjob, against the cluster's kubeconfig.`,
 	sim := newSimCommand(streams)
 	sim.GroupID = "offline"
 	root.AddCommand(sim)
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every command below the root that only
+// groups others (`cluster`) fail on a word that names none of them: cobra
+// prints such a group's help and exits 0 for `etjob-local cluster delete`,
+// which reads as done. The group alone still prints its help.
+func refuseUnknownSubcommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
+	if !c.HasParent() || !c.HasSubCommands() || c.Runnable() {
+		return
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(c *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return c.Help()
+		}
+		return fmt.Errorf("unknown command %q for %q; see '%s --help'", args[0], c.CommandPath(), c.CommandPath())
+	}
 }
 
 // Main runs the etjob-local command and returns its exit code.
