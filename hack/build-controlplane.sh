@@ -23,6 +23,17 @@ for c in "${COMPONENTS[@]}" etcd; do [ -x "$BIN/$c" ] || missing+=("$c"); done
 if [ ${#missing[@]} -eq 0 ]; then echo "$BIN"; exit 0; fi
 
 mkdir -p "$BIN" "$SRC"
+# One build at a time: packages whose tests need the control plane run in
+# parallel under `go test ./...` and each may start this script on a cold
+# cache; two builds of one component into one .tmp file lose it
+# ("mv: cannot stat .../kube-apiserver.tmp"). The second waits, then finds
+# what the first built.
+exec 9>"$CACHE/controlplane/.build.lock"
+if ! flock -n 9; then
+  log "another build of the control plane is running; waiting for it"
+  flock 9
+fi
+
 export GOFLAGS="-mod=mod -buildvcs=false"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 
