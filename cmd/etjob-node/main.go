@@ -6,9 +6,9 @@ package main
 import (
 	"os"
 
-	"github.com/etjob/etjob/internal/localcluster"
+	"github.com/etjob/etjob/internal/localcluster/processnode"
 )
 
 func main() {
-	os.Exit(localcluster.NodeMain(os.Args[1:]))
+	os.Exit(processnode.Main(os.Args[1:]))
 }

@@ -70,6 +70,13 @@ var Walls = []Wall{
 		Forbid: []string{Module + "/internal/controller/..."},
 	},
 	{
+		Name: "the emulated cloud is a test double: nothing that ships in the controller, the agent, the user's binaries, api/ or pkg/ imports it",
+		From: []string{Module + "/cmd/etjob-controller", Module + "/cmd/etjob-agent", Module + "/cmd/etjob", Module + "/cmd/kubectl-etjob",
+			Module + "/internal/controller/...", Module + "/internal/agent/...", Module + "/internal/core/...", Module + "/internal/render/...",
+			Module + "/internal/cli/...", Module + "/api/...", Module + "/pkg/..."},
+		Forbid: []string{Module + "/internal/emucloud/..."},
+	},
+	{
 		Name:       "pkg/supervisor is the standard library only (Go workers import it)",
 		From:       []string{Module + "/pkg/supervisor"},
 		StdlibOnly: true,

@@ -77,6 +77,8 @@ func TestWallsCatchBreaks(t *testing.T) {
 			pkg(Module+"/cmd/etjob", false, Module+"/internal/cli"),
 			pkg(Module+"/cmd/kubectl-etjob", false, Module+"/internal/cli"),
 			pkg(Module+"/pkg/supervisor", false, "os"),
+			pkg(Module+"/internal/emucloud", false, "net/http", Module+"/internal/agent"),
+			pkg(Module+"/internal/localcluster/processnode", false, Module+"/internal/emucloud"),
 		} {
 			g[p.ImportPath] = p
 		}
@@ -103,6 +105,9 @@ func TestWallsCatchBreaks(t *testing.T) {
 		},
 		"pkg/supervisor is the standard library only": func(g Graph) {
 			g[Module+"/pkg/supervisor"].Deps = append(g[Module+"/pkg/supervisor"].Deps, "k8s.io/client-go/kubernetes")
+		},
+		"the emulated cloud is a test double": func(g Graph) {
+			g[Module+"/cmd/etjob-agent"].Deps = append(g[Module+"/cmd/etjob-agent"].Deps, Module+"/internal/emucloud")
 		},
 		"a wall whose packages are gone": func(g Graph) { delete(g, Module+"/internal/core") },
 	}

@@ -31,9 +31,9 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/agent"
-	"github.com/etjob/etjob/internal/agent/metadata"
 	"github.com/etjob/etjob/internal/agent/notice"
 	"github.com/etjob/etjob/internal/agent/price"
+	"github.com/etjob/etjob/internal/emucloud"
 	"github.com/etjob/etjob/internal/testutil"
 	"github.com/etjob/etjob/pkg/supervisor"
 )
@@ -53,7 +53,7 @@ func TestAgent(t *testing.T) {
 	if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	emu := metadata.New()
+	emu := emucloud.New()
 	mdsrv := httptest.NewServer(emu)
 	defer mdsrv.Close()
 	src, err := notice.New(notice.ProviderAWS, notice.Options{BaseURL: mdsrv.URL})
@@ -109,7 +109,7 @@ func TestAgent(t *testing.T) {
 	})
 
 	deadline := time.Now().Add(2 * time.Minute).UTC().Truncate(time.Second)
-	emu.SetReclaim(metadata.AWS, deadline)
+	emu.SetReclaim(emucloud.AWS, deadline)
 	testutil.Eventually(t, 20*time.Second, "the Node carries the notice annotations and taint", func() bool {
 		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil && n.Annotations[etjobv1.AnnotationNodeNotice] == deadline.Format(time.RFC3339) &&
@@ -808,7 +808,7 @@ func TestAgentPrice(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cs := startAPIServer(t)
-	md := metadata.New()
+	md := emucloud.New()
 	srv := httptest.NewServer(md)
 	defer srv.Close()
 	src, err := price.New(price.Local, srv.URL)
@@ -842,7 +842,7 @@ func TestAgentRedetects(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cs := startAPIServer(t)
-	emu := metadata.New()
+	emu := emucloud.New()
 	mdsrv := httptest.NewServer(emu)
 	defer mdsrv.Close()
 	var answers atomic.Bool
@@ -874,7 +874,7 @@ func TestAgentRedetects(t *testing.T) {
 		code, body := ready()
 		return code == http.StatusOK && strings.Contains(body, "cloud aws")
 	})
-	emu.SetReclaim(metadata.AWS, time.Now().Add(2*time.Minute).UTC().Truncate(time.Second))
+	emu.SetReclaim(emucloud.AWS, time.Now().Add(2*time.Minute).UTC().Truncate(time.Second))
 	testutil.Eventually(t, 20*time.Second, "the Node carries the cloud's notice", func() bool {
 		n, err := cs.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		return err == nil && n.Annotations[etjobv1.AnnotationNodeNotice] != ""

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/emucloud"
 )
 
 // Instance types and prices of the local cluster's nodes: GPU nodes are
@@ -49,7 +50,7 @@ func NewSystemNodeSpec() NodeSpec {
 
 // Providers are the clouds whose metadata services nodes emulate, in the
 // order nodes get them, so that a story reclaims nodes of every provider.
-var Providers = []string{"aws", "gcp", "azure", "alibaba"}
+var Providers = []string{emucloud.AWS, emucloud.GCP, emucloud.Azure, emucloud.Alibaba}
 
 // NewNodeSpec names a GPU node's capacity, price and cloud; index picks its
 // loopback /24 (and, round-robin, its cloud).
@@ -265,7 +266,7 @@ func (c *Cluster) node(ctx context.Context, name string) (*corev1.Node, error) {
 }
 
 // postMetadataControl POSTs to the control API of a node's emulated metadata
-// service (internal/agent/metadata), which answers 204.
+// service (internal/emucloud), which answers 204.
 func postMetadataControl(ctx context.Context, node *corev1.Node, path string) error {
 	u := fmt.Sprintf("http://%s:%d%s", internalIP(node), MetadataPort, path)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)

@@ -3,7 +3,7 @@
 // per provider, and debounces their answers into a stable Notice stream.
 //
 // The base URL of every source is a field so that tests and the local cluster
-// point it at an emulator (package internal/agent/metadata).
+// point it at an emulator (package internal/emucloud).
 package notice
 
 import (

@@ -17,8 +17,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/etjob/etjob/internal/agent/metadata"
 	"github.com/etjob/etjob/internal/agent/notice"
+	"github.com/etjob/etjob/internal/emucloud"
 )
 
 var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -273,7 +273,7 @@ func TestEmulator(t *testing.T) {
 	deadline := now.Add(2 * time.Minute)
 	for _, p := range notice.Providers {
 		t.Run(p, func(t *testing.T) {
-			emu := metadata.New()
+			emu := emucloud.New()
 			emu.Now = clock
 			base := serve(t, emu)
 			var src notice.Source
@@ -281,7 +281,7 @@ func TestEmulator(t *testing.T) {
 			case notice.ProviderGCP:
 				src = &notice.GCP{BaseURL: base, Now: clock, Window: 15 * time.Second}
 			case notice.ProviderAzure:
-				src = &notice.Azure{BaseURL: base, VMName: metadata.DefaultVMName}
+				src = &notice.Azure{BaseURL: base, VMName: emucloud.DefaultVMName}
 			default:
 				src = source(t, p, base)
 			}
@@ -325,7 +325,7 @@ func TestEmulator(t *testing.T) {
 // services refuse: IMDSv2 without a token, GCP without Metadata-Flavor,
 // Azure without Metadata: true.
 func TestEmulatorHeaders(t *testing.T) {
-	base := serve(t, metadata.New())
+	base := serve(t, emucloud.New())
 	testCases := map[string]struct {
 		method, path string
 		header       http.Header
@@ -390,7 +390,7 @@ func (c *countingHandler) count(key string) int {
 // TestAWSToken caches the IMDSv2 token, refreshes it before it expires and
 // fetches a new one when the service answers 401.
 func TestAWSToken(t *testing.T) {
-	emu := metadata.New()
+	emu := emucloud.New()
 	counter := &countingHandler{h: emu}
 	base := serve(t, counter)
 	at := now
@@ -412,7 +412,7 @@ func TestAWSToken(t *testing.T) {
 		t.Errorf("token requests near expiry = %d, want 2 (refreshed)", got)
 	}
 	emu.RevokeTokens()
-	emu.SetReclaim(metadata.AWS, now.Add(time.Minute))
+	emu.SetReclaim(emucloud.AWS, now.Add(time.Minute))
 	n, err := src.Poll(context.Background())
 	if err != nil {
 		t.Fatalf("Poll() after the tokens were revoked: %v", err)
@@ -427,10 +427,10 @@ func TestAWSToken(t *testing.T) {
 
 // TestAzureAck acknowledges the event through StartRequests.
 func TestAzureAck(t *testing.T) {
-	emu := metadata.New()
+	emu := emucloud.New()
 	base := serve(t, emu)
-	src := &notice.Azure{BaseURL: base, VMName: metadata.DefaultVMName}
-	emu.SetReclaim(metadata.Azure, now.Add(time.Minute))
+	src := &notice.Azure{BaseURL: base, VMName: emucloud.DefaultVMName}
+	emu.SetReclaim(emucloud.Azure, now.Add(time.Minute))
 	n, err := src.Poll(context.Background())
 	if err != nil || n.EventID == "" {
 		t.Fatalf("Poll() = %+v, %v, want a reclaim with an event id", n, err)
@@ -446,7 +446,7 @@ func TestAzureAck(t *testing.T) {
 // TestGCPWaitForChange long-polls instance/preempted: the answer comes as
 // soon as the value changes, not at the end of the timeout.
 func TestGCPWaitForChange(t *testing.T) {
-	emu := metadata.New()
+	emu := emucloud.New()
 	base := serve(t, emu)
 	src := &notice.GCP{BaseURL: base, WaitTimeout: 30 * time.Second}
 	if n, err := src.Poll(context.Background()); err != nil || n.Kind != notice.None {
@@ -461,7 +461,7 @@ func TestGCPWaitForChange(t *testing.T) {
 		done <- n
 	}()
 	time.Sleep(50 * time.Millisecond)
-	emu.SetReclaim(metadata.GCP, time.Time{})
+	emu.SetReclaim(emucloud.GCP, time.Time{})
 	select {
 	case n := <-done:
 		if n.Kind != notice.Reclaim {
@@ -600,7 +600,7 @@ func TestDebouncer(t *testing.T) {
 // TestWatch runs the poll loop against the emulator: the first settled
 // answer, a reclaim, and its withdrawal each reach onChange once.
 func TestWatch(t *testing.T) {
-	emu := metadata.New()
+	emu := emucloud.New()
 	base := serve(t, emu)
 	src, _ := notice.New(notice.ProviderAWS, notice.Options{BaseURL: base})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -619,7 +619,7 @@ func TestWatch(t *testing.T) {
 		}
 	}
 	next(notice.None)
-	emu.SetReclaim(metadata.AWS, time.Now().Add(time.Minute))
+	emu.SetReclaim(emucloud.AWS, time.Now().Add(time.Minute))
 	next(notice.Reclaim)
 	emu.Clear()
 	next(notice.None)
@@ -628,8 +628,8 @@ func TestWatch(t *testing.T) {
 // TestWatchConfirmsQuickly: the reading that confirms a change comes
 // ConfirmInterval after the first, not a poll interval (here an hour) later.
 func TestWatchConfirmsQuickly(t *testing.T) {
-	emu := metadata.New()
-	emu.SetReclaim(metadata.AWS, time.Now().Add(time.Minute))
+	emu := emucloud.New()
+	emu.SetReclaim(emucloud.AWS, time.Now().Add(time.Minute))
 	src, _ := notice.New(notice.ProviderAWS, notice.Options{BaseURL: serve(t, emu)})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -687,7 +687,7 @@ func TestDetect(t *testing.T) {
 	if calls.Load() != 4 {
 		t.Errorf("probes = %d, want 4 (one per provider)", calls.Load())
 	}
-	emu := serve(t, metadata.New())
+	emu := serve(t, emucloud.New())
 	if src := notice.Detect(context.Background(), notice.Options{BaseURL: emu}, time.Second); src == nil || src.Provider() != notice.ProviderAlibaba {
 		t.Errorf("Detect(emulator) = %v, want alibaba (first in order)", src)
 	}
@@ -706,13 +706,13 @@ func TestNewUnknown(t *testing.T) {
 	}
 }
 
-// TestDetectOneCloud: on an emulated VM of one cloud (metadata.Server.Only,
+// TestDetectOneCloud: on an emulated VM of one cloud (emucloud.Server.Only,
 // as each local-cluster node has), auto-detection finds that cloud, AWS
 // included, whose /latest/meta-data/instance-id asks for a token where
 // Alibaba's does not.
 func TestDetectOneCloud(t *testing.T) {
 	for _, p := range notice.Providers {
-		emu := metadata.New()
+		emu := emucloud.New()
 		emu.Only = p
 		src := notice.Detect(context.Background(), notice.Options{BaseURL: serve(t, emu)}, time.Second)
 		if src == nil || src.Provider() != p {

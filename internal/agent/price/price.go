@@ -21,7 +21,6 @@ import (
 	"time"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
-	"github.com/etjob/etjob/internal/agent/metadata"
 )
 
 // Source is a feed of this node's current price.
@@ -54,6 +53,10 @@ func New(name, baseURL string) (Source, error) {
 	return nil, fmt.Errorf("price source %q: want %s or %s", name, None, Local)
 }
 
+// LocalMarketPath is where the local cluster's emulated market answers a
+// node's price (its emulated cloud serves it).
+const LocalMarketPath = "/etjob/spot-price"
+
 // LocalMarket reads the local cluster's emulated market: GET
 // {BaseURL}/etjob/spot-price answers the price as text, 404 while it has
 // none.
@@ -71,7 +74,7 @@ func (m *LocalMarket) Price(ctx context.Context) (etjobv1.PricePerHour, bool, er
 	if c == nil {
 		c = &http.Client{Timeout: 2 * time.Second}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(m.BaseURL, "/")+metadata.SpotPrice, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(m.BaseURL, "/")+LocalMarketPath, nil)
 	if err != nil {
 		return 0, false, err
 	}

@@ -6,12 +6,12 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/etjob/etjob/internal/agent/metadata"
 	"github.com/etjob/etjob/internal/agent/price"
+	"github.com/etjob/etjob/internal/emucloud"
 )
 
 func TestLocalMarket(t *testing.T) {
-	md := metadata.New()
+	md := emucloud.New()
 	srv := httptest.NewServer(md)
 	defer srv.Close()
 	src, err := price.New(price.Local, srv.URL)

@@ -36,9 +36,9 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/agent"
-	"github.com/etjob/etjob/internal/agent/metadata"
 	"github.com/etjob/etjob/internal/agent/notice"
 	"github.com/etjob/etjob/internal/controller"
+	"github.com/etjob/etjob/internal/emucloud"
 	"github.com/etjob/etjob/internal/render"
 	"github.com/etjob/etjob/internal/scheme"
 	"github.com/etjob/etjob/internal/testutil"
@@ -420,7 +420,7 @@ func TestRealAgentUnderItsIdentity(t *testing.T) {
 	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	emu := metadata.New()
+	emu := emucloud.New()
 	mdsrv := httptest.NewServer(emu)
 	defer mdsrv.Close()
 	src, err := notice.New(notice.ProviderAWS, notice.Options{BaseURL: mdsrv.URL})
@@ -445,7 +445,7 @@ func TestRealAgentUnderItsIdentity(t *testing.T) {
 		}
 	}()
 	deadline := time.Now().Add(2 * time.Minute).UTC().Truncate(time.Second)
-	emu.SetReclaim(metadata.AWS, deadline)
+	emu.SetReclaim(emucloud.AWS, deadline)
 	marked := func(want bool) func() bool {
 		return func() bool {
 			n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})

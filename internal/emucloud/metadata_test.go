@@ -1,4 +1,4 @@
-package metadata_test
+package emucloud_test
 
 import (
 	"net/http"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/etjob/etjob/internal/agent/metadata"
+	"github.com/etjob/etjob/internal/emucloud"
 )
 
 // TestUnknownProvider panics with the provider's name: it is a programming
@@ -19,16 +19,16 @@ func TestUnknownProvider(t *testing.T) {
 			t.Errorf("SetReclaim(oracle) recovered %v, want a panic naming it", r)
 		}
 	}()
-	metadata.New().SetReclaim("oracle", time.Now())
+	emucloud.New().SetReclaim("oracle", time.Now())
 }
 
 // TestClear withdraws every provider's notice at once.
 func TestClear(t *testing.T) {
-	emu := metadata.New()
+	emu := emucloud.New()
 	srv := httptest.NewServer(emu)
 	defer srv.Close()
-	emu.SetReclaim(metadata.Alibaba, time.Date(2015, 1, 5, 18, 2, 0, 0, time.UTC))
-	emu.SetReclaim(metadata.GCP, time.Time{})
+	emu.SetReclaim(emucloud.Alibaba, time.Date(2015, 1, 5, 18, 2, 0, 0, time.UTC))
+	emu.SetReclaim(emucloud.GCP, time.Time{})
 	get := func(path string, h http.Header) (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
 		req.Header = h

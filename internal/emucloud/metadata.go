@@ -1,14 +1,18 @@
-// Package metadata is an emulated cloud instance metadata service: one
+// Package emucloud is the emulated cloud: an instance metadata service, one
 // http.Handler that serves the reclamation-notice paths of Alibaba ECS, AWS
 // (IMDSv2), GCP and Azure (Scheduled Events) at once, with the headers and
-// session tokens the real services require. Tests use it, and the local
-// cluster gives each process node one so that a notice can be sent to a node.
+// session tokens the real services require, and the local market's spot
+// price. It is a test double: tests use it, and the local cluster gives each
+// process node one so that a notice can be sent to a node. No package that
+// ships in the controller, the agent or the user's binaries imports it (a
+// wall of hack/walls); what it serves is owned by its readers, the agent's
+// notice and price packages.
 //
 // The paths served are only those the node agent reads (and the identity
 // paths its auto-detection probes). Alibaba and AWS share /latest/meta-data/:
 // the Alibaba paths (instance/spot/termination-time, instance-id) need no
 // token, the AWS notice paths need an IMDSv2 token.
-package metadata
+package emucloud
 
 import (
 	"crypto/rand"
@@ -21,14 +25,17 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/etjob/etjob/internal/agent/notice"
+	"github.com/etjob/etjob/internal/agent/price"
 )
 
-// Provider names accepted by SetReclaim and SetEarlyWarning.
+// Provider names accepted by SetReclaim and SetEarlyWarning: the agent's.
 const (
-	Alibaba = "alibaba"
-	AWS     = "aws"
-	GCP     = "gcp"
-	Azure   = "azure"
+	Alibaba = notice.ProviderAlibaba
+	AWS     = notice.ProviderAWS
+	GCP     = notice.ProviderGCP
+	Azure   = notice.ProviderAzure
 )
 
 // DefaultVMName is the VM name Azure events name unless Server.VMName is set.
@@ -96,12 +103,13 @@ func (s *Server) SetEarlyWarning(provider string) {
 	s.set(provider, state{kind: earlyWarning})
 }
 
-// SpotPrice is the path of the emulated market's price feed: this
-// instance's current spot price in US dollars an hour, as text (404 until
-// SetSpotPrice). No cloud serves a price from its metadata service; the
-// local cluster's emulated clouds do, so that a price feed (the agent's
-// price.Local) has something to read.
-const SpotPrice = "/etjob/spot-price"
+// SpotPrice is the path of the emulated market's price feed
+// (price.LocalMarketPath, where the agent reads it): this instance's current
+// spot price in US dollars an hour, as text (404 until SetSpotPrice). No
+// cloud serves a price from its metadata service; the local cluster's
+// emulated clouds do, so that a price feed (the agent's price.Local) has
+// something to read.
+const SpotPrice = price.LocalMarketPath
 
 // SetSpotPrice sets the price the feed answers ("" withdraws it).
 func (s *Server) SetSpotPrice(price string) {

@@ -1,4 +1,4 @@
-package localcluster
+package processnode
 
 import (
 	"context"
@@ -21,15 +21,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
-	"github.com/etjob/etjob/internal/agent/metadata"
-	"github.com/etjob/etjob/internal/localcluster/processnode"
+	"github.com/etjob/etjob/internal/emucloud"
 	"github.com/etjob/etjob/internal/logging"
 )
 
-// NodeMain runs one process node with command-line args and returns the exit
+// Main runs one process node with command-line args and returns the exit
 // code; cmd/etjob-node (what `etjob-local cluster` starts) runs it. It serves until SIGTERM or SIGINT, then stops its pods' processes.
-func NodeMain(args []string) int {
+func Main(args []string) int {
 	if err := runNode(args); err != nil {
 		fmt.Fprintln(os.Stderr, "etjob-node:", err)
 		return 1
@@ -50,7 +48,7 @@ func runNode(args []string) error {
 		mdListen   = fs.String("metadata-listen", "", "serve the node's emulated cloud metadata service and its control endpoints here")
 		mdProvider = fs.String("metadata-provider", "", "the one cloud (alibaba, aws, gcp, azure) whose metadata paths the service answers, as a real VM's does; empty answers all four")
 		clientCA   = fs.String("client-ca-file", "", "CA bundle that signs the kubelet API's callers' client certificates (the API server's); unset, the kubelet API serves anyone who reaches it")
-		imagesFile = fs.String("images", "", "the node's image table, a JSON list of {image, env, files} (processnode.Image): what each container image brings")
+		imagesFile = fs.String("images", "", "the node's image table, a JSON list of {image, env, files} (Image): what each container image brings")
 	)
 	var logOpts logging.Options
 	logOpts.AddFlags(fs)
@@ -60,7 +58,7 @@ func runNode(args []string) error {
 	if *nodeName == "" || *nodeIP == "" || *workDir == "" {
 		return fmt.Errorf("--node-name, --node-ip and --work-dir are required")
 	}
-	lbls, err := processnode.ParseLabels(*labels)
+	lbls, err := ParseLabels(*labels)
 	if err != nil {
 		return fmt.Errorf("--labels: %w", err)
 	}
@@ -78,11 +76,11 @@ func runNode(args []string) error {
 		return err
 	}
 	switch *mdProvider {
-	case "", metadata.Alibaba, metadata.AWS, metadata.GCP, metadata.Azure:
+	case "", emucloud.Alibaba, emucloud.AWS, emucloud.GCP, emucloud.Azure:
 	default:
 		return fmt.Errorf("--metadata-provider %q: want alibaba, aws, gcp, azure or empty (all four)", *mdProvider)
 	}
-	tnts, err := processnode.ParseTaints(*taints)
+	tnts, err := ParseTaints(*taints)
 	if err != nil {
 		return fmt.Errorf("--taints: %w", err)
 	}
@@ -97,7 +95,7 @@ func runNode(args []string) error {
 			return fmt.Errorf("--client-ca-file %s: no PEM certificate in it", *clientCA)
 		}
 	}
-	images, err := processnode.ReadImages(*imagesFile)
+	images, err := ReadImages(*imagesFile)
 	if err != nil {
 		return fmt.Errorf("--images: %w", err)
 	}
@@ -120,13 +118,13 @@ func runNode(args []string) error {
 		if err != nil {
 			return fmt.Errorf("--metadata-listen: %w", err)
 		}
-		md := metadata.New()
+		md := emucloud.New()
 		md.Only = *mdProvider
-		srv := &http.Server{Handler: MetadataHandler(md), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: emucloud.Handler(md), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
 	}
-	return processnode.Run(ctx, processnode.Options{
+	return Run(ctx, Options{
 		Client:    client,
 		NodeName:  *nodeName,
 		NodeIP:    *nodeIP,
@@ -134,66 +132,8 @@ func runNode(args []string) error {
 		Taints:    tnts,
 		ClientCAs: cas,
 		WorkDir:   *workDir,
-		Capacity:  corev1.ResourceList{processnode.ResourceGPU: *resource.NewQuantity(int64(*gpus), resource.DecimalSI)},
+		Capacity:  corev1.ResourceList{ResourceGPU: *resource.NewQuantity(int64(*gpus), resource.DecimalSI)},
 		Images:    images,
 		APIServer: api.Host,
 	})
-}
-
-// MetadataHandler serves a node's emulated cloud metadata service and, under
-// /etjob/, the controls `etjob-local cluster reclaim` uses, the way a cloud's own
-// control plane would change what its metadata service says:
-//
-//	POST /etjob/reclaim?provider=P&deadline=RFC3339
-//	POST /etjob/early-warning?provider=P
-//	POST /etjob/clear
-//	POST /etjob/price?value=1.5 (the market's price; the agent's price feed reads it)
-func MetadataHandler(md *metadata.Server) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/", md)
-	mux.HandleFunc("POST /etjob/reclaim", func(w http.ResponseWriter, r *http.Request) {
-		deadline, err := time.Parse(time.RFC3339, r.URL.Query().Get("deadline"))
-		if err != nil {
-			http.Error(w, "deadline: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		if err := setNotice(func() { md.SetReclaim(r.URL.Query().Get("provider"), deadline) }); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
-	mux.HandleFunc("POST /etjob/early-warning", func(w http.ResponseWriter, r *http.Request) {
-		if err := setNotice(func() { md.SetEarlyWarning(r.URL.Query().Get("provider")) }); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
-	mux.HandleFunc("POST /etjob/price", func(w http.ResponseWriter, r *http.Request) {
-		v := r.URL.Query().Get("value")
-		p, err := etjobv1.ParsePricePerHour(v)
-		if err != nil {
-			http.Error(w, "value: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		md.SetSpotPrice(p.String())
-		w.WriteHeader(http.StatusNoContent)
-	})
-	mux.HandleFunc("POST /etjob/clear", func(w http.ResponseWriter, _ *http.Request) {
-		md.Clear()
-		w.WriteHeader(http.StatusNoContent)
-	})
-	return mux
-}
-
-// setNotice turns the emulator's panic on an unknown provider into an error.
-func setNotice(f func()) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%v (providers: alibaba, aws, gcp, azure)", r)
-		}
-	}()
-	f()
-	return nil
 }
