@@ -6,6 +6,7 @@ package controller
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -211,12 +212,10 @@ func (r *ElasticJobReconciler) apply(ctx context.Context, job *etjobv1.ElasticJo
 		logger.V(1).Info("deleted pod", "pod", d.Name, "reason", d.Reason)
 	}
 	for _, s := range plan.Signal {
-		lead := ""
-		if s.StopLead > 0 {
-			lead = fmt.Sprintf(`,%q:"%d"`, etjobv1.AnnotationStopLead, int(s.StopLead/time.Second))
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": s.Annotations()}})
+		if err != nil {
+			return fmt.Errorf("signalling pod %s: %w", s.Pod, err)
 		}
-		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q,%q:%q%s}}}`,
-			etjobv1.AnnotationLeave, s.At.UTC().Format(time.RFC3339), etjobv1.AnnotationLeaveReason, s.Reason, lead)
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: s.Pod, Namespace: job.Namespace}}
 		if err := r.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("signalling pod %s: %w", s.Pod, err)

@@ -60,6 +60,21 @@ type Signal struct {
 	StopLead time.Duration
 }
 
+// Annotations are the annotations that carry s on its pod (the leave
+// signal's one writer: the controller patches them, the simulator and the
+// property test set them): etjob.dev/leave, etjob.dev/leave-reason and,
+// when StopLead is set, etjob.dev/stop-lead in whole seconds.
+func (s Signal) Annotations() map[string]string {
+	a := map[string]string{
+		etjobv1.AnnotationLeave:       s.At.UTC().Format(time.RFC3339),
+		etjobv1.AnnotationLeaveReason: s.Reason,
+	}
+	if s.StopLead > 0 {
+		a[etjobv1.AnnotationStopLead] = strconv.Itoa(int(s.StopLead / time.Second))
+	}
+	return a
+}
+
 // Event is a Kubernetes Event about the job.
 type Event struct {
 	// Warning makes it a Warning Event; else it is Normal.

@@ -80,11 +80,7 @@ func (w *world) apply(t *testing.T, plan core.Plan) {
 		if p.Annotations == nil {
 			p.Annotations = map[string]string{}
 		}
-		p.Annotations[etjobv1.AnnotationLeave] = s.At.UTC().Format(time.RFC3339)
-		p.Annotations[etjobv1.AnnotationLeaveReason] = s.Reason
-		if s.StopLead > 0 {
-			p.Annotations[etjobv1.AnnotationStopLead] = strconv.Itoa(int(s.StopLead / time.Second))
-		}
+		maps.Copy(p.Annotations, s.Annotations())
 	}
 	job := w.job.DeepCopy()
 	job.Status = plan.Status

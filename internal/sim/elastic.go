@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -451,11 +452,7 @@ func (w *elastic) apply(plan core.Plan) bool {
 		if p.Annotations == nil {
 			p.Annotations = map[string]string{}
 		}
-		p.Annotations[etjobv1.AnnotationLeave] = s.At.UTC().Format(time.RFC3339)
-		p.Annotations[etjobv1.AnnotationLeaveReason] = s.Reason
-		if s.StopLead > 0 {
-			p.Annotations[etjobv1.AnnotationStopLead] = strconv.Itoa(int(s.StopLead / time.Second))
-		}
+		maps.Copy(p.Annotations, s.Annotations())
 		if s.Reason == etjobv1.ReasonWaitingForCapacity {
 			w.res.StoppedBelowMin++
 		}
