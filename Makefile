@@ -20,11 +20,12 @@ build: ## Build the binaries into bin/: etjob and kubectl-etjob (the user's CLI)
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o bin/ ./cmd/...
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, the CRDs and RBAC (controller-gen, into the chart), then config/.
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, the CRDs and RBAC (controller-gen, into the chart), the Python contract (python/etjob/contract.py), then config/.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=./api/... output:crd:dir=charts/etjob/crds
 	$(GO) run ./hack/crdtrim charts/etjob/crds/etjob.dev_elasticjobs.yaml
 	$(CONTROLLER_GEN) rbac:roleName=etjob-controller paths=./internal/controller/... output:rbac:dir=charts/etjob/templates/rbac
+	ETJOB_UPDATE_CONTRACT=1 $(GO) test -count=1 -run '^TestPythonContract$$' ./api/v1alpha1/
 	$(MAKE) manifests
 
 .PHONY: manifests

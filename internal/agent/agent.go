@@ -33,7 +33,6 @@ import (
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/agent/notice"
 	"github.com/etjob/etjob/internal/agent/price"
-	"github.com/etjob/etjob/internal/render"
 )
 
 // DefaultKubernetesNoticeWindow is the time a Kubernetes-side notice (a
@@ -415,7 +414,7 @@ func (a *Agent) listen() (net.Listener, error) {
 		if host == "" {
 			a.log.Warn("the node has no InternalIP yet; listening on all addresses")
 		}
-		addr = net.JoinHostPort(host, fmt.Sprint(render.AgentPort))
+		addr = net.JoinHostPort(host, fmt.Sprint(etjobv1.AgentPort))
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {

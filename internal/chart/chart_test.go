@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/chart"
 	"github.com/etjob/etjob/internal/testutil"
 )
@@ -175,5 +177,36 @@ func TestKustomizeDiff(t *testing.T) {
 	}
 	if got := strings.Join(stale, " "); got != "agent/extra.yaml manager/manager.yaml rbac/role.yaml" {
 		t.Errorf("Diff = %q, want the stray, the edited and the missing file", got)
+	}
+}
+
+// TestAgentPort holds the chart's agent port equal to the worker contract's
+// (etjobv1.AgentPort, where render points every worker's $ETJOB_AGENT_ADDR):
+// its --listen flag, its container and host port, and its readiness probe.
+func TestAgentPort(t *testing.T) {
+	objs, err := chart.Objects(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := testutil.Container(t, testutil.Find(t, objs, "DaemonSet", "etjob-agent"))
+	port := fmt.Sprint(etjobv1.AgentPort)
+	if a := toStrings(agent["args"]); !slices.Contains(a, "--listen=$(NODE_IP):"+port) {
+		t.Errorf("agent args %q: want --listen=$(NODE_IP):%s", a, port)
+	}
+	ports, _ := agent["ports"].([]any)
+	found := false
+	for _, p := range ports {
+		m, _ := p.(map[string]any)
+		if fmt.Sprint(m["containerPort"]) == port && fmt.Sprint(m["hostPort"]) == port {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("agent ports %v: want containerPort and hostPort %s", ports, port)
+	}
+	probe, _ := agent["readinessProbe"].(map[string]any)
+	get, _ := probe["httpGet"].(map[string]any)
+	if fmt.Sprint(get["port"]) != port {
+		t.Errorf("agent readiness probe %v: want port %s", probe, port)
 	}
 }

@@ -251,8 +251,8 @@ type NodeSpec struct {
 const (
 	// MetadataPort serves the node's emulated cloud metadata service.
 	MetadataPort = 8775
-	// AgentPort serves the node agent's pod signals (render.AgentPort).
-	AgentPort = 9477
+	// AgentPort serves the node agent's pod signals.
+	AgentPort = etjobv1.AgentPort
 )
 
 // NodeIP is the node's loopback address.

@@ -22,9 +22,6 @@ import (
 	"github.com/etjob/etjob/python"
 )
 
-// AgentPort is the port of the node agent's node-local signal endpoint.
-const AgentPort = 9477
-
 // spotTolerations are the taints that providers put on spot nodes.
 var spotTolerations = []corev1.Toleration{
 	{Key: "cloud.google.com/gke-spot", Operator: corev1.TolerationOpEqual, Value: "true", Effect: corev1.TaintEffectNoSchedule},
@@ -87,7 +84,7 @@ func Worker(job *etjobv1.ElasticJob, index int32) *corev1.Pod {
 	// blacklists by name); a kubelet restarting in place would hide failures.
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	env := append(jobEnv(job), podIdentityEnv()...)
-	env = append(env, corev1.EnvVar{Name: "ETJOB_WORKER_INDEX", Value: strconv.Itoa(int(index))})
+	env = append(env, corev1.EnvVar{Name: etjobv1.EnvWorkerIndex, Value: strconv.Itoa(int(index))})
 	if job.Spec.Framework == etjobv1.FrameworkTorchrun {
 		env = append(env, torchrunEnv(job)...)
 	}
@@ -280,7 +277,7 @@ func Launcher(job *etjobv1.ElasticJob) *corev1.Pod {
 		// A store that replaces one (spec.recovery InProcess) says so to
 		// the workers that connect: none of them may open a generation in it
 		// before the members have told it theirs (etjob.rdzv, etjob.elastic).
-		env = append(env, corev1.EnvVar{Name: "ETJOB_RDZV_REPLACEMENT", Value: strconv.Itoa(int(job.Status.LauncherReplacements))},
+		env = append(env, corev1.EnvVar{Name: etjobv1.EnvRendezvousReplacement, Value: strconv.Itoa(int(job.Status.LauncherReplacements))},
 			corev1.EnvVar{Name: etjobv1.EnvStoreSecretFile, Value: etjobv1.StoreSecretPath})
 		mountStoreSecret(&pod.Spec, job)
 	}
@@ -349,16 +346,16 @@ func jobEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
 		{Name: "minWorkers", Value: strconv.Itoa(int(s.MinReplicas))},
 		{Name: "maxWorkers", Value: strconv.Itoa(int(s.MaxReplicas))},
 		{Name: "gpus", Value: strconv.Itoa(int(core.GPUsPerWorker(&s)))},
-		{Name: "ETJOB_JOB_NAME", Value: job.Name},
-		{Name: "ETJOB_NAMESPACE", Value: job.Namespace},
-		{Name: "ETJOB_RDZV_ENDPOINT", Value: RendezvousEndpoint(job)},
-		{Name: "ETJOB_FRAMEWORK", Value: string(s.Framework)},
-		{Name: "ETJOB_SLOTS_PER_WORKER", Value: strconv.Itoa(int(core.SlotsPerWorker(&s)))},
-		{Name: "ETJOB_ATTEMPT", Value: strconv.Itoa(int(job.Status.Restarts))},
-		{Name: "ETJOB_EXIT_CODE_PREEMPTED", Value: strconv.Itoa(etjobv1.ExitCodePreempted)},
+		{Name: etjobv1.EnvJobName, Value: job.Name},
+		{Name: etjobv1.EnvNamespace, Value: job.Namespace},
+		{Name: etjobv1.EnvRendezvousEndpoint, Value: RendezvousEndpoint(job)},
+		{Name: etjobv1.EnvFramework, Value: string(s.Framework)},
+		{Name: etjobv1.EnvSlotsPerWorker, Value: strconv.Itoa(int(core.SlotsPerWorker(&s)))},
+		{Name: etjobv1.EnvAttempt, Value: strconv.Itoa(int(job.Status.Restarts))},
+		{Name: etjobv1.EnvExitCodePreempted, Value: strconv.Itoa(etjobv1.ExitCodePreempted)},
 	}
 	if s.CheckpointDir != "" {
-		env = append(env, corev1.EnvVar{Name: "ETJOB_CHECKPOINT_DIR", Value: s.CheckpointDir})
+		env = append(env, corev1.EnvVar{Name: etjobv1.EnvCheckpointDir, Value: s.CheckpointDir})
 	}
 	return env
 }
@@ -367,10 +364,10 @@ func jobEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
 // (etjob.supervisor reads them).
 func podIdentityEnv() []corev1.EnvVar {
 	return []corev1.EnvVar{
-		{Name: "ETJOB_POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
-		{Name: "ETJOB_POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
-		{Name: "ETJOB_NODE_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
-		{Name: "ETJOB_AGENT_ADDR", Value: "$(ETJOB_NODE_IP):" + strconv.Itoa(AgentPort)},
+		{Name: etjobv1.EnvPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: etjobv1.EnvPodIP, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+		{Name: etjobv1.EnvNodeIP, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.hostIP"}}},
+		{Name: etjobv1.EnvAgentAddr, Value: "$(" + etjobv1.EnvNodeIP + "):" + strconv.Itoa(etjobv1.AgentPort)},
 	}
 }
 
@@ -379,16 +376,16 @@ func podIdentityEnv() []corev1.EnvVar {
 func torchrunEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
 	s := job.Spec
 	return []corev1.EnvVar{
-		{Name: "PET_NNODES", Value: fmt.Sprintf("%d:%d", s.MinReplicas, s.MaxReplicas)},
-		{Name: "PET_NPROC_PER_NODE", Value: strconv.Itoa(int(core.SlotsPerWorker(&s)))},
-		{Name: "PET_RDZV_BACKEND", Value: "c10d"},
-		{Name: "PET_RDZV_ENDPOINT", Value: RendezvousEndpoint(job)},
-		{Name: "PET_RDZV_ID", Value: RendezvousID(job)},
+		{Name: etjobv1.EnvTorchrunNNodes, Value: fmt.Sprintf("%d:%d", s.MinReplicas, s.MaxReplicas)},
+		{Name: etjobv1.EnvTorchrunNProcPerNode, Value: strconv.Itoa(int(core.SlotsPerWorker(&s)))},
+		{Name: etjobv1.EnvTorchrunRdzvBackend, Value: "c10d"},
+		{Name: etjobv1.EnvTorchrunRdzvEndpoint, Value: RendezvousEndpoint(job)},
+		{Name: etjobv1.EnvTorchrunRdzvID, Value: RendezvousID(job)},
 		// is_host=false: the store lives in the launcher, never on a worker
 		// whose loss would take the job down (measured with torch 1.13's agents).
-		{Name: "PET_RDZV_CONF", Value: "is_host=false,join_timeout=600,last_call_timeout=3"},
-		{Name: "PET_MAX_RESTARTS", Value: "1000"},
-		{Name: "PET_MONITOR_INTERVAL", Value: "0.25"},
+		{Name: etjobv1.EnvTorchrunRdzvConf, Value: "is_host=false,join_timeout=600,last_call_timeout=3"},
+		{Name: etjobv1.EnvTorchrunMaxRestarts, Value: "1000"},
+		{Name: etjobv1.EnvTorchrunMonitorInterval, Value: "0.25"},
 	}
 }
 

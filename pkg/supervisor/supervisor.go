@@ -139,6 +139,17 @@ type Supervisor struct {
 	calls int64
 }
 
+// The environment the controller gives a worker (api/v1alpha1's contract.go
+// owns the names; this package imports only the standard library, so its
+// tests hold these copies equal to it).
+const (
+	EnvAgentAddr       = "ETJOB_AGENT_ADDR"
+	EnvNamespace       = "ETJOB_NAMESPACE"
+	EnvPodName         = "ETJOB_POD_NAME"
+	EnvAgentTokenPath  = "ETJOB_AGENT_TOKEN_PATH"
+	EnvRendezvousRound = "ETJOB_RDZV_ROUND"
+)
+
 // New returns a Supervisor; Start begins polling.
 func New(o Options) *Supervisor {
 	env := func(v, key string) string {
@@ -147,17 +158,17 @@ func New(o Options) *Supervisor {
 		}
 		return os.Getenv(key)
 	}
-	o.AgentAddr = env(o.AgentAddr, "ETJOB_AGENT_ADDR")
-	o.Namespace = env(o.Namespace, "ETJOB_NAMESPACE")
+	o.AgentAddr = env(o.AgentAddr, EnvAgentAddr)
+	o.Namespace = env(o.Namespace, EnvNamespace)
 	if o.Namespace == "" {
 		o.Namespace = "default"
 	}
-	o.Pod = env(env(o.Pod, "ETJOB_POD_NAME"), "HOSTNAME")
+	o.Pod = env(env(o.Pod, EnvPodName), "HOSTNAME")
 	if o.TokenPath == "" {
 		// The pod's token for the agent's audience. Without one no token is
 		// sent: the pod's API token (TokenPath) goes over the agent's plain
 		// HTTP only where ETJOB_AGENT_TOKEN_PATH names it (L3).
-		o.TokenPath = os.Getenv("ETJOB_AGENT_TOKEN_PATH")
+		o.TokenPath = os.Getenv(EnvAgentTokenPath)
 	}
 	if o.Interval <= 0 {
 		o.Interval = 100 * time.Millisecond
@@ -198,7 +209,7 @@ func (s *Supervisor) Start(ctx context.Context) *Supervisor {
 			}()
 		}
 		if s.opts.AgentAddr == "" {
-			s.warnOnce("no-agent", "ETJOB_AGENT_ADDR is not set: only SIGTERM will stop this worker")
+			s.warnOnce("no-agent", EnvAgentAddr+" is not set: only SIGTERM will stop this worker")
 			return
 		}
 		go func() {
@@ -256,7 +267,7 @@ func (s *Supervisor) heartbeat() url.Values {
 			return nil
 		}
 		world, err1 := strconv.ParseInt(cmp.Or(os.Getenv("WORLD_SIZE"), "1"), 10, 32)
-		round, err2 := strconv.ParseInt(cmp.Or(os.Getenv("ETJOB_RDZV_ROUND"), "0"), 10, 64)
+		round, err2 := strconv.ParseInt(cmp.Or(os.Getenv(EnvRendezvousRound), "0"), 10, 64)
 		if err1 != nil || err2 != nil {
 			return nil
 		}
@@ -402,7 +413,7 @@ func (s *Supervisor) PollOnce(ctx context.Context) error {
 // controller shows the newest in status.lastCheckpoint.
 func (s *Supervisor) ReportProgress(ctx context.Context, p Progress) error {
 	if s.opts.AgentAddr == "" {
-		return fmt.Errorf("ETJOB_AGENT_ADDR is not set")
+		return fmt.Errorf("%s is not set", EnvAgentAddr)
 	}
 	body, err := json.Marshal(p)
 	if err != nil {

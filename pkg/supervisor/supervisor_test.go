@@ -267,3 +267,20 @@ func TestNoTokenByDefault(t *testing.T) {
 		t.Errorf("Authorization headers %q, want none", stub.auth)
 	}
 }
+
+// TestContractNames holds this package's copies of the worker contract's
+// names equal to their owner, api/v1alpha1 (this package imports only the
+// standard library).
+func TestContractNames(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{supervisor.EnvAgentAddr, etjobv1.EnvAgentAddr},
+		{supervisor.EnvNamespace, etjobv1.EnvNamespace},
+		{supervisor.EnvPodName, etjobv1.EnvPodName},
+		{supervisor.EnvAgentTokenPath, etjobv1.EnvAgentTokenPath},
+		{supervisor.EnvRendezvousRound, etjobv1.EnvRendezvousRound},
+	} {
+		if c.got != c.want {
+			t.Errorf("supervisor has %q where api/v1alpha1 has %q", c.got, c.want)
+		}
+	}
+}

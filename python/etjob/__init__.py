@@ -6,4 +6,4 @@ Modules:
 
 # The reserved exit code of a worker that stops because it was told to
 # (EX_TEMPFAIL); the controller counts it as a preemption, never a failure.
-EXIT_CODE_PREEMPTED = 75
+from etjob.contract import EXIT_CODE_PREEMPTED  # noqa: F401 (api/v1alpha1 owns it)

@@ -76,7 +76,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from etjob import EXIT_CODE_PREEMPTED
+from etjob import EXIT_CODE_PREEMPTED, contract
 from etjob import supervisor as sup_module
 from etjob.generations import (  # noqa: F401 - the module's names, as before the split
     PROTOCOL, _ABORTABLE, BelowMin, CollectiveError, Context, Group, MembershipChanged, _env_float, _fatal, _log)
@@ -134,7 +134,7 @@ def _context():
     global _ctx
     if _ctx is None:
         _install_exit()
-        sup = sup_module.Supervisor().start() if os.environ.get("ETJOB_AGENT_ADDR") else sup_module.Supervisor(agent_addr="")
+        sup = sup_module.Supervisor().start() if os.environ.get(contract.ENV_AGENT_ADDR) else sup_module.Supervisor(agent_addr="")
         _ctx = Context(sup=sup)
     return _ctx
 

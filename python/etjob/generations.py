@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from etjob import EXIT_CODE_PREEMPTED
-from etjob import storeauth, storeclient
+from etjob import contract, storeauth, storeclient
 from etjob.storeclient import StoreClient, new_client
 
 
@@ -167,7 +167,7 @@ class Context:
     """
 
     def __init__(self, store=None, prefix=None, ident=None, min_size=None, max_size=None, sup=None):
-        endpoint = os.environ.get("ETJOB_RDZV_ENDPOINT") or os.environ.get("PET_RDZV_ENDPOINT", "")
+        endpoint = os.environ.get(contract.ENV_RENDEZVOUS_ENDPOINT) or os.environ.get(contract.ENV_TORCHRUN_RDZV_ENDPOINT, "")
         self.collective_timeout = _env_float("ETJOB_COLLECTIVE_TIMEOUT", "300")
         self.heartbeat_timeout = _env_float("ETJOB_HEARTBEAT_TIMEOUT", "5")
         # A collective's deadline grows with the bytes it moves, at this
@@ -212,10 +212,10 @@ class Context:
         self._member_of = None   # the token of the store this rank last became a member in
         self._orphaned = False   # the job went on without this rank while its store was replaced
         self.store = StoreClient(store, self.host, self.port, limit=self.store_loss, on_connect=self._reseed)
-        rid = os.environ.get("PET_RDZV_ID") or os.environ.get("ETJOB_RDZV_ID") or "default"
+        rid = os.environ.get(contract.ENV_TORCHRUN_RDZV_ID) or os.environ.get("ETJOB_RDZV_ID") or "default"
         self.prefix = prefix if prefix is not None else "etjob/elastic/%s/" % rid
-        self.id = ident or os.environ.get("ETJOB_POD_NAME") or "%s-%d" % (os.uname().nodename, os.getpid())
-        lo, _, hi = os.environ.get("PET_NNODES", "1:1000000").partition(":")
+        self.id = ident or os.environ.get(contract.ENV_POD_NAME) or "%s-%d" % (os.uname().nodename, os.getpid())
+        lo, _, hi = os.environ.get(contract.ENV_TORCHRUN_N_NODES, "1:1000000").partition(":")
         self.min = min_size if min_size is not None else int(lo or 1)
         self.max = max_size if max_size is not None else int(hi or lo or 1000000)
         self.sup = sup

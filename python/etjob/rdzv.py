@@ -27,10 +27,12 @@ import signal
 import sys
 import threading
 
+from etjob import contract
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python3 -m etjob.rdzv", description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default=os.environ.get("ETJOB_POD_IP") or "0.0.0.0",
+    parser.add_argument("--host", default=os.environ.get(contract.ENV_POD_IP) or "0.0.0.0",
                         help="address to listen on (default: $ETJOB_POD_IP, else all)")
     parser.add_argument("--port", type=int, default=29400, help="port to listen on (ETJOB_RDZV_ENDPOINT's)")
     args = parser.parse_args(argv)
@@ -42,9 +44,9 @@ def main(argv=None):
     from etjob import storeauth
 
     try:
-        replacement = int(os.environ.get("ETJOB_RDZV_REPLACEMENT") or "0")
+        replacement = int(os.environ.get(contract.ENV_RENDEZVOUS_REPLACEMENT) or "0")
     except ValueError:
-        sys.exit("etjob.rdzv: ETJOB_RDZV_REPLACEMENT=%r is not a whole number" % os.environ["ETJOB_RDZV_REPLACEMENT"])
+        sys.exit("etjob.rdzv: %s=%r is not a whole number" % (contract.ENV_RENDEZVOUS_REPLACEMENT, os.environ[contract.ENV_RENDEZVOUS_REPLACEMENT]))
     try:
         key = storeauth.load_secret()
     except storeauth.SecretError as e:

@@ -10,7 +10,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from etjob import stateio
+from etjob import contract, stateio
 from etjob import torch as etorch
 from etjob.generations import CollectiveError, MembershipChanged, _env_float, _log
 
@@ -217,7 +217,7 @@ class State:
         sup.exit_preempted()
 
     def _stop_checkpoint(self):
-        d = self._dir or os.environ.get("ETJOB_CHECKPOINT_DIR")
+        d = self._dir or os.environ.get(contract.ENV_CHECKPOINT_DIR)
         if not d:
             _log("no checkpoint directory (ETJOB_CHECKPOINT_DIR, or one given to checkpoint_async/checkpoint): "
                  "the stop's commit of step %d is not saved" % self.step_of())

@@ -47,6 +47,8 @@ import sys
 import threading
 import time
 
+from etjob import contract
+
 MAGIC = b"ETJOB-STORE-1\n"
 NONCE = 32
 MAC = 32
@@ -58,7 +60,7 @@ MIN_SECRET = 16
 #: moves through the store).
 _HIGH_WATER = 4 << 20
 
-ENV = "ETJOB_STORE_SECRET_FILE"
+ENV = contract.ENV_STORE_SECRET_FILE
 
 
 class SecretError(RuntimeError):

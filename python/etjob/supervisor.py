@@ -30,17 +30,19 @@ import time
 import urllib.parse
 import urllib.request
 
+from etjob import contract
+
 #: The reserved exit code of a worker that stops because it was told to
 #: (EX_TEMPFAIL). The controller counts it as a preemption and never as a
 #: failure; it is not 0, which Horovod would take for the end of the job.
-EXIT_CODE_PREEMPTED = int(os.environ.get("ETJOB_EXIT_CODE_PREEMPTED", "75"))
+EXIT_CODE_PREEMPTED = int(os.environ.get(contract.ENV_EXIT_CODE_PREEMPTED, str(contract.EXIT_CODE_PREEMPTED)))
 
 # The pod's token for the node agent (audience etjob-agent, mounted by the
 # controller and named in $ETJOB_AGENT_TOKEN_PATH). Without it no token is
 # sent: the pod's API token is never sent over the agent's plain HTTP unless
 # $ETJOB_AGENT_TOKEN_PATH names it (for an agent run with
 # --token-audiences=""; docs/security.md, L3).
-TOKEN_PATH = os.environ.get("ETJOB_AGENT_TOKEN_PATH") or None
+TOKEN_PATH = os.environ.get(contract.ENV_AGENT_TOKEN_PATH) or None
 
 
 class Supervisor:
@@ -48,9 +50,9 @@ class Supervisor:
 
     def __init__(self, agent_addr=None, namespace=None, pod=None, token_path=TOKEN_PATH,
                  interval=0.1, install_sigterm=True, log=None, clock=time.time, heartbeat=True):
-        self.agent_addr = agent_addr if agent_addr is not None else os.environ.get("ETJOB_AGENT_ADDR", "")
-        self.namespace = namespace or os.environ.get("ETJOB_NAMESPACE", "default")
-        self.pod = pod or os.environ.get("ETJOB_POD_NAME") or os.environ.get("HOSTNAME", "")
+        self.agent_addr = agent_addr if agent_addr is not None else os.environ.get(contract.ENV_AGENT_ADDR, "")
+        self.namespace = namespace or os.environ.get(contract.ENV_NAMESPACE, "default")
+        self.pod = pod or os.environ.get(contract.ENV_POD_NAME) or os.environ.get("HOSTNAME", "")
         self.token_path = token_path
         self.interval = interval
         self._log = log or (lambda msg: print("etjob.supervisor: " + msg, file=sys.stderr, flush=True))
@@ -115,7 +117,7 @@ class Supervisor:
         if not calls:
             return None
         try:
-            return calls, int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("ETJOB_RDZV_ROUND", "0"))
+            return calls, int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get(contract.ENV_RENDEZVOUS_ROUND, "0"))
         except ValueError:
             return None
 

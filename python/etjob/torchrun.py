@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 
+from etjob import contract
 from etjob import supervisor as sup_module
 
 
@@ -776,7 +777,7 @@ def _patch_round_env():
     def start_processes(*args, **kwargs):
         rnd = max(_round_of.values()) if _round_of else 0
         for env in (kwargs.get("envs") or {}).values():
-            env["ETJOB_RDZV_ROUND"] = str(rnd)
+            env[contract.ENV_RENDEZVOUS_ROUND] = str(rnd)
         return start(*args, **kwargs)
 
     lea.start_processes = start_processes
@@ -930,7 +931,7 @@ def main(argv=None):
         extra = [m.strip() for m in os.environ.get("ETJOB_PRELOAD", "").split(",") if m.strip()]
         _patch_worker_start(PRELOAD + extra)
     _patch_sigterm()
-    if os.environ.get("ETJOB_AGENT_ADDR"):
+    if os.environ.get(contract.ENV_AGENT_ADDR):
         # torch's agent keeps its own SIGTERM handling (it stops the workers).
         global _sup
         # the agent trains nothing: its workers' own polls carry the heartbeat

@@ -1,0 +1,62 @@
+package v1alpha1
+
+// The worker contract: what the controller puts in a worker's and a
+// launcher's environment, and what etjob's worker libraries read there. This
+// file is its one owner. The Python library's python/etjob/contract.py is
+// generated from it (`make generate`; TestPythonContract fails while it
+// differs), and pkg/supervisor, which imports only the standard library, holds
+// its copies equal in its tests. EnvAgentTokenPath (agent.go) and
+// EnvStoreSecretFile (store.go) belong here too and stay beside their paths.
+const (
+	// EnvJobName and EnvNamespace name the pod's ElasticJob.
+	EnvJobName   = "ETJOB_JOB_NAME"
+	EnvNamespace = "ETJOB_NAMESPACE"
+	// EnvWorkerIndex is a worker's index (its pod is <job>-worker-<index>).
+	EnvWorkerIndex = "ETJOB_WORKER_INDEX"
+	// EnvFramework is spec.framework (torchrun or horovod).
+	EnvFramework = "ETJOB_FRAMEWORK"
+	// EnvSlotsPerWorker is the processes a worker runs (its GPUs, or 1).
+	EnvSlotsPerWorker = "ETJOB_SLOTS_PER_WORKER"
+	// EnvAttempt is status.restarts when the pod was made.
+	EnvAttempt = "ETJOB_ATTEMPT"
+	// EnvExitCodePreempted is ExitCodePreempted, the exit of a worker told
+	// to stop.
+	EnvExitCodePreempted = "ETJOB_EXIT_CODE_PREEMPTED"
+	// EnvCheckpointDir is spec.checkpointDir, where set.
+	EnvCheckpointDir = "ETJOB_CHECKPOINT_DIR"
+	// EnvPodName, EnvPodIP and EnvNodeIP come from the downward API.
+	EnvPodName = "ETJOB_POD_NAME"
+	EnvPodIP   = "ETJOB_POD_IP"
+	EnvNodeIP  = "ETJOB_NODE_IP"
+	// EnvAgentAddr is the node agent's signal endpoint,
+	// $(ETJOB_NODE_IP):AgentPort.
+	EnvAgentAddr = "ETJOB_AGENT_ADDR"
+	// EnvRendezvousEndpoint is the launcher's rendezvous store, host:port.
+	EnvRendezvousEndpoint = "ETJOB_RDZV_ENDPOINT"
+	// EnvRendezvousReplacement, in the launcher only, is
+	// status.launcherReplacements: a replaced store (above 0) waits for the
+	// members' re-seed before it admits a newcomer.
+	EnvRendezvousReplacement = "ETJOB_RDZV_REPLACEMENT"
+	// EnvRendezvousRound is the torchrun round a worker process belongs to,
+	// set by etjob.torchrun for the processes it starts; the worker libraries
+	// report it in their heartbeats.
+	EnvRendezvousRound = "ETJOB_RDZV_ROUND"
+)
+
+// torchrun's own settings (its PET_ environment, torch.distributed.run's
+// arguments), set by the controller in every torchrun worker.
+const (
+	EnvTorchrunNNodes          = "PET_NNODES"
+	EnvTorchrunNProcPerNode    = "PET_NPROC_PER_NODE"
+	EnvTorchrunRdzvBackend     = "PET_RDZV_BACKEND"
+	EnvTorchrunRdzvEndpoint    = "PET_RDZV_ENDPOINT"
+	EnvTorchrunRdzvID          = "PET_RDZV_ID"
+	EnvTorchrunRdzvConf        = "PET_RDZV_CONF"
+	EnvTorchrunMaxRestarts     = "PET_MAX_RESTARTS"
+	EnvTorchrunMonitorInterval = "PET_MONITOR_INTERVAL"
+)
+
+// AgentPort is the port of the node agent's node-local signal endpoint (the
+// chart's agent DaemonSet listens on it: a test of internal/chart holds the
+// two equal).
+const AgentPort = 9477
