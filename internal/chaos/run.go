@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/core"
 	"github.com/etjob/etjob/internal/demo"
 	"github.com/etjob/etjob/internal/driver"
 	"github.com/etjob/etjob/internal/localcluster"
@@ -484,10 +485,10 @@ func (r *runner) cancel(ctx context.Context, f *Fault) error {
 	case <-time.After(time.Until(deadline) + 2*time.Second):
 	}
 	n, err := r.d.Clientset.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	r.cancelledOK = err == nil && localcluster.NodeReady(n) && n.Annotations[etjobv1.AnnotationNodeNotice] == ""
+	r.cancelledOK = err == nil && core.NodeReady(n) && n.Annotations[etjobv1.AnnotationNodeNotice] == ""
 	r.cancelledNote = fmt.Sprintf("node %s after its withdrawn deadline: present=%t", node, err == nil)
 	if err == nil {
-		r.cancelledNote += fmt.Sprintf(" ready=%t notice=%q", localcluster.NodeReady(n), n.Annotations[etjobv1.AnnotationNodeNotice])
+		r.cancelledNote += fmt.Sprintf(" ready=%t notice=%q", core.NodeReady(n), n.Annotations[etjobv1.AnnotationNodeNotice])
 	}
 	return nil
 }

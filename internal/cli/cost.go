@@ -9,23 +9,18 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 )
 
-const labelInstanceType = "node.kubernetes.io/instance-type"
-
 // CostOptions are the flags and arguments of `etjob cost`.
 type CostOptions struct {
 	// Names are the jobs; none means every job of the namespace.
 	Names []string
-	// OnDemandPrice is --on-demand-price, the hourly on-demand price used when
-	// no on-demand node of the same instance type is in the cluster.
+	// OnDemandPrice is --on-demand-price, the hourly on-demand price used
+	// where the bill knew none for a row's instance type.
 	OnDemandPrice etjobv1.PricePerHour
-	// Now is the clock (tests fix it).
-	Now func() time.Time
 
 	factory *factory
 	clients *Clients
@@ -41,7 +36,7 @@ etjob.dev/price-per-hour), the on-demand equivalent at the on-demand price of th
 (or --on-demand-price where none is known), and the share saved. It reads the bill the controller
 keeps in status.cost, which counts every worker pod the job ran, deleted ones too, and survives
 controller restarts; it is brought up to date with every status write and at least every 5 minutes.
-For a job without one (a controller older than the bill), only the pods that still exist are counted.`,
+A job whose controller has not billed it yet says so.`,
 		Example: f.examples(`  etjob cost digits
   etjob cost --on-demand-price 3.06`),
 		ValidArgsFunction: f.completeJobNamesMulti,
@@ -49,9 +44,6 @@ For a job without one (a controller older than the bill), only the pods that sti
 			o.Names = args
 			if o.OnDemandPrice < 0 {
 				return fmt.Errorf("--on-demand-price %v: must be 0 or more", o.OnDemandPrice)
-			}
-			if o.Now == nil {
-				o.Now = time.Now
 			}
 			cs, err := f.Clients()
 			if err != nil {
@@ -85,28 +77,21 @@ func (o *CostOptions) Run(ctx context.Context) error {
 		}
 		jobs = append(jobs, j)
 	}
-	var nodes corev1.NodeList
-	if err := c.List(ctx, &nodes); err != nil {
-		return fmt.Errorf("listing nodes (for their capacity type and price): %w", err)
-	}
 	out := o.factory.out()
 	if len(jobs) == 0 {
 		fmt.Fprintln(out, "No resources found")
 		return nil
 	}
 	for i := range jobs {
-		pods, err := jobPods(ctx, c, &jobs[i])
-		if err != nil {
-			return err
-		}
 		if i > 0 {
 			fmt.Fprintln(out)
 		}
-		if c, ok := StatusCost(&jobs[i], o.OnDemandPrice); ok {
-			printCost(out, c)
+		c, ok := StatusCost(&jobs[i], o.OnDemandPrice)
+		if !ok {
+			fmt.Fprintf(out, "Job %s/%s: no bill yet (status.cost): the controller writes it with the job's status once a worker has run\n", jobs[i].Namespace, jobs[i].Name)
 			continue
 		}
-		printCost(out, JobCost(&jobs[i], pods, nodes.Items, o.OnDemandPrice, o.Now()))
+		printCost(out, c)
 	}
 	return nil
 }
@@ -124,17 +109,14 @@ type CostRow struct {
 	OnDemandPrice etjobv1.PricePerHour
 }
 
-// Cost is the cost of one job's worker pods.
+// Cost is the controller's bill of one job's worker pods (status.cost): the
+// one bill, computed by the decision core.
 type Cost struct {
 	// Job is namespace/name.
 	Job string
-	// Pods is the number of worker pods counted (existing pods only; 0 for
-	// the controller's bill).
-	Pods int
-	// Rows are sorted by capacity, then price.
+	// Rows are the bill's, in its order.
 	Rows []CostRow
-	// Since is the time of the controller's bill (status.cost.time); zero
-	// when the cost was computed from the existing pods.
+	// Since is the time of the controller's bill (status.cost.time).
 	Since time.Time
 }
 
@@ -160,86 +142,8 @@ func StatusCost(job *etjobv1.ElasticJob, onDemandPrice etjobv1.PricePerHour) (Co
 	return c, true
 }
 
-// JobCost computes the worker-hours of the job's worker pods that still exist
-// by capacity type and node price. It is pure.
-func JobCost(job *etjobv1.ElasticJob, pods []corev1.Pod, nodes []corev1.Node, onDemandPrice etjobv1.PricePerHour, now time.Time) Cost {
-	byName := map[string]*corev1.Node{}
-	odByType := map[string]etjobv1.PricePerHour{}
-	for i := range nodes {
-		n := &nodes[i]
-		byName[n.Name] = n
-		if etjobv1.NodeCapacityType(n.Labels) == etjobv1.CapacityTypeOnDemand {
-			if p, ok := etjobv1.NodePrice(n); ok {
-				odByType[n.Labels[labelInstanceType]] = max(odByType[n.Labels[labelInstanceType]], p)
-			}
-		}
-	}
-	cost := Cost{Job: job.Namespace + "/" + job.Name}
-	rows := map[[2]string]*CostRow{}
-	for i := range pods {
-		p := &pods[i]
-		if p.Labels[etjobv1.LabelRole] != etjobv1.RoleWorker || p.Status.StartTime == nil {
-			continue
-		}
-		hours := podRunTime(p, now).Hours()
-		row := CostRow{Capacity: "unknown"}
-		if n := byName[p.Spec.NodeName]; n != nil {
-			row.Capacity = etjobv1.NodeCapacityType(n.Labels)
-			row.PricePerHour, _ = etjobv1.NodePrice(n)
-			row.OnDemandPrice = odByType[n.Labels[labelInstanceType]]
-			if row.Capacity == etjobv1.CapacityTypeOnDemand && row.PricePerHour > 0 {
-				row.OnDemandPrice = row.PricePerHour
-			}
-		}
-		if row.OnDemandPrice == 0 {
-			row.OnDemandPrice = onDemandPrice
-		}
-		k := [2]string{row.Capacity, row.PricePerHour.String() + "/" + row.OnDemandPrice.String()}
-		if rows[k] == nil {
-			r := row
-			rows[k] = &r
-		}
-		rows[k].Hours += hours
-		cost.Pods++
-	}
-	for _, r := range rows {
-		cost.Rows = append(cost.Rows, *r)
-	}
-	sort.Slice(cost.Rows, func(i, j int) bool {
-		a, b := cost.Rows[i], cost.Rows[j]
-		if a.Capacity != b.Capacity {
-			return a.Capacity > b.Capacity // spot, on-demand, ... then unknown last
-		}
-		return a.PricePerHour < b.PricePerHour
-	})
-	return cost
-}
-
-// podRunTime is how long the pod's containers ran: from the pod's start to
-// its last container's end, or now while running.
-func podRunTime(p *corev1.Pod, now time.Time) time.Duration {
-	start := p.Status.StartTime.Time
-	end := now
-	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-		end = start
-		for _, cs := range p.Status.ContainerStatuses {
-			if t := cs.State.Terminated; t != nil && t.FinishedAt.After(end) {
-				end = t.FinishedAt.Time
-			}
-		}
-	}
-	if end.Before(start) {
-		return 0
-	}
-	return end.Sub(start)
-}
-
 func printCost(out io.Writer, c Cost) {
-	if c.Since.IsZero() {
-		fmt.Fprintf(out, "Job %s: %d worker pods (only pods that still exist are counted: the job has no status.cost)\n", c.Job, c.Pods)
-	} else {
-		fmt.Fprintf(out, "Job %s: the controller's bill, every worker pod the job ran, up to %s\n", c.Job, c.Since.UTC().Format(time.RFC3339))
-	}
+	fmt.Fprintf(out, "Job %s: the controller's bill, every worker pod the job ran, up to %s\n", c.Job, c.Since.UTC().Format(time.RFC3339))
 	if len(c.Rows) == 0 {
 		fmt.Fprintln(out, "  no worker has run yet")
 		return

@@ -116,7 +116,7 @@ func nodeChanged() predicate.Predicate {
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
 			return o.Annotations[etjobv1.AnnotationNodeNotice] != n.Annotations[etjobv1.AnnotationNodeNotice] ||
-				nodeReady(o) != nodeReady(n) || nodePrice(o) != nodePrice(n)
+				core.NodeReady(o) != core.NodeReady(n) || nodePrice(o) != nodePrice(n)
 		},
 	}
 }
@@ -124,15 +124,6 @@ func nodeChanged() predicate.Predicate {
 func nodePrice(n *corev1.Node) etjobv1.PricePerHour {
 	p, _ := etjobv1.NodePrice(n)
 	return p
-}
-
-func nodeReady(n *corev1.Node) corev1.ConditionStatus {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status
-		}
-	}
-	return corev1.ConditionUnknown
 }
 
 // jobOfNoticeEvent maps a pod Event that is a reclamation notice for one of

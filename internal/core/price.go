@@ -264,7 +264,7 @@ func (d *decision) cheapestNode() (etjobv1.PricePerHour, bool) {
 	found := false
 	for _, n := range d.s.Nodes {
 		p, ok := NodePrice(d.s.Prices, n)
-		if !ok || p <= 0 || !nodeReady(n) || n.Annotations[etjobv1.AnnotationNodeNotice] != "" {
+		if !ok || p <= 0 || !NodeReady(n) || n.Annotations[etjobv1.AnnotationNodeNotice] != "" {
 			continue
 		}
 		if _, over := OverPrice(d.spec, d.s.Prices, n); over {
@@ -277,7 +277,10 @@ func (d *decision) cheapestNode() (etjobv1.PricePerHour, bool) {
 	return cheapest, found
 }
 
-func nodeReady(n *corev1.Node) bool {
+// NodeReady reports whether the node's Ready condition is True: the one
+// test of a node's readiness (the core's, the controller's node watch and the
+// local cluster's).
+func NodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue

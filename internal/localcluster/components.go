@@ -15,6 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/etjob/etjob/internal/core"
 )
 
 // componentTimeout bounds each wait for the controller or an agent.
@@ -38,7 +40,7 @@ func (c *Cluster) WaitComponents(ctx context.Context) error {
 		return err
 	}
 	for i := range nodes.Items {
-		if NodeReady(&nodes.Items[i]) {
+		if core.NodeReady(&nodes.Items[i]) {
 			if err := c.waitAgent(ctx, cs, nodes.Items[i].Name); err != nil {
 				return err
 			}

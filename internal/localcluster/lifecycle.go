@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/core"
 	"github.com/etjob/etjob/internal/emucloud"
 )
 
@@ -307,7 +308,7 @@ func (c *Cluster) WaitNodesReady(ctx context.Context, want int) error {
 			return false
 		}
 		for i := range nodes.Items {
-			if NodeReady(&nodes.Items[i]) {
+			if core.NodeReady(&nodes.Items[i]) {
 				ready = append(ready, nodes.Items[i].Name)
 			}
 		}
@@ -324,22 +325,12 @@ func (c *Cluster) WaitNodesReady(ctx context.Context, want int) error {
 func (c *Cluster) waitNodeReady(ctx context.Context, cs kubernetes.Interface, name string) error {
 	err := poll(ctx, 90*time.Second, func() bool {
 		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		return err == nil && NodeReady(n)
+		return err == nil && core.NodeReady(n)
 	})
 	if errors.Is(err, errPollTimeout) {
 		return fmt.Errorf("node %s not Ready after 90s (its log: %s)", name, c.path("logs", "node-"+name+".log"))
 	}
 	return err
-}
-
-// NodeReady reports whether the node's Ready condition is True.
-func NodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // waitPortsFree waits until every port can be listened on at 127.0.0.1, up

@@ -26,7 +26,7 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
-	"github.com/etjob/etjob/internal/localcluster"
+	"github.com/etjob/etjob/internal/core"
 	"github.com/etjob/etjob/internal/localcluster/processnode"
 	"github.com/etjob/etjob/internal/testutil"
 )
@@ -53,7 +53,7 @@ func TestProcessNode(t *testing.T) {
 			return false
 		}
 		gpu := node.Status.Allocatable[processnode.ResourceGPU]
-		return localcluster.NodeReady(node) && node.Labels[etjobv1.LabelCapacityType] == etjobv1.CapacityTypeSpot && gpu.Value() == 1
+		return core.NodeReady(node) && node.Labels[etjobv1.LabelCapacityType] == etjobv1.CapacityTypeSpot && gpu.Value() == 1
 	})
 	if _, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, nodeName, metav1.GetOptions{}); err != nil {
 		t.Errorf("node lease: %v", err)
