@@ -34,3 +34,35 @@ func TestStatusCost(t *testing.T) {
 		}
 	}
 }
+
+// TestJobStatus: Arena's STATUS column comes from the job's conditions, never
+// from status.summary's words (the summary is set to a word the rule would
+// misread in every case).
+func TestJobStatus(t *testing.T) {
+	cond := func(typ string, status metav1.ConditionStatus, reason string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: status, Reason: reason}
+	}
+	for _, c := range []struct {
+		want  string
+		conds []metav1.Condition
+	}{
+		{"PENDING", nil},
+		{"RUNNING", []metav1.Condition{cond(etjobv1.ConditionRunning, metav1.ConditionTrue, etjobv1.ReasonMembersReady)}},
+		{"RESTARTING", []metav1.Condition{cond(etjobv1.ConditionRunning, metav1.ConditionFalse, etjobv1.ReasonRestarting)}},
+		{"PENDING", []metav1.Condition{cond(etjobv1.ConditionRunning, metav1.ConditionFalse, "Waiting")}},
+		{"SUSPENDED", []metav1.Condition{cond(etjobv1.ConditionSuspended, metav1.ConditionTrue, etjobv1.ReasonUserSuspended)}},
+		{"PENDING", []metav1.Condition{cond(etjobv1.ConditionSuspended, metav1.ConditionTrue, etjobv1.ReasonWaitingForCapacity),
+			cond(etjobv1.ConditionRunning, metav1.ConditionFalse, etjobv1.ReasonWaitingForCapacity)}},
+		{"SUCCEEDED", []metav1.Condition{cond(etjobv1.ConditionComplete, metav1.ConditionTrue, "Done"),
+			cond(etjobv1.ConditionRunning, metav1.ConditionTrue, etjobv1.ReasonMembersReady)}},
+		{"FAILED", []metav1.Condition{cond(etjobv1.ConditionFailed, metav1.ConditionTrue, "BackoffLimitExceeded")}},
+	} {
+		job := &etjobv1.ElasticJob{Status: etjobv1.ElasticJobStatus{Summary: "Running", Conditions: c.conds}}
+		if c.want == "RUNNING" {
+			job.Status.Summary = "Pending"
+		}
+		if got := jobStatus(job); got != c.want {
+			t.Errorf("conditions %+v: %s, want %s", c.conds, got, c.want)
+		}
+	}
+}

@@ -201,10 +201,13 @@ func jobStatus(job *etjobv1.ElasticJob) string {
 	if s := meta.FindStatusCondition(c, etjobv1.ConditionSuspended); s != nil && s.Status == "True" && s.Reason == etjobv1.ReasonUserSuspended {
 		return "SUSPENDED"
 	}
-	switch job.Status.Summary {
-	case "Running", "Resizing":
+	// From the Running condition, not from status.summary's words (the
+	// core's column for people, which may change).
+	switch r := meta.FindStatusCondition(c, etjobv1.ConditionRunning); {
+	case r == nil:
+	case r.Status == "True":
 		return "RUNNING"
-	case "Restarting":
+	case r.Reason == etjobv1.ReasonRestarting:
 		return "RESTARTING"
 	}
 	return "PENDING"
