@@ -294,7 +294,7 @@ func age(t time.Time, now time.Time) string {
 func podGPUs(p *corev1.Pod) int64 {
 	var n int64
 	for _, c := range p.Spec.Containers {
-		if q, ok := c.Resources.Limits[core.GPUResource]; ok {
+		if q, ok := c.Resources.Limits[etjobv1.ResourceGPU]; ok {
 			n += q.Value()
 		}
 	}

@@ -24,7 +24,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
-	"github.com/etjob/etjob/internal/core"
 	"github.com/etjob/etjob/internal/render"
 )
 
@@ -992,7 +991,7 @@ func workerResources(o SubmitOptions) (corev1.ResourceRequirements, error) {
 		if r.Limits == nil {
 			r.Limits = corev1.ResourceList{}
 		}
-		r.Limits[core.GPUResource] = *resource.NewQuantity(int64(o.GPUs), resource.DecimalSI)
+		r.Limits[etjobv1.ResourceGPU] = *resource.NewQuantity(int64(o.GPUs), resource.DecimalSI)
 	}
 	return r, nil
 }

@@ -211,7 +211,7 @@ func TestSlotsPerWorker(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if got := core.SlotsPerWorker(&tc.job.Spec); got != tc.want {
+			if got := etjobv1.SlotsPerWorker(&tc.job.Spec); got != tc.want {
 				t.Errorf("SlotsPerWorker = %d, want %d", got, tc.want)
 			}
 		})

@@ -37,14 +37,6 @@ func Opportunistic(spec *etjobv1.ElasticJobSpec) bool {
 	return spec.Growth != nil && spec.Growth.Policy == etjobv1.GrowthOpportunistic
 }
 
-// GrowthPriorityClass is the PriorityClass of the job's extra workers.
-func GrowthPriorityClass(spec *etjobv1.ElasticJobSpec) string {
-	if g := spec.Growth; g != nil && g.PriorityClassName != "" {
-		return g.PriorityClassName
-	}
-	return etjobv1.DefaultGrowthPriorityClass
-}
-
 func probeTimeout(spec *etjobv1.ElasticJobSpec) time.Duration {
 	if g := spec.Growth; g != nil && g.ProbeTimeoutSeconds > 0 {
 		return time.Duration(g.ProbeTimeoutSeconds) * time.Second

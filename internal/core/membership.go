@@ -16,7 +16,7 @@ import (
 // maxReplicas. A change bumps the generation, which never goes
 // back.
 func (d *decision) publish() {
-	slots := SlotsPerWorker(d.spec)
+	slots := etjobv1.SlotsPerWorker(d.spec)
 	d.members = d.members[:0]
 	for _, w := range d.workers {
 		staying := w.ready && w.active() && !d.deleted[w.pod.Name] && !d.signaled[w.pod.Name]

@@ -12,14 +12,22 @@ import (
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 )
 
-// The price limit (spec.spot.maxPricePerHour): new workers are kept off nodes
-// priced above it (Plan.AvoidNodes), and a worker whose node's price rose
-// above it leaves at an agreed step, a release like a scale-in, and is
-// replaced elsewhere. A node's price is its etjob.dev/price-per-hour label,
-// which a price source keeps up to date (the local cluster's emulated
-// clouds, or a cloud's price feed). A worker training through a notice
-// keeps its stop time when its node's price rises: the node goes within the
-// notice anyway, and its replacement was created at the notice.
+// Prices. A node's price (NodePrice) is its etjob.dev/price-per-hour
+// annotation, else its label of that name (a price source keeps them up to
+// date: the local cluster's emulated clouds, or a cloud's price feed), held
+// against the platform admin's price table where one is kept (a node may only
+// raise its row's price; a node the table does not list costs its dearest). Two
+// policies use it:
+//   - the price limit (spec.spot.maxPricePerHour): new workers are kept off
+//     nodes priced above it (Plan.AvoidNodes), and a worker whose node's
+//     price rose above it leaves at an agreed step, a release like a
+//     scale-in, and is replaced elsewhere. A worker training through a
+//     notice keeps its stop time when its node's price rises: the node goes
+//     within the notice anyway, and its replacement was created at the
+//     notice;
+//   - the budget (spec.spot.budgetPerHour): while the workers cost more, the
+//     dearest leave (leaveOverBudget), and new workers are kept off nodes
+//     dearer than their share of what is left (budgetAvoid).
 
 // MaxPrice is spec.spot.maxPricePerHour; ok is false when unset or invalid
 // (the CRD's pattern refuses an invalid one).

@@ -1,20 +1,3 @@
-// Package core is etjob's pure decision core: Decide(snapshot, now) -> Plan.
-//
-// It reads no clock, does no I/O and holds no client: the controller, the trace
-// simulator and the tests all drive this same function with what they observed.
-// Everything that is a decision (is this exit a preemption? who leaves on a
-// scale-in? is the job below min?) is made here and nowhere else.
-//
-// decide.go holds Decide and the one order of its steps; each policy has its
-// own file and test file: launcher.go (the launcher, its move, horovodrun),
-// failures.go (failures, preemptions, backoffLimit, restarts), leaving.go
-// (workers told to leave, their grace, and the notice's lead time),
-// completion.go (completion,
-// activeDeadlineSeconds, cleanup and TTL), scaling.go (the job's size),
-// membership.go (the published membership, join batching), capacity.go
-// (below minReplicas), suspend.go (spec.suspend), status.go (conditions
-// and the status summary) and cost.go (the bill, status.cost). scale.go
-// decides ScaleOut and ScaleIn requests.
 package core
 
 import (
@@ -131,24 +114,6 @@ const (
 	NoticeJoinHold = 2 * time.Minute
 )
 
-// SlotsPerWorker returns the slots per worker in effect: spec.slotsPerWorker,
-// else the GPU limit of the worker's first container, else 1. No CRD marker can
-// express "default to another field's value", so the core derives it and the
-// controller publishes it in status.slotsPerWorker.
-func SlotsPerWorker(spec *etjobv1.ElasticJobSpec) int32 {
-	if spec.SlotsPerWorker != nil && *spec.SlotsPerWorker > 0 {
-		return *spec.SlotsPerWorker
-	}
-	if cs := spec.WorkerTemplate.Spec.Containers; len(cs) > 0 {
-		for name, q := range cs[0].Resources.Limits {
-			if isGPUResource(name) && q.Value() > 0 {
-				return int32(q.Value())
-			}
-		}
-	}
-	return 1
-}
-
 // BackoffLimit returns spec.backoffLimit, 6 (Arena's and batch/v1 Job's
 // default) when unset.
 func BackoffLimit(spec *etjobv1.ElasticJobSpec) int32 {
@@ -157,30 +122,6 @@ func BackoffLimit(spec *etjobv1.ElasticJobSpec) int32 {
 	}
 	return 6
 }
-
-// GPUsPerWorker returns the accelerators the worker's first container asks for.
-func GPUsPerWorker(spec *etjobv1.ElasticJobSpec) int64 {
-	if cs := spec.WorkerTemplate.Spec.Containers; len(cs) > 0 {
-		for name, q := range cs[0].Resources.Limits {
-			if isGPUResource(name) {
-				return q.Value()
-			}
-		}
-	}
-	return 0
-}
-
-func isGPUResource(name corev1.ResourceName) bool {
-	switch name {
-	case "nvidia.com/gpu", "amd.com/gpu", "aliyun.com/gpu-mem", "etjob.dev/gpu":
-		return true
-	}
-	return false
-}
-
-// GPUResource is the extended resource that process nodes advertise and the
-// CLI asks for with --gpus (nvidia.com/gpu, as on real GPU nodes).
-const GPUResource corev1.ResourceName = "nvidia.com/gpu"
 
 // podView is what Decide derives from one pod: its role and attempt, and the
 // classification that every later decision uses.

@@ -111,7 +111,7 @@ func (d *decision) summarize() {
 	d.plan.Signal = slices.DeleteFunc(d.plan.Signal, func(s Signal) bool { return d.deleted[s.Pod] })
 	st := &d.st
 	st.ObservedGeneration = d.job.Generation
-	st.SlotsPerWorker = SlotsPerWorker(d.spec)
+	st.SlotsPerWorker = etjobv1.SlotsPerWorker(d.spec)
 	st.Desired = fmt.Sprintf("%d (%d-%d)", d.spec.Replicas, d.spec.MinReplicas, d.spec.MaxReplicas)
 	st.Selector = etjobv1.LabelJobName + "=" + d.job.Name + "," + etjobv1.LabelRole + "=" + etjobv1.RoleWorker
 	memberSet := map[string]bool{}

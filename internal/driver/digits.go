@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
-	"github.com/etjob/etjob/internal/core"
 )
 
 // DigitsExample is the YAML that Digits builds as typed objects, relative to
@@ -77,7 +76,7 @@ func (d Digits) Objects(namespace, name string) (*corev1.PersistentVolume, *core
 			{Name: "WIDTH", Value: strconv.Itoa(d.Width)},
 			{Name: "ETJOB_PRELOAD", Value: "sklearn.datasets"},
 		},
-		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{core.GPUResource: resource.MustParse("1")}},
+		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{etjobv1.ResourceGPU: resource.MustParse("1")}},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: "etjob", MountPath: "/opt/etjob", ReadOnly: true},
 			{Name: "ckpt", MountPath: "/ckpt"},

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/instancetype"
 	"github.com/etjob/etjob/internal/localcluster/processnode"
 )
 
@@ -302,6 +303,11 @@ func (c *Cluster) StartNode(n NodeSpec) error {
 		"--node-name=" + n.Name, "--node-ip=" + n.NodeIP(), "--client-ca-file=" + c.kubeletCA(), "--labels=" + strings.Join(kv, ","), "--work-dir=" + dir,
 		fmt.Sprintf("--metadata-listen=%s:%d", n.NodeIP(), MetadataPort), "--metadata-provider=" + n.Provider,
 		fmt.Sprintf("--gpus=%d", n.GPUs)}
+	// The node advertises its instance type's CPUs and memory (requests are
+	// scheduled against them, not enforced on the host).
+	if t, ok := instancetype.Lookup(n.InstanceType); ok {
+		args = append(args, fmt.Sprintf("--cpus=%d", t.CPUs), fmt.Sprintf("--memory=%dGi", t.MemoryGiB))
+	}
 	if n.Taints != "" {
 		args = append(args, "--taints="+n.Taints)
 	}

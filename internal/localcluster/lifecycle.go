@@ -18,29 +18,34 @@ import (
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/core"
 	"github.com/etjob/etjob/internal/emucloud"
+	"github.com/etjob/etjob/internal/instancetype"
 )
 
-// Instance types and prices of the local cluster's nodes: GPU nodes are
-// p3.2xlarge as Bamboo (NSDI'23) priced it, so that local cost reports can be
-// set beside published numbers; launcher nodes are CPU-only m5.xlarge.
+// Instance types and prices of the local cluster's nodes, from the one
+// table of instance types (internal/instancetype): GPU nodes are p3.2xlarge
+// at the prices Bamboo (NSDI'23) used, so that local cost reports can be set
+// beside published numbers; launcher nodes are CPU-only m5.xlarge.
+var (
+	InstanceType  = instancetype.P32xlarge.Name
+	SpotPrice     = instancetype.P32xlarge.SpotPrice
+	OnDemandPrice = instancetype.P32xlarge.OnDemandPrice
+	LauncherType  = instancetype.M5Xlarge.Name
+	LauncherPrice = instancetype.M5Xlarge.OnDemandPrice
+	SystemType    = instancetype.M5Large.Name
+	SystemPrice   = instancetype.M5Large.OnDemandPrice
+)
+
 const (
-	InstanceType                             = "p3.2xlarge"
-	SpotPrice           etjobv1.PricePerHour = 0.91
-	OnDemandPrice       etjobv1.PricePerHour = 3.06
-	LauncherType                             = "m5.xlarge"
-	LauncherPrice       etjobv1.PricePerHour = 0.192
-	launcherIndexOffset                      = 1
+	launcherIndexOffset = 1
 	// SystemNode is the node of the cluster's own components (the etjob
 	// controller's replicas), like a cloud cluster's system node pool:
-	// on-demand, tainted CriticalAddonsOnly so that no job's pod lands on it,
-	// and never reclaimed by a story. Agents (which tolerate every taint)
-	// run on it too.
-	SystemNode                          = "system-1"
-	SystemType                          = "m5.large"
-	SystemPrice    etjobv1.PricePerHour = 0.096
-	SystemTaintKey                      = "CriticalAddonsOnly"
-	SystemTaint                         = SystemTaintKey + "=true:NoSchedule"
-	systemIndex                         = 200
+	// on-demand (SystemType), tainted CriticalAddonsOnly so that no job's pod
+	// lands on it, and never reclaimed by a story. Agents (which tolerate
+	// every taint) run on it too.
+	SystemNode     = "system-1"
+	SystemTaintKey = "CriticalAddonsOnly"
+	SystemTaint    = SystemTaintKey + "=true:NoSchedule"
+	systemIndex    = 200
 )
 
 // NewSystemNodeSpec is the system node (SystemNode).

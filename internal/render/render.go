@@ -114,7 +114,7 @@ func PlannedWorker(job *etjobv1.ElasticJob, plan *core.Plan, index int32) *corev
 	pod := Worker(job, index)
 	if slices.Contains(plan.ExtraWorkers, index) {
 		pod.Labels[etjobv1.LabelExtra] = "true"
-		pod.Spec.PriorityClassName = core.GrowthPriorityClass(&job.Spec)
+		pod.Spec.PriorityClassName = etjobv1.GrowthPriorityClass(&job.Spec)
 		// The Priority admission plugin sets it from the class; a value
 		// copied from the template would be refused.
 		pod.Spec.Priority = nil
@@ -345,12 +345,12 @@ func jobEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
 		{Name: "workers", Value: strconv.Itoa(int(s.Replicas))},
 		{Name: "minWorkers", Value: strconv.Itoa(int(s.MinReplicas))},
 		{Name: "maxWorkers", Value: strconv.Itoa(int(s.MaxReplicas))},
-		{Name: "gpus", Value: strconv.Itoa(int(core.GPUsPerWorker(&s)))},
+		{Name: "gpus", Value: strconv.Itoa(int(etjobv1.GPUsPerWorker(&s)))},
 		{Name: etjobv1.EnvJobName, Value: job.Name},
 		{Name: etjobv1.EnvNamespace, Value: job.Namespace},
 		{Name: etjobv1.EnvRendezvousEndpoint, Value: RendezvousEndpoint(job)},
 		{Name: etjobv1.EnvFramework, Value: string(s.Framework)},
-		{Name: etjobv1.EnvSlotsPerWorker, Value: strconv.Itoa(int(core.SlotsPerWorker(&s)))},
+		{Name: etjobv1.EnvSlotsPerWorker, Value: strconv.Itoa(int(etjobv1.SlotsPerWorker(&s)))},
 		{Name: etjobv1.EnvAttempt, Value: strconv.Itoa(int(job.Status.Restarts))},
 		{Name: etjobv1.EnvExitCodePreempted, Value: strconv.Itoa(etjobv1.ExitCodePreempted)},
 	}
@@ -377,7 +377,7 @@ func torchrunEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
 	s := job.Spec
 	return []corev1.EnvVar{
 		{Name: etjobv1.EnvTorchrunNNodes, Value: fmt.Sprintf("%d:%d", s.MinReplicas, s.MaxReplicas)},
-		{Name: etjobv1.EnvTorchrunNProcPerNode, Value: strconv.Itoa(int(core.SlotsPerWorker(&s)))},
+		{Name: etjobv1.EnvTorchrunNProcPerNode, Value: strconv.Itoa(int(etjobv1.SlotsPerWorker(&s)))},
 		{Name: etjobv1.EnvTorchrunRdzvBackend, Value: "c10d"},
 		{Name: etjobv1.EnvTorchrunRdzvEndpoint, Value: RendezvousEndpoint(job)},
 		{Name: etjobv1.EnvTorchrunRdzvID, Value: RendezvousID(job)},

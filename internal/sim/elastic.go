@@ -198,7 +198,7 @@ func simJob(p Params) *etjobv1.ElasticJob {
 				NoticeLeadTime: p.NoticeLeadTime, StopMarginSeconds: &margin},
 			WorkerTemplate: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
 				Name: "worker", Image: "train", Command: []string{"torchrun", "train.py"},
-				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{core.GPUResource: *resourceOne()}},
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{etjobv1.ResourceGPU: *resourceOne()}},
 			}}}},
 		},
 	}

@@ -9,6 +9,7 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/core"
+	"github.com/etjob/etjob/internal/instancetype"
 )
 
 // Provider is a cloud's reclamation notice as the simulator replays it: the
@@ -231,8 +232,8 @@ func DefaultParams() Params {
 		InProcessHardPause:    880 * time.Millisecond,
 		StepTime:              time.Second,
 		MaxCheckpointInterval: time.Hour,
-		SpotPrice:             0.91,
-		OnDemandPrice:         3.06,
+		SpotPrice:             instancetype.P32xlarge.SpotPrice,
+		OnDemandPrice:         instancetype.P32xlarge.OnDemandPrice,
 	}.StateCosts()
 }
 

@@ -123,7 +123,7 @@ func (w *JobWrapper) CleanPodPolicy(p etjobv1.CleanPodPolicy) *JobWrapper {
 // GPUs sets the worker's GPU limit.
 func (w *JobWrapper) GPUs(n int64) *JobWrapper {
 	c := &w.Spec.WorkerTemplate.Spec.Containers[0]
-	c.Resources.Limits = corev1.ResourceList{core.GPUResource: *resourceQuantity(n)}
+	c.Resources.Limits = corev1.ResourceList{etjobv1.ResourceGPU: *resourceQuantity(n)}
 	return w
 }
 

@@ -14,7 +14,6 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/driver"
-	"github.com/etjob/etjob/internal/localcluster/processnode"
 	"github.com/etjob/etjob/internal/testutil"
 )
 
@@ -149,7 +148,7 @@ func TestGrowthStory(t *testing.T) {
 				RestartPolicy: corev1.RestartPolicyNever,
 				Tolerations:   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 				Containers: []corev1.Container{{Name: "main", Image: "etjob/digits:local", Command: []string{"sleep", "600"},
-					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{processnode.ResourceGPU: resource.MustParse("1")}}}},
+					Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{etjobv1.ResourceGPU: resource.MustParse("1")}}}},
 			},
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/emucloud"
 	"github.com/etjob/etjob/internal/logging"
 )
@@ -45,6 +46,8 @@ func runNode(args []string) error {
 		taints     = fs.String("taints", "", "taints to register with, key[=value]:Effect,... (e.g. CriticalAddonsOnly=true:NoSchedule)")
 		workDir    = fs.String("work-dir", "", "directory for per-pod directories and container logs (required)")
 		gpus       = fs.Int("gpus", 1, "emulated accelerators (nvidia.com/gpu) the node advertises")
+		cpus       = fs.String("cpus", "", "CPUs the node advertises, a quantity (its instance type's; default: this machine's); not enforced on the host")
+		memory     = fs.String("memory", "", "memory the node advertises, a quantity such as 61Gi (its instance type's; default 8Gi); not enforced on the host")
 		mdListen   = fs.String("metadata-listen", "", "serve the node's emulated cloud metadata service and its control endpoints here")
 		mdProvider = fs.String("metadata-provider", "", "the one cloud (alibaba, aws, gcp, azure) whose metadata paths the service answers, as a real VM's does; empty answers all four")
 		clientCA   = fs.String("client-ca-file", "", "CA bundle that signs the kubelet API's callers' client certificates (the API server's); unset, the kubelet API serves anyone who reaches it")
@@ -57,6 +60,20 @@ func runNode(args []string) error {
 	}
 	if *nodeName == "" || *nodeIP == "" || *workDir == "" {
 		return fmt.Errorf("--node-name, --node-ip and --work-dir are required")
+	}
+	capacity := corev1.ResourceList{etjobv1.ResourceGPU: *resource.NewQuantity(int64(*gpus), resource.DecimalSI)}
+	for _, f := range []struct {
+		flag, value string
+		name        corev1.ResourceName
+	}{{"--cpus", *cpus, corev1.ResourceCPU}, {"--memory", *memory, corev1.ResourceMemory}} {
+		if f.value == "" {
+			continue
+		}
+		q, err := resource.ParseQuantity(f.value)
+		if err != nil || q.Sign() <= 0 {
+			return fmt.Errorf("%s %q: want a positive quantity such as 8 or 61Gi", f.flag, f.value)
+		}
+		capacity[f.name] = q
 	}
 	lbls, err := ParseLabels(*labels)
 	if err != nil {
@@ -132,7 +149,7 @@ func runNode(args []string) error {
 		Taints:    tnts,
 		ClientCAs: cas,
 		WorkDir:   *workDir,
-		Capacity:  corev1.ResourceList{ResourceGPU: *resource.NewQuantity(int64(*gpus), resource.DecimalSI)},
+		Capacity:  capacity,
 		Images:    images,
 		APIServer: api.Host,
 	})

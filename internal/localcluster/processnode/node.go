@@ -25,10 +25,6 @@ import (
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 )
 
-// ResourceGPU is the extended resource of the emulated accelerator that every
-// process node advertises, so that pods requesting a GPU schedule onto it.
-const ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
-
 // kubeletPort is the port of the node's kubelet API on its IP, advertised
 // in status.daemonEndpoints.
 const kubeletPort = 10250
@@ -74,7 +70,7 @@ func DefaultCapacity() corev1.ResourceList {
 		corev1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
 		corev1.ResourceMemory: resource.MustParse("8Gi"),
 		corev1.ResourcePods:   resource.MustParse("110"),
-		ResourceGPU:           resource.MustParse("1"),
+		etjobv1.ResourceGPU:   resource.MustParse("1"),
 	}
 }
 

@@ -52,7 +52,7 @@ func TestProcessNode(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		gpu := node.Status.Allocatable[processnode.ResourceGPU]
+		gpu := node.Status.Allocatable[etjobv1.ResourceGPU]
 		return core.NodeReady(node) && node.Labels[etjobv1.LabelCapacityType] == etjobv1.CapacityTypeSpot && gpu.Value() == 1
 	})
 	if _, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, nodeName, metav1.GetOptions{}); err != nil {
