@@ -79,7 +79,7 @@ cover=$(sed -n 's|^ok[[:space:]]*github.com/etjob/etjob/internal/core[[:space:]]
 rm -f "$unit_log"
 [ "$rc" -eq 0 ] || { echo "unit tests failed (above)"; exit 1; }
 echo "decision core coverage: ${cover}%"
-awk -v c="$cover" 'BEGIN { exit !(c >= 85) }' || { echo "decision core coverage ${cover}% is below 85%"; exit 1; }
+awk -v c="$cover" 'BEGIN { exit !(c >= 95) }' || { echo "decision core coverage ${cover}% is below 95%"; exit 1; }
 
 step "fuzzing: every fuzz target for ${ETJOB_FUZZTIME:-10s} (their corpora ran with the unit tests)"
 make --no-print-directory fuzz FUZZTIME="${ETJOB_FUZZTIME:-10s}"

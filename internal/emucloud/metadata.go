@@ -379,33 +379,21 @@ func (s *Server) serveAzure(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-type azureEvent struct {
-	EventID           string   `json:"EventId"`
-	EventType         string   `json:"EventType"`
-	ResourceType      string   `json:"ResourceType"`
-	Resources         []string `json:"Resources"`
-	EventStatus       string   `json:"EventStatus"`
-	NotBefore         string   `json:"NotBefore"`
-	Description       string   `json:"Description"`
-	EventSource       string   `json:"EventSource"`
-	DurationInSeconds int      `json:"DurationInSeconds"`
-}
-
 func (s *Server) serveAzureEvents(w http.ResponseWriter) {
 	s.mu.Lock()
 	st, inc, vm := s.states[Azure], s.incarnation, s.VMName
 	s.mu.Unlock()
-	events := []azureEvent{}
+	events := []notice.AzureEvent{}
 	switch st.kind {
 	case reclaim:
-		events = append(events, azureEvent{EventID: st.eventID, EventType: "Preempt", ResourceType: "VirtualMachine", Resources: []string{vm},
+		events = append(events, notice.AzureEvent{EventID: st.eventID, EventType: "Preempt", ResourceType: "VirtualMachine", Resources: []string{vm},
 			EventStatus: "Scheduled", NotBefore: st.deadline.Format(http.TimeFormat), Description: "", EventSource: "Platform", DurationInSeconds: -1})
 	case earlyWarning:
-		events = append(events, azureEvent{EventID: st.eventID, EventType: "Freeze", ResourceType: "VirtualMachine", Resources: []string{vm},
+		events = append(events, notice.AzureEvent{EventID: st.eventID, EventType: "Freeze", ResourceType: "VirtualMachine", Resources: []string{vm},
 			EventStatus: "Scheduled", NotBefore: st.since.Add(15 * time.Minute).UTC().Format(http.TimeFormat), Description: "Host server is undergoing maintenance.",
 			EventSource: "Platform", DurationInSeconds: 9})
 	}
-	writeJSON(w, map[string]any{"DocumentIncarnation": inc, "Events": events})
+	writeJSON(w, notice.AzureDocument{DocumentIncarnation: inc, Events: events})
 }
 
 func (s *Server) ackAzure(w http.ResponseWriter, r *http.Request) {

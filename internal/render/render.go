@@ -431,9 +431,9 @@ func preferSpot(spec *corev1.PodSpec) {
 
 // requireOnDemand keeps a spot job's launcher off spot capacity: a required
 // NotIn for every cloud's spot label, added to each term the template
-// already requires (terms are ORed, so each must exclude spot; issue #26,
-// L6: a template with any affinity of its own used to lose the
-// requirement). A template whose required terms already name a capacity
+// already requires (terms are ORed, so each must exclude spot: a
+// requirement added as a term of its own would be ORed away by any term the
+// template has). A template whose required terms already name a capacity
 // label has chosen for itself and is left as it is.
 func requireOnDemand(spec *corev1.PodSpec) {
 	sel := requiredNodeSelector(spec)

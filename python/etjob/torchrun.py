@@ -554,7 +554,7 @@ def _leave_rendezvous(handler, why):
     leave while it waits in a round must not stay in it: the round could
     complete with it, and when the pod then goes, the others wait for its
     rank's data until their store times out and fail (exit 1, a job failure)
-    instead of meeting again (seen in the spot story, session 3)."""
+    instead of meeting again."""
     print("etjob.torchrun: this pod leaves (%s, %s): leaving the rendezvous and exiting %d"
           % (_reason(), why, sup_module.EXIT_CODE_PREEMPTED), file=sys.stderr, flush=True)
     _exit_round(handler)

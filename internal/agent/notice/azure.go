@@ -40,18 +40,25 @@ type Azure struct {
 // Provider returns "azure".
 func (a *Azure) Provider() string { return ProviderAzure }
 
-type azureDocument struct {
+// AzureDocument is Azure's Scheduled Events document
+// (GET /metadata/scheduledevents): the wire format this package reads, and
+// the local cluster's emulated cloud serves.
+type AzureDocument struct {
 	DocumentIncarnation int          `json:"DocumentIncarnation"`
-	Events              []azureEvent `json:"Events"`
+	Events              []AzureEvent `json:"Events"`
 }
 
-type azureEvent struct {
-	EventID      string   `json:"EventId"`
-	EventType    string   `json:"EventType"`
-	ResourceType string   `json:"ResourceType"`
-	Resources    []string `json:"Resources"`
-	EventStatus  string   `json:"EventStatus"`
-	NotBefore    string   `json:"NotBefore"`
+// AzureEvent is one scheduled event.
+type AzureEvent struct {
+	EventID           string   `json:"EventId"`
+	EventType         string   `json:"EventType"`
+	ResourceType      string   `json:"ResourceType"`
+	Resources         []string `json:"Resources"`
+	EventStatus       string   `json:"EventStatus"`
+	NotBefore         string   `json:"NotBefore"`
+	Description       string   `json:"Description"`
+	EventSource       string   `json:"EventSource"`
+	DurationInSeconds int      `json:"DurationInSeconds"`
 }
 
 // Poll reads the scheduled events once (and first this VM's name, when
@@ -106,7 +113,7 @@ func (a *Azure) instanceName(ctx context.Context) (string, error) {
 // earliest reclaim first. An empty vmName matches no event. Pure, for the
 // fuzzer.
 func parseAzureEvents(body []byte, vmName string) (Notice, error) {
-	var doc azureDocument
+	var doc AzureDocument
 	if err := json.Unmarshal(body, &doc); err != nil {
 		return Notice{}, fmt.Errorf("azure scheduledevents %q: %w", body, err)
 	}

@@ -166,9 +166,9 @@ func FuzzAzure(f *testing.F) {
 		// anything else (another zone, read at the node's offset or as UTC)
 		// is a guess, so the reclaim's deadline must be what the documented
 		// form says.
-		var doc azureDocument
+		var doc AzureDocument
 		_ = json.Unmarshal(body, &doc)
-		i := slices.IndexFunc(doc.Events, func(ev azureEvent) bool {
+		i := slices.IndexFunc(doc.Events, func(ev AzureEvent) bool {
 			switch {
 			case n.Detail != ev.EventType+" "+ev.EventID, vm != "" && !slices.Contains(ev.Resources, vm):
 				return false
@@ -190,7 +190,7 @@ func FuzzAzure(f *testing.F) {
 			return
 		}
 		ev.NotBefore = n.Deadline.Format(http.TimeFormat)
-		again, err := json.Marshal(azureDocument{Events: []azureEvent{ev}})
+		again, err := json.Marshal(AzureDocument{Events: []AzureEvent{ev}})
 		if err != nil {
 			t.Fatal(err)
 		}
