@@ -72,16 +72,36 @@ func (d *decision) reporting() []*podView {
 	return out
 }
 
-// replaceStalled replaces members that stopped training while the job goes
-// on: a member whose heartbeat step has not advanced for HeartbeatStale
-// while another member's did (MemberStuck), and, when the reporting members
-// have trained in different rounds or world sizes for SplitAfter, the
-// members outside the largest world (Split: the newest round among equal
-// worlds is kept). A replaced member is deleted, neither a failure nor a
-// preemption, and a new worker takes its place; its survivors meet again
-// without it. It sets or clears TrainingStalled.
-func (d *decision) replaceStalled() {
-	ws := d.reporting()
+// stallVerdict is the heartbeat policy's outcome (judgeHeartbeats): the
+// members to replace and why, or none, and when to look again.
+type stallVerdict struct {
+	// Replace are the members to delete; empty when every reporting member
+	// trains in one round.
+	Replace []*podView
+	// Reason (etjobv1.ReasonMemberStuck or ReasonSplit), Event and Message
+	// say why, when Replace is not empty.
+	Reason  string
+	Event   etjobv1.EventReason
+	Message string
+	// Recheck is the earliest time at which the verdict can change (a member
+	// that turns stale, a round that settles); zero for none.
+	Recheck time.Time
+}
+
+// judgeHeartbeats is the heartbeat policy, a function of the reporting
+// members (reporting) and the time alone: a member whose heartbeat step has
+// not advanced for HeartbeatStale while another member's did is stuck
+// (MemberStuck); when the members that train have done so in different
+// rounds or world sizes for SplitAfter, those outside the largest world are
+// split off (Split: the newest round among equal worlds is kept). Stuck
+// members come first: a split is judged without them.
+func judgeHeartbeats(ws []*podView, now time.Time) stallVerdict {
+	var v stallVerdict
+	recheck := func(t time.Time) {
+		if v.Recheck.IsZero() || t.Before(v.Recheck) {
+			v.Recheck = t
+		}
+	}
 	var stuck []*podView
 	freshest := time.Time{}
 	for _, w := range ws {
@@ -91,22 +111,40 @@ func (d *decision) replaceStalled() {
 	}
 	for _, w := range ws {
 		at := w.heartbeat.since.Add(HeartbeatStale)
-		if !d.now.Before(at) && freshest.After(w.heartbeat.since) && d.now.Sub(freshest) < HeartbeatStale {
+		if !now.Before(at) && freshest.After(w.heartbeat.since) && now.Sub(freshest) < HeartbeatStale {
 			stuck = append(stuck, w)
-		} else if d.now.Before(at) {
-			d.requeueAt(at)
+		} else if now.Before(at) {
+			recheck(at)
 		}
 	}
-	split, why := d.splitOff(ws, stuck)
-	was := meta.IsStatusConditionTrue(d.st.Conditions, etjobv1.ConditionTrainingStalled)
+	split, why, settles := splitOff(ws, stuck, now)
+	if !settles.IsZero() {
+		recheck(settles)
+	}
 	switch {
 	case len(stuck) > 0:
-		msg := fmt.Sprintf("%s stopped advancing: step %d for %s while other members trained on; replacing it",
-			names(stuck), stuck[0].heartbeat.step, d.now.Sub(stuck[0].heartbeat.since).Round(time.Second))
-		d.stall(etjobv1.ReasonMemberStuck, etjobv1.EventMemberStuck, msg, stuck)
+		v.Replace, v.Reason, v.Event = stuck, etjobv1.ReasonMemberStuck, etjobv1.EventMemberStuck
+		v.Message = fmt.Sprintf("%s stopped advancing: step %d for %s while other members trained on; replacing it",
+			names(stuck), stuck[0].heartbeat.step, now.Sub(stuck[0].heartbeat.since).Round(time.Second))
 	case len(split) > 0:
-		d.stall(etjobv1.ReasonSplit, etjobv1.EventSplit, why, split)
-	case was:
+		v.Replace, v.Reason, v.Event, v.Message = split, etjobv1.ReasonSplit, etjobv1.EventSplit, why
+	}
+	return v
+}
+
+// replaceStalled applies judgeHeartbeats to this pass's reporting members: a
+// replaced member is deleted, neither a failure nor a preemption, and a new
+// worker takes its place; its survivors meet again without it. It sets or
+// clears TrainingStalled.
+func (d *decision) replaceStalled() {
+	v := judgeHeartbeats(d.reporting(), d.now)
+	if !v.Recheck.IsZero() {
+		d.requeueAt(v.Recheck)
+	}
+	switch {
+	case len(v.Replace) > 0:
+		d.stall(v.Reason, v.Event, v.Message, v.Replace)
+	case meta.IsStatusConditionTrue(d.st.Conditions, etjobv1.ConditionTrainingStalled):
 		d.setCondition(etjobv1.ConditionTrainingStalled, false, etjobv1.ReasonTraining, "every reporting member advances in one round")
 	}
 }
@@ -114,16 +152,16 @@ func (d *decision) replaceStalled() {
 // splitOff returns the members to replace when the reporting members that
 // train (their step advanced within SplitAfter; less those already stuck)
 // do so in more than one (world, round), each for SplitAfter, and the
-// reason; nil otherwise.
-func (d *decision) splitOff(ws, stuck []*podView) ([]*podView, string) {
+// reason; nil otherwise, with the time the rounds settle while one has not.
+func splitOff(ws, stuck []*podView, now time.Time) ([]*podView, string, time.Time) {
 	type key struct {
 		world int32
 		round int64
 	}
 	groups := map[key][]*podView{}
-	settled := true
+	var settles time.Time
 	for _, w := range ws {
-		if slices.Contains(stuck, w) || d.now.Sub(w.heartbeat.since) >= SplitAfter {
+		if slices.Contains(stuck, w) || now.Sub(w.heartbeat.since) >= SplitAfter {
 			// only members that train now: a rank frozen for a minute still
 			// says the world it had (etjob.elastic went on without it), and
 			// must not make the members that went on look split off
@@ -131,13 +169,12 @@ func (d *decision) splitOff(ws, stuck []*podView) ([]*podView, string) {
 		}
 		k := key{w.heartbeat.world, w.heartbeat.round}
 		groups[k] = append(groups[k], w)
-		if at := w.heartbeat.roundSince.Add(SplitAfter); d.now.Before(at) {
-			settled = false
-			d.requeueAt(at)
+		if at := w.heartbeat.roundSince.Add(SplitAfter); now.Before(at) && (settles.IsZero() || at.Before(settles)) {
+			settles = at
 		}
 	}
-	if len(groups) < 2 || !settled {
-		return nil, ""
+	if len(groups) < 2 || !settles.IsZero() {
+		return nil, "", settles
 	}
 	keys := make([]key, 0, len(groups))
 	for k := range groups {
@@ -158,7 +195,7 @@ func (d *decision) splitOff(ws, stuck []*podView) ([]*podView, string) {
 		}
 	}
 	return off, fmt.Sprintf("members train apart for over %s: %s; replacing those outside round %d (world %d)",
-		SplitAfter, strings.Join(parts, "; "), keys[0].round, keys[0].world)
+		SplitAfter, strings.Join(parts, "; "), keys[0].round, keys[0].world), time.Time{}
 }
 
 // stall replaces members that stopped training (replaceStalled).
