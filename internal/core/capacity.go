@@ -17,16 +17,20 @@ import (
 // a rendezvous give up after its join timeout. It reports whether it stopped
 // any worker: the membership must then be published again without them.
 func (d *decision) stopBelowMin() bool {
-	if !d.wasRunning || len(d.members) >= int(d.spec.MinReplicas) {
+	if !d.wasRunning {
 		return false
 	}
-	stopped := 0
-	for _, w := range d.workers {
-		if w.active() && w.ready && !d.deleted[w.pod.Name] && !d.signaled[w.pod.Name] && !d.heldForHandover[w.pod.Name] {
-			d.signal(w, etjobv1.ReasonWaitingForCapacity)
-			stopped++
-		}
+	told := func(w *podView) bool {
+		return d.deleted[w.pod.Name] || d.signaled[w.pod.Name] || d.heldForHandover[w.pod.Name]
 	}
+	stop := belowMinStops(len(d.members), d.spec.MinReplicas, d.workers, told)
+	if stop == nil {
+		return false
+	}
+	for _, w := range stop {
+		d.signal(w, etjobv1.ReasonWaitingForCapacity)
+	}
+	stopped := len(stop)
 	if d.horovodLauncherLive() && !d.launcherStopped() {
 		// horovodrun ends once every rank left: marking it too makes its
 		// exit a release whenever it comes (capacity may be back by then),
@@ -40,24 +44,64 @@ func (d *decision) stopBelowMin() bool {
 	return stopped > 0
 }
 
+// belowMinStops is the stop below min as a function: with fewer members
+// than minReplicas, every ready active worker not already told is told to
+// stop (an empty, non-nil list when there is none); nil while the job has
+// enough members.
+func belowMinStops(members int, min int32, workers []*podView, told func(*podView) bool) []*podView {
+	if members >= int(min) {
+		return nil
+	}
+	out := []*podView{}
+	for _, w := range workers {
+		if w.active() && w.ready && !told(w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// waitVerdict is maxWaitTime's outcome (judgeMaxWait).
+type waitVerdict struct {
+	// Since is status.belowMinSince after this pass (nil: not below min).
+	Since *metav1.Time
+	// Release: the wait ran out; the scheduled workers go now.
+	Release bool
+	// Recheck is when to look again (zero for none).
+	Recheck time.Time
+}
+
+// judgeMaxWait is spec.maxWaitTime as a function: below minReplicas members,
+// scheduled workers are held at most maxWaitTime from since (when the job fell
+// below; now when it just did), then released, and the wait starts again.
+func judgeMaxWait(spec *etjobv1.ElasticJobSpec, members int, since *metav1.Time, now time.Time) waitVerdict {
+	if members >= int(spec.MinReplicas) {
+		return waitVerdict{}
+	}
+	if since == nil {
+		since = &metav1.Time{Time: now}
+	}
+	if spec.MaxWaitTime <= 0 {
+		return waitVerdict{Since: since}
+	}
+	wait := time.Duration(spec.MaxWaitTime) * time.Second
+	if at := since.Add(wait); now.Before(at) {
+		return waitVerdict{Since: since, Recheck: at}
+	}
+	return waitVerdict{Since: &metav1.Time{Time: now}, Release: true, Recheck: now.Add(wait)}
+}
+
 // waitForCapacity applies maxWaitTime while the job is below minReplicas
 // members: scheduled workers are held at most that long, then released; the
 // job keeps waiting with pending pods. It reports whether it released any
 // worker: the membership must then be published again without them.
 func (d *decision) waitForCapacity() bool {
-	if len(d.members) >= int(d.spec.MinReplicas) {
-		d.st.BelowMinSince = nil
-		return false
+	v := judgeMaxWait(d.spec, len(d.members), d.st.BelowMinSince, d.now)
+	d.st.BelowMinSince = v.Since
+	if !v.Recheck.IsZero() {
+		d.requeueAt(v.Recheck)
 	}
-	if d.st.BelowMinSince == nil {
-		d.st.BelowMinSince = &metav1.Time{Time: d.now}
-	}
-	if d.spec.MaxWaitTime <= 0 {
-		return false
-	}
-	at := d.st.BelowMinSince.Add(time.Duration(d.spec.MaxWaitTime) * time.Second)
-	if d.now.Before(at) {
-		d.requeueAt(at)
+	if !v.Release {
 		return false
 	}
 	released := 0
@@ -73,7 +117,5 @@ func (d *decision) waitForCapacity() bool {
 		d.event(true, etjobv1.EventMaxWaitTimeExceeded, msg)
 		d.record(etjobv1.TimelineRelease, msg)
 	}
-	d.st.BelowMinSince = &metav1.Time{Time: d.now}
-	d.requeueAt(d.now.Add(time.Duration(d.spec.MaxWaitTime) * time.Second))
 	return released > 0
 }

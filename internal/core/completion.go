@@ -43,61 +43,98 @@ func FinishedRefusal(job *etjobv1.ElasticJob) string {
 	return msg + "): a finished job does not scale; submit it again to train more"
 }
 
-// deadlineExceeded fails the job once it has been active for
-// spec.activeDeadlineSeconds (batch/v1 Job parity), and otherwise asks to
-// look again at that deadline.
-func (d *decision) deadlineExceeded() bool {
-	ad := d.spec.ActiveDeadlineSeconds
+// activeDeadline is spec.activeDeadlineSeconds (batch/v1 Job parity) as a
+// function: whether a job active since start has run out of it at now, the
+// message that fails it, and otherwise when it will (zero without one).
+func activeDeadline(spec *etjobv1.ElasticJobSpec, start, now time.Time) (exceeded bool, msg string, at time.Time) {
+	ad := spec.ActiveDeadlineSeconds
 	if ad == nil {
-		return false
+		return false, "", time.Time{}
 	}
-	at := d.st.StartTime.Add(time.Duration(*ad) * time.Second)
-	if !d.now.Before(at) {
-		d.fail(etjobv1.ReasonDeadlineExceeded, fmt.Sprintf("job was active longer than spec.activeDeadlineSeconds (%ds)", *ad))
+	at = start.Add(time.Duration(*ad) * time.Second)
+	if !now.Before(at) {
+		return true, fmt.Sprintf("job was active longer than spec.activeDeadlineSeconds (%ds)", *ad), time.Time{}
+	}
+	return false, "", at
+}
+
+// deadlineExceeded fails the job once it has been active for
+// spec.activeDeadlineSeconds, and otherwise asks to look again at that
+// deadline.
+func (d *decision) deadlineExceeded() bool {
+	exceeded, msg, at := activeDeadline(d.spec, d.st.StartTime.Time, d.now)
+	if exceeded {
+		d.fail(etjobv1.ReasonDeadlineExceeded, msg)
 		return true
 	}
-	d.requeueAt(at)
+	if !at.IsZero() {
+		d.requeueAt(at)
+	}
 	return false
 }
 
-// handleCompletion: for torchrun the first worker that exits 0 starts
-// completion; the job completes when no member still runs, or after a grace
-// period. It reports ended when the job completed, hold while the other
-// members finish (the pass then publishes them: they leave the membership as
-// they finish).
+// completionVerdict is the torchrun completion policy's outcome
+// (judgeCompletion).
+type completionVerdict struct {
+	// Started: a worker exited 0.
+	Started bool
+	// Done: the job completes now (no other member runs, or the grace
+	// period is over).
+	Done bool
+	// Running are the members still running while it is not done, and
+	// Until when the grace period ends.
+	Running int
+	Until   time.Time
+}
+
+// judgeCompletion is torchrun's completion rule: the first worker that exits
+// 0 starts completion, and the job completes when no other scheduled worker
+// still runs, or CompletionGracePeriod after that first exit. gone are the
+// workers this pass already deletes.
+func judgeCompletion(workers []*podView, gone map[string]bool, now time.Time) completionVerdict {
+	var first time.Time
+	var v completionVerdict
+	for _, w := range workers {
+		if w.succeeded {
+			t := w.finishedAt
+			if t.IsZero() {
+				t = now
+			}
+			if !v.Started || t.Before(first) {
+				first = t
+			}
+			v.Started = true
+		} else if !w.terminal && !w.deleting && !gone[w.pod.Name] && w.scheduled {
+			v.Running++
+		}
+	}
+	if !v.Started {
+		return completionVerdict{}
+	}
+	v.Until = first.Add(CompletionGracePeriod)
+	v.Done = v.Running == 0 || !now.Before(v.Until)
+	return v
+}
+
+// handleCompletion applies judgeCompletion to a torchrun job. It reports
+// ended when the job completed, hold while the other members finish (the
+// pass then publishes them: they leave the membership as they finish).
 func (d *decision) handleCompletion() outcome {
 	if d.spec.Framework != etjobv1.FrameworkTorchrun {
 		return proceed
 	}
-	var first time.Time
-	found := false
-	running := 0
-	for _, w := range d.workers {
-		if w.succeeded {
-			t := w.finishedAt
-			if t.IsZero() {
-				t = d.now
-			}
-			if !found || t.Before(first) {
-				first = t
-			}
-			found = true
-		} else if !w.terminal && !w.deleting && !d.deleted[w.pod.Name] && w.scheduled {
-			running++
-		}
-	}
-	if !found {
+	v := judgeCompletion(d.workers, d.deleted, d.now)
+	switch {
+	case !v.Started:
 		return proceed
-	}
-	at := first.Add(CompletionGracePeriod)
-	if running == 0 || !d.now.Before(at) {
+	case v.Done:
 		d.complete("a worker exited 0 and the other members finished")
 		return ended
 	}
-	d.requeueAt(at)
+	d.requeueAt(v.Until)
 	// Members leave the membership as they finish: that is completion, not a
 	// fall below min.
-	msg := fmt.Sprintf("a worker exited 0: waiting up to %s for the %d others to finish", CompletionGracePeriod, running)
+	msg := fmt.Sprintf("a worker exited 0: waiting up to %s for the %d others to finish", CompletionGracePeriod, v.Running)
 	d.setCondition(etjobv1.ConditionRunning, false, etjobv1.ReasonCompleting, msg)
 	d.setCondition(etjobv1.ConditionResizing, false, etjobv1.ReasonCompleting, msg)
 	return hold
@@ -130,26 +167,49 @@ func (d *decision) finishWith(kind string, reason etjobv1.EventReason, msg strin
 	d.finish()
 }
 
-// finish cleans up a finished job per cleanPodPolicy and applies its TTL.
-func (d *decision) finish() {
-	d.setHosts(nil)
-	for _, v := range d.all() {
-		switch d.spec.CleanPodPolicy {
+// cleanup is spec.cleanPodPolicy as a function: the pods of a finished job
+// to delete (All: every pod; None: none; Running, the default: those still
+// running).
+func cleanup(policy etjobv1.CleanPodPolicy, pods []*podView) []*podView {
+	var out []*podView
+	for _, v := range pods {
+		switch policy {
 		case etjobv1.CleanPodPolicyAll:
-			d.delete(v, etjobv1.ReasonFinished)
+			out = append(out, v)
 		case etjobv1.CleanPodPolicyNone:
 		default: // Running
 			if !v.terminal {
-				d.delete(v, etjobv1.ReasonFinished)
+				out = append(out, v)
 			}
 		}
 	}
-	if ttl := d.spec.TTLSecondsAfterFinished; ttl != nil && d.st.CompletionTime != nil {
-		at := d.st.CompletionTime.Add(time.Duration(*ttl) * time.Second)
-		if !d.now.Before(at) {
-			d.plan.DeleteJob = true
-		} else {
-			d.requeueAt(at)
-		}
+	return out
+}
+
+// ttlAfterFinished is spec.ttlSecondsAfterFinished as a function: whether a
+// job finished at completed is to be deleted at now, and otherwise when
+// (zero without a TTL).
+func ttlAfterFinished(spec *etjobv1.ElasticJobSpec, completed *metav1.Time, now time.Time) (deleteJob bool, at time.Time) {
+	ttl := spec.TTLSecondsAfterFinished
+	if ttl == nil || completed == nil {
+		return false, time.Time{}
+	}
+	at = completed.Add(time.Duration(*ttl) * time.Second)
+	if !now.Before(at) {
+		return true, time.Time{}
+	}
+	return false, at
+}
+
+// finish cleans up a finished job per cleanPodPolicy and applies its TTL.
+func (d *decision) finish() {
+	d.setHosts(nil)
+	for _, v := range cleanup(d.spec.CleanPodPolicy, d.all()) {
+		d.delete(v, etjobv1.ReasonFinished)
+	}
+	deleteJob, at := ttlAfterFinished(d.spec, d.st.CompletionTime, d.now)
+	d.plan.DeleteJob = deleteJob
+	if !at.IsZero() {
+		d.requeueAt(at)
 	}
 }
