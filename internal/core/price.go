@@ -77,23 +77,40 @@ func (d *decision) overPrice(nodeName string) (etjobv1.PricePerHour, bool) {
 	return OverPrice(d.spec, d.s.Prices, d.s.Nodes[nodeName])
 }
 
+// priced is a worker that a price policy tells to leave: its node's price,
+// and for the budget what the workers cost before it left.
+type priced struct {
+	w     *podView
+	price etjobv1.PricePerHour
+	was   etjobv1.PricePerHour
+}
+
+// overPriceLeavers is the price limit as a function: the scheduled, active
+// workers not already gone whose node over says is priced above the limit.
+func overPriceLeavers(workers []*podView, gone map[string]bool, over func(node string) (etjobv1.PricePerHour, bool)) []priced {
+	var out []priced
+	for _, w := range workers {
+		if !w.scheduled || !w.active() || gone[w.pod.Name] {
+			continue
+		}
+		if p, ok := over(w.pod.Spec.NodeName); ok {
+			out = append(out, priced{w: w, price: p})
+		}
+	}
+	return out
+}
+
 // leaveOverPrice tells the workers on nodes priced above the limit to leave.
 func (d *decision) leaveOverPrice() {
 	if _, ok := MaxPrice(d.spec); !ok {
 		return
 	}
-	for _, w := range d.workers {
-		if !w.scheduled || !w.active() || d.deleted[w.pod.Name] {
-			continue
-		}
-		p, over := d.overPrice(w.pod.Spec.NodeName)
-		if !over {
-			continue
-		}
+	for _, l := range overPriceLeavers(d.workers, d.deleted, d.overPrice) {
+		w := l.w
 		w.leaveAt, w.leaveReason = d.now, etjobv1.ReasonPriceAboveMax
 		d.signal(w, etjobv1.ReasonPriceAboveMax)
 		d.record(etjobv1.TimelineLeave, fmt.Sprintf("%s leaves: node %s costs %s an hour, above spec.spot.maxPricePerHour %s",
-			w.pod.Name, w.pod.Spec.NodeName, p, d.spec.Spot.MaxPricePerHour))
+			w.pod.Name, w.pod.Spec.NodeName, l.price, d.spec.Spot.MaxPricePerHour))
 	}
 }
 
@@ -204,21 +221,21 @@ func (d *decision) spend() etjobv1.PricePerHour {
 	return s
 }
 
-// leaveOverBudget tells the dearest workers to leave while the job's spend is
-// above its budget: at equal prices extra workers first, then the highest
-// index.
-func (d *decision) leaveOverBudget() {
-	budget, ok := Budget(d.spec)
-	if !ok {
-		return
+// overBudgetLeavers is the budget as a function: while what the staying
+// workers cost an hour (price of each one's node) is above budget, the
+// dearest leave, at equal prices extra workers first, then the highest
+// index; a worker on an unpriced node never leaves for the budget.
+func overBudgetLeavers(budget etjobv1.PricePerHour, staying []*podView, price func(node string) etjobv1.PricePerHour) []priced {
+	var spend etjobv1.PricePerHour
+	for _, w := range staying {
+		spend += price(w.pod.Spec.NodeName)
 	}
-	spend := d.spend()
 	if spend <= budget {
-		return
+		return nil
 	}
-	ws := d.staying()
+	ws := slices.Clone(staying)
 	sort.SliceStable(ws, func(i, j int) bool {
-		pi, pj := d.nodePrice(ws[i].pod.Spec.NodeName), d.nodePrice(ws[j].pod.Spec.NodeName)
+		pi, pj := price(ws[i].pod.Spec.NodeName), price(ws[j].pod.Spec.NodeName)
 		if pi != pj {
 			return pi > pj
 		}
@@ -227,20 +244,34 @@ func (d *decision) leaveOverBudget() {
 		}
 		return ws[i].index > ws[j].index
 	})
+	var out []priced
 	for _, w := range ws {
 		if spend <= budget {
 			break
 		}
-		p := d.nodePrice(w.pod.Spec.NodeName)
+		p := price(w.pod.Spec.NodeName)
 		if p <= 0 {
 			break
 		}
-		was := spend
+		out = append(out, priced{w: w, price: p, was: spend})
 		spend -= p
+	}
+	return out
+}
+
+// leaveOverBudget tells the dearest workers to leave while the job's spend is
+// above its budget (overBudgetLeavers).
+func (d *decision) leaveOverBudget() {
+	budget, ok := Budget(d.spec)
+	if !ok {
+		return
+	}
+	for _, l := range overBudgetLeavers(budget, d.staying(), d.nodePrice) {
+		w := l.w
 		w.leaveAt, w.leaveReason = d.now, etjobv1.ReasonOverBudget
 		d.signal(w, etjobv1.ReasonOverBudget)
 		d.record(etjobv1.TimelineLeave, fmt.Sprintf("%s leaves: the workers cost %s an hour, above spec.spot.budgetPerHour %s (node %s: %s)",
-			w.pod.Name, was, d.spec.Spot.BudgetPerHour, w.pod.Spec.NodeName, p))
+			w.pod.Name, l.was, d.spec.Spot.BudgetPerHour, w.pod.Spec.NodeName, l.price))
 	}
 }
 
