@@ -39,15 +39,8 @@ func (d *decision) scale() {
 	if d.st.Growth != nil {
 		d.st.Growth.ExtraWorkers = int32(len(extra))
 	}
-	if n := int32(len(base)) - desired; n > 0 {
-		victims := slices.Clone(base)
-		sort.SliceStable(victims, func(i, j int) bool {
-			if victims[i].scaleIn != victims[j].scaleIn {
-				return victims[i].scaleIn
-			}
-			return victims[i].index > victims[j].index
-		})
-		for _, v := range victims[:n] {
+	if victims := scaleInVictims(base, desired); len(victims) > 0 {
+		for _, v := range victims {
 			d.release(v, etjobv1.ReasonScaleIn)
 		}
 		d.record(etjobv1.TimelineScale, fmt.Sprintf("scale in to %d workers", desired))
@@ -57,9 +50,9 @@ func (d *decision) scale() {
 		return
 	}
 	budget, left := d.budgetRoom()
-	n := min(desired-int32(len(base)), MaxCreatesPerPass, d.spec.MaxReplicas-int32(alive), budget)
+	n, want := createCount(desired, len(base), alive, d.spec.MaxReplicas, budget)
 	d.create(n, false)
-	if want := min(desired-int32(len(base)), d.spec.MaxReplicas-int32(alive)); budget < want && budget < MaxCreatesPerPass {
+	if budget < want && budget < MaxCreatesPerPass {
 		d.budgetShort, d.budgetLeft = want-max(n, 0), left
 		// A cheaper node that comes up hosts none of the job's pods, so no
 		// watch event brings the job back: look again.
@@ -79,6 +72,33 @@ func (d *decision) scale() {
 	}
 }
 
+// scaleInVictims is the scale-in as a function: the base workers above
+// desired that leave, those named by a ScaleIn request first, then the
+// highest indices; nil when none is above.
+func scaleInVictims(base []*podView, desired int32) []*podView {
+	n := int32(len(base)) - desired
+	if n <= 0 {
+		return nil
+	}
+	victims := slices.Clone(base)
+	sort.SliceStable(victims, func(i, j int) bool {
+		if victims[i].scaleIn != victims[j].scaleIn {
+			return victims[i].scaleIn
+		}
+		return victims[i].index > victims[j].index
+	})
+	return victims[:n]
+}
+
+// createCount is how many base workers a pass creates (n) toward desired
+// from base active ones, with alive pods of at most maxReplicas, at most
+// MaxCreatesPerPass, and no more than the budget buys; want is what it would
+// create without the budget.
+func createCount(desired int32, base, alive int, maxReplicas, budget int32) (n, want int32) {
+	want = min(desired-int32(base), maxReplicas-int32(alive))
+	return min(want, MaxCreatesPerPass, budget), want
+}
+
 // create adds n new workers (extra ones above spec.replicas) to the plan and
 // returns how many.
 func (d *decision) create(n int32, extra bool) int32 {
@@ -95,16 +115,23 @@ func (d *decision) create(n int32, extra bool) int32 {
 // giveBack lets n extra workers go: the unscheduled ones first, then the
 // highest indices.
 func (d *decision) giveBack(extra []*podView, n int) {
+	for _, v := range givenBack(extra, n) {
+		d.release(v, etjobv1.ReasonGrowth)
+	}
+	d.record(etjobv1.TimelineScale, fmt.Sprintf("give back %d extra workers", n))
+}
+
+// givenBack are the n extra workers to let go: the unscheduled ones first,
+// then the highest indices. It sorts extra so, scheduled and low indices
+// first: the caller keeps extra[:len(extra)-n].
+func givenBack(extra []*podView, n int) []*podView {
 	sort.SliceStable(extra, func(i, j int) bool {
 		if extra[i].scheduled != extra[j].scheduled {
 			return extra[i].scheduled
 		}
 		return extra[i].index < extra[j].index
 	})
-	for _, v := range extra[len(extra)-n:] {
-		d.release(v, etjobv1.ReasonGrowth)
-	}
-	d.record(etjobv1.TimelineScale, fmt.Sprintf("give back %d extra workers", n))
+	return extra[len(extra)-n:]
 }
 
 // release tells a ready worker to leave at an agreed step and deletes one
