@@ -266,7 +266,7 @@ func (d *decision) signal(v *podView, reason string) {
 	d.signaled[v.pod.Name] = true
 	if v.leaveAt.IsZero() || v.leaveAt.Equal(d.now) {
 		d.plan.Signal = append(d.plan.Signal, Signal{Pod: v.pod.Name, At: d.now, Reason: reason, StopLead: v.stopLead})
-		d.requeueAt(d.now.Add(d.leaveGrace()))
+		d.requeueAt(d.now.Add(LeaveGrace(d.spec)))
 	}
 }
 

@@ -167,7 +167,7 @@ func (d *decision) moveLauncher(l *podView) outcome {
 			d.signal(w, etjobv1.ReasonLauncherMoving)
 			told++
 		}
-		if at := d.leaveDeadline(w.leaveAt, l.noticeDeadline); d.now.Before(at) {
+		if at := leaveDeadline(LeaveGrace(d.spec), w.leaveAt, l.noticeDeadline); d.now.Before(at) {
 			d.requeueAt(at)
 			waiting = true
 		}

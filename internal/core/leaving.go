@@ -15,35 +15,74 @@ func (d *decision) leave(w *podView) {
 		w.leaveAt = d.now
 		w.leaveReason = w.noticeReason
 		if w.noticed {
-			w.stopLead = d.noticeStopLead(w)
+			w.stopLead = noticeStopLead(d.spec, w, d.checkpointTime(), d.now)
 		}
 		d.signal(w, w.noticeReason)
 	}
 	if d.trainsThroughNotice(w) {
 		d.requeueAt(stopAt(w))
 	}
-	if !w.scheduled || (!w.ready && w.pod.Status.Phase == corev1.PodPending) {
-		if w.noticed {
-			d.preempted(w, w.noticeReason)
-		} else {
-			d.delete(w, w.leaveReason)
-		}
-		return
+	act, at := leaveAction(w, LeaveGrace(d.spec), d.now)
+	switch act {
+	case leaveWait:
+		d.requeueAt(at)
+	case leavePreempted:
+		d.preempted(w, w.giveUpReason())
+	case leaveDeleted:
+		d.delete(w, w.giveUpReason())
+	}
+}
+
+// leaveOutcome is what becomes of a worker told to leave (leaveAction).
+type leaveOutcome int
+
+const (
+	// leaveWait: it still has its grace period; look again then.
+	leaveWait leaveOutcome = iota
+	// leavePreempted: it goes, counted as a preemption (a noticed node, or
+	// a reason that is not a release).
+	leavePreempted
+	// leaveDeleted: it goes, a release.
+	leaveDeleted
+)
+
+// leaveAction is the leave rule as a function: a worker that never started
+// work (unscheduled, or pending and not ready) goes at once; any other goes
+// once its grace period (grace from when it was told, or its node's notice
+// deadline when later) is over, and is waited for until then.
+func leaveAction(w *podView, grace time.Duration, now time.Time) (leaveOutcome, time.Time) {
+	gone := leaveDeleted
+	if w.noticed || (w.startedWork() && !isRelease(w.leaveReason)) {
+		gone = leavePreempted
+	}
+	if !w.startedWork() {
+		return gone, time.Time{}
 	}
 	var nodeDeadline time.Time
 	if w.noticed {
 		nodeDeadline = w.noticeDeadline
 	}
-	at := d.leaveDeadline(w.leaveAt, nodeDeadline)
-	if d.now.Before(at) {
-		d.requeueAt(at)
-		return
+	if at := leaveDeadline(grace, w.leaveAt, nodeDeadline); now.Before(at) {
+		return leaveWait, at
 	}
-	if w.noticed || !isRelease(w.leaveReason) {
-		d.preempted(w, "LeaveGracePeriodExpired")
-	} else {
-		d.delete(w, "LeaveGracePeriodExpired")
+	return gone, time.Time{}
+}
+
+// startedWork: the worker was scheduled and is ready or past Pending.
+func (w *podView) startedWork() bool {
+	return w.scheduled && (w.ready || w.pod.Status.Phase != corev1.PodPending)
+}
+
+// giveUpReason is the reason a worker told to leave is deleted with: the
+// notice's at once when it never started work, else the grace period's end.
+func (w *podView) giveUpReason() string {
+	if !w.startedWork() {
+		if w.noticed {
+			return w.noticeReason
+		}
+		return w.leaveReason
 	}
+	return "LeaveGracePeriodExpired"
 }
 
 // leaveDeadline is when a worker told to leave at leaveAt is given up on:
@@ -51,17 +90,17 @@ func (d *decision) leave(w *podView) {
 // it waits for (its own node's; the launcher's, for a move) when that is
 // later: the node lives until then, so a checkpoint longer than the grace
 // period still completes (found by the trace simulator).
-func (d *decision) leaveDeadline(leaveAt, nodeDeadline time.Time) time.Time {
-	at := leaveAt.Add(d.leaveGrace())
+func leaveDeadline(grace time.Duration, leaveAt, nodeDeadline time.Time) time.Time {
+	at := leaveAt.Add(grace)
 	if nodeDeadline.After(at) {
 		return nodeDeadline
 	}
 	return at
 }
 
-// leaveGrace is spec.spot.leaveGracePeriodSeconds, 30 s without spec.spot.
-func (d *decision) leaveGrace() time.Duration {
-	if sp := d.spec.Spot; sp != nil {
+// LeaveGrace is spec.spot.leaveGracePeriodSeconds, 30 s without spec.spot.
+func LeaveGrace(spec *etjobv1.ElasticJobSpec) time.Duration {
+	if sp := spec.Spot; sp != nil {
 		return time.Duration(sp.LeaveGracePeriodSeconds) * time.Second
 	}
 	return 30 * time.Second
@@ -98,20 +137,16 @@ func StopMargin(spec *etjobv1.ElasticJobSpec) time.Duration {
 
 // noticeStopLead is how long before its notice's deadline a worker on a
 // noticed node stops training: what its cloud keeps back, the longest
-// checkpoint write the workers reported and the stop margin, in whole
+// checkpoint write the workers reported (took) and the stop margin, in whole
 // seconds. Zero means at once: the job stops at notices (noticeLeadTime
 // Stop), the notice has no deadline, no checkpoint was ever reported
 // (nothing to plan with), or that time is already here.
-func (d *decision) noticeStopLead(w *podView) time.Duration {
-	if !TrainsThroughNotices(d.spec) || w.noticeDeadline.IsZero() || !w.ready {
+func noticeStopLead(spec *etjobv1.ElasticJobSpec, w *podView, took time.Duration, now time.Time) time.Duration {
+	if !TrainsThroughNotices(spec) || w.noticeDeadline.IsZero() || !w.ready || took <= 0 {
 		return 0
 	}
-	took := d.checkpointTime()
-	if took <= 0 {
-		return 0
-	}
-	lead := (NoticeWindows[w.provider].Reserve() + took + StopMargin(d.spec) + time.Second - 1).Truncate(time.Second)
-	if !w.noticeDeadline.Add(-lead).After(d.now) {
+	lead := (NoticeWindows[w.provider].Reserve() + took + StopMargin(spec) + time.Second - 1).Truncate(time.Second)
+	if !w.noticeDeadline.Add(-lead).After(now) {
 		return 0
 	}
 	return lead
