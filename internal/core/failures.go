@@ -53,31 +53,58 @@ func (d *decision) preempted(w *podView, reason string) {
 	d.event(false, etjobv1.EventPreempted, fmt.Sprintf("worker %s preempted (%s); not counted as a failure", w.pod.Name, reason))
 }
 
-// workerFailed applies workerRestartPolicy to a worker that failed for a reason
+// failureAction is what a worker's failure (one that is not a preemption)
+// does to the job (judgeFailure).
+type failureAction int
+
+const (
+	// replaceWorker: the worker is replaced under a new name.
+	replaceWorker failureAction = iota
+	// restartJob: every pod goes and the job starts again.
+	restartJob
+	// failOverBackoff: the failures exceed spec.backoffLimit.
+	failOverBackoff
+	// failByPolicy: the restart policies allow neither.
+	failByPolicy
+)
+
+// judgeFailure is workerRestartPolicy, restartPolicy and backoffLimit as a
+// function of the spec, the failures counted with this one, and the
+// worker's exit code.
+func judgeFailure(spec *etjobv1.ElasticJobSpec, failures, exitCode int32) failureAction {
+	if failures > BackoffLimit(spec) {
+		return failOverBackoff
+	}
+	switch spec.WorkerRestartPolicy {
+	case etjobv1.WorkerRestartAlways, etjobv1.WorkerRestartOnFailure:
+		return replaceWorker
+	case etjobv1.WorkerRestartExitCode:
+		if retryableExit(exitCode) {
+			return replaceWorker
+		}
+	}
+	if spec.RestartPolicy == etjobv1.RestartPolicyOnFailure {
+		return restartJob
+	}
+	return failByPolicy
+}
+
+// workerFailed applies judgeFailure to a worker that failed for a reason
 // other than a preemption. It reports whether the job restarted or failed.
 func (d *decision) workerFailed(w *podView) bool {
 	d.countFailure(w)
 	msg := fmt.Sprintf("worker %s failed with exit code %d", w.pod.Name, w.exitCode)
-	if d.st.Failures > BackoffLimit(d.spec) {
+	switch judgeFailure(d.spec, d.st.Failures, w.exitCode) {
+	case failOverBackoff:
 		d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.st.Failures, BackoffLimit(d.spec)))
-		return true
-	}
-	retry := false
-	switch d.spec.WorkerRestartPolicy {
-	case etjobv1.WorkerRestartAlways, etjobv1.WorkerRestartOnFailure:
-		retry = true
-	case etjobv1.WorkerRestartExitCode:
-		retry = retryableExit(w.exitCode)
-	}
-	switch {
-	case retry:
+	case replaceWorker:
 		d.delete(w, etjobv1.ReasonWorkerFailed)
 		d.record(etjobv1.TimelineLeave, msg)
 		d.event(true, etjobv1.EventWorkerFailed, msg+"; replacing it under a new name")
 		return false
-	case d.spec.RestartPolicy == etjobv1.RestartPolicyOnFailure:
+	case restartJob:
 		d.restart(msg)
-	default:
+	case failByPolicy:
 		d.fail(etjobv1.ReasonWorkerFailed, msg+fmt.Sprintf("; spec.workerRestartPolicy is %s and spec.restartPolicy is Never", d.spec.WorkerRestartPolicy))
 	}
 	return true
