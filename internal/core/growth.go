@@ -71,12 +71,8 @@ func (d *decision) growthRoom(desired int32, base, extra []*podView) growth {
 	g := d.growthStatus()
 	d.measureThroughput(g)
 	d.noteTakenBack(g)
-	limit, reason := d.spec.MaxReplicas, "MaxReplicas"
-	if _, queued := d.job.Labels[etjobv1.LabelKueueQueue]; queued {
-		limit, reason = desired, "Admitted"
-	} else if t, ok := throughputLimit(g.Throughput, d.spec.Growth.MinSamplesPerSecondPerWorker); ok && t < limit {
-		limit, reason = max(t, desired), "Throughput"
-	}
+	_, queued := d.job.Labels[etjobv1.LabelKueueQueue]
+	limit, reason := growthLimit(d.spec, desired, queued, g.Throughput)
 	room := max(limit-desired, 0)
 	for _, w := range extra {
 		if !w.scheduled && !d.deleted[w.pod.Name] && !d.now.Before(w.pod.CreationTimestamp.Add(probeTimeout(d.spec))) {
@@ -109,6 +105,20 @@ func (d *decision) growthRoom(desired int32, base, extra []*podView) growth {
 	}
 	g.Limit, g.Reason = desired+room, out.reason
 	return out
+}
+
+// growthLimit is the size growth may reach and what sets it: maxReplicas;
+// desired for a job that Kueue admitted (its quota covers spec.replicas
+// only); or the size past which the measured throughput gained too little.
+func growthLimit(spec *etjobv1.ElasticJobSpec, desired int32, queued bool, throughput []etjobv1.ThroughputPoint) (int32, string) {
+	limit, reason := spec.MaxReplicas, "MaxReplicas"
+	if queued {
+		return desired, "Admitted"
+	}
+	if t, ok := throughputLimit(throughput, spec.Growth.MinSamplesPerSecondPerWorker); ok && t < limit {
+		limit, reason = max(t, desired), "Throughput"
+	}
+	return limit, reason
 }
 
 // growthStatus is status.growth, created on first use.
@@ -155,12 +165,18 @@ func (d *decision) noteTakenBack(g *etjobv1.GrowthStatus) {
 // the throughput of the size before it (found by the simulator: taken as
 // the new size's, a step up looked like no gain, and growth stopped).
 func (d *decision) measureThroughput(g *etjobv1.GrowthStatus) {
-	m := d.s.Job.Status.Membership
+	g.Throughput = throughputPoints(g.Throughput, d.s.Job.Status.Membership, d.workers)
+}
+
+// throughputPoints is measureThroughput as a function: the points known
+// (pts), updated with what the ready active workers reported since the
+// membership m last changed.
+func throughputPoints(pts []etjobv1.ThroughputPoint, m etjobv1.MembershipStatus, workers []*podView) []etjobv1.ThroughputPoint {
 	if m.ChangeTime == nil || len(m.Hosts) == 0 {
-		return
+		return pts
 	}
 	sums := map[int32]float64{}
-	for _, w := range d.workers {
+	for _, w := range workers {
 		c := w.checkpoint
 		if !w.ready || !w.active() || c == nil || c.SamplesPerSecond <= 0 {
 			continue
@@ -174,17 +190,17 @@ func (d *decision) measureThroughput(g *etjobv1.GrowthStatus) {
 		}
 	}
 	if len(sums) == 0 {
-		return
+		return pts
 	}
-	pts := slices.DeleteFunc(slices.Clone(g.Throughput), func(q etjobv1.ThroughputPoint) bool { _, ok := sums[q.Workers]; return ok })
+	out := slices.DeleteFunc(slices.Clone(pts), func(q etjobv1.ThroughputPoint) bool { _, ok := sums[q.Workers]; return ok })
 	for n, sum := range sums {
-		pts = append(pts, etjobv1.ThroughputPoint{Workers: n, SamplesPerSecond: int64(sum + 0.5)})
+		out = append(out, etjobv1.ThroughputPoint{Workers: n, SamplesPerSecond: int64(sum + 0.5)})
 	}
-	sort.Slice(pts, func(i, j int) bool { return pts[i].Workers < pts[j].Workers })
-	if len(pts) > MaxThroughputPoints {
-		pts = pts[len(pts)-MaxThroughputPoints:]
+	sort.Slice(out, func(i, j int) bool { return out[i].Workers < out[j].Workers })
+	if len(out) > MaxThroughputPoints {
+		out = out[len(out)-MaxThroughputPoints:]
 	}
-	g.Throughput = pts
+	return out
 }
 
 // throughputLimit is the size past which adding workers gained less than
