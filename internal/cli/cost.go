@@ -88,7 +88,7 @@ func (o *CostOptions) Run(ctx context.Context) error {
 		}
 		c, ok := StatusCost(&jobs[i], o.OnDemandPrice)
 		if !ok {
-			fmt.Fprintf(out, "Job %s/%s: no bill yet (status.cost): the controller writes it with the job's status once a worker has run\n", jobs[i].Namespace, jobs[i].Name)
+			fmt.Fprintf(out, "Job %s/%s: no bill yet (status.cost): the controller has not written the job's status\n", jobs[i].Namespace, jobs[i].Name)
 			continue
 		}
 		printCost(out, c)

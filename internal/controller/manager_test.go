@@ -3,6 +3,7 @@ package controller
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -155,5 +156,36 @@ func TestSlimEvent(t *testing.T) {
 	}
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Errorf("SlimEvent:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestReadyChanged: the node watch queues the jobs on a node whose Ready
+// condition changed status (True, False, Unknown or none) or transition time,
+// all of which the core reads.
+func TestReadyChanged(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC))
+	node := func(status corev1.ConditionStatus, since metav1.Time) *corev1.Node {
+		n := &corev1.Node{}
+		if status != "" {
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeMemoryPressure}, {Type: corev1.NodeReady, Status: status, LastTransitionTime: since}}
+		}
+		return n
+	}
+	later := metav1.NewTime(at.Add(time.Minute))
+	for _, c := range []struct {
+		name string
+		o, n *corev1.Node
+		want bool
+	}{
+		{"unchanged", node(corev1.ConditionTrue, at), node(corev1.ConditionTrue, at), false},
+		{"True to False", node(corev1.ConditionTrue, at), node(corev1.ConditionFalse, later), true},
+		{"False to Unknown", node(corev1.ConditionFalse, at), node(corev1.ConditionUnknown, later), true},
+		{"the same status, a new transition", node(corev1.ConditionFalse, at), node(corev1.ConditionFalse, later), true},
+		{"no condition yet", node("", at), node(corev1.ConditionTrue, at), true},
+		{"none either side", node("", at), node("", at), false},
+	} {
+		if got := readyChanged(c.o, c.n); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -116,9 +116,19 @@ func nodeChanged() predicate.Predicate {
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
 			return o.Annotations[etjobv1.AnnotationNodeNotice] != n.Annotations[etjobv1.AnnotationNodeNotice] ||
-				core.NodeReady(o) != core.NodeReady(n) || nodePrice(o) != nodePrice(n)
+				readyChanged(o, n) || nodePrice(o) != nodePrice(n)
 		},
 	}
+}
+
+// readyChanged: the node's Ready condition changed status (True, False,
+// Unknown, or none) or transition time.
+func readyChanged(o, n *corev1.Node) bool {
+	a, b := core.NodeReadyCondition(o), core.NodeReadyCondition(n)
+	if a == nil || b == nil {
+		return (a == nil) != (b == nil)
+	}
+	return a.Status != b.Status || !a.LastTransitionTime.Equal(&b.LastTransitionTime)
 }
 
 func nodePrice(n *corev1.Node) etjobv1.PricePerHour {

@@ -6,7 +6,8 @@
 // observed. Everything that is a decision (is this exit a preemption? who
 // leaves on a scale-in? is the job below min?) is made here and nowhere else.
 //
-// What is where (each policy file has its own _test.go):
+// What is where (each policy file has its own _test.go; hosts.go is tested
+// through horovod_test.go):
 //
 //   - snapshot.go: the input, Snapshot{Job, Pods, Nodes, ...}, and how each pod
 //     is classified; plan.go: the output, Plan, Signal, Event.

@@ -166,7 +166,7 @@ func TestDecideFailures(t *testing.T) {
 			nodes:          nodes("od", "n2"),
 			wantDelete:     []string{"j-worker-2"},
 			wantRestarts:   1,
-			wantCondReason: map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonWaitingForCapacity},
+			wantCondReason: map[string]string{etjobv1.ConditionRunning: etjobv1.ReasonRestarting},
 			wantSummary:    "Restarting",
 		},
 		"the next attempt starts with fresh names": {

@@ -40,7 +40,8 @@ const (
 	// leaveWait: it still has its grace period; look again then.
 	leaveWait leaveOutcome = iota
 	// leavePreempted: it goes, counted as a preemption (a noticed node, or
-	// a reason that is not a release).
+	// a worker that started work and was told to go for a reason that is
+	// not a release).
 	leavePreempted
 	// leaveDeleted: it goes, a release.
 	leaveDeleted
@@ -73,8 +74,9 @@ func (w *podView) startedWork() bool {
 	return w.scheduled && (w.ready || w.pod.Status.Phase != corev1.PodPending)
 }
 
-// giveUpReason is the reason a worker told to leave is deleted with: the
-// notice's at once when it never started work, else the grace period's end.
+// giveUpReason is the reason a worker told to leave is deleted with: when it
+// never started work, at once, its notice's reason (on a noticed node) or
+// the reason it was told to leave; else the grace period's end.
 func (w *podView) giveUpReason() string {
 	if !w.startedWork() {
 		if w.noticed {

@@ -317,15 +317,23 @@ func (d *decision) cheapestNode() (etjobv1.PricePerHour, bool) {
 }
 
 // NodeReady reports whether the node's Ready condition is True: the one
-// test of a node's readiness (the core's, the controller's node watch and the
-// local cluster's).
+// test of a node's readiness (the core's, the local cluster's).
 func NodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
+	c := NodeReadyCondition(n)
+	return c != nil && c.Status == corev1.ConditionTrue
+}
+
+// NodeReadyCondition is the node's Ready condition, nil when it has none.
+// Its status and transition time are what the core reads of it (a pod on a
+// node NotReady since then: notReadySince), so the controller's node watch
+// compares both.
+func NodeReadyCondition(n *corev1.Node) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == corev1.NodeReady {
+			return &n.Status.Conditions[i]
 		}
 	}
-	return false
+	return nil
 }
 
 // budgetAvoid are the nodes dearer than a new worker's share of the budget

@@ -18,11 +18,17 @@ import (
 // the membership this pass publishes.
 func (d *decision) conditions() {
 	n, lo, hi := len(d.members), int(d.spec.MinReplicas), int(d.spec.MaxReplicas)
-	if n >= lo && n <= hi {
+	switch {
+	case d.restarting:
+		// A restart, not a fall below min: the Running condition says so
+		// until the next attempt's pods run (what etjob get's STATUS reads).
+		d.setCondition(etjobv1.ConditionRunning, false, etjobv1.ReasonRestarting,
+			"restarting: the last attempt's pods are going; the next attempt starts once they are gone")
+	case n >= lo && n <= hi:
 		d.setCondition(etjobv1.ConditionRunning, true, etjobv1.ReasonMembersReady,
 			fmt.Sprintf("%d members (min %d, max %d), generation %d", n, lo, hi, d.st.Membership.Generation))
 		d.setCondition(etjobv1.ConditionSuspended, false, etjobv1.ReasonNotSuspended, "")
-	} else {
+	default:
 		why := d.waitingMessage()
 		d.setCondition(etjobv1.ConditionRunning, false, etjobv1.ReasonWaitingForCapacity, why)
 		suspended := meta.IsStatusConditionTrue(d.st.Conditions, etjobv1.ConditionSuspended)

@@ -162,7 +162,7 @@ func (s *Server) set(provider string, st state) {
 	switch provider {
 	case Alibaba, AWS, GCP, Azure:
 	default:
-		panic(fmt.Sprintf("metadata: unknown provider %q (want alibaba, aws, gcp or azure)", provider))
+		panic(fmt.Sprintf("emucloud: unknown provider %q (want alibaba, aws, gcp or azure)", provider))
 	}
 	if provider == Alibaba && st.kind == earlyWarning {
 		st = state{}
@@ -383,17 +383,25 @@ func (s *Server) serveAzureEvents(w http.ResponseWriter) {
 	s.mu.Lock()
 	st, inc, vm := s.states[Azure], s.incarnation, s.VMName
 	s.mu.Unlock()
-	events := []notice.AzureEvent{}
+	// Azure's event: the fields the agent reads (notice.AzureEvent) and
+	// those a real VM's document also carries.
+	type event struct {
+		notice.AzureEvent
+		Description       string `json:"Description"`
+		EventSource       string `json:"EventSource"`
+		DurationInSeconds int    `json:"DurationInSeconds"`
+	}
+	events := []event{}
 	switch st.kind {
 	case reclaim:
-		events = append(events, notice.AzureEvent{EventID: st.eventID, EventType: "Preempt", ResourceType: "VirtualMachine", Resources: []string{vm},
-			EventStatus: "Scheduled", NotBefore: st.deadline.Format(http.TimeFormat), Description: "", EventSource: "Platform", DurationInSeconds: -1})
+		events = append(events, event{AzureEvent: notice.AzureEvent{EventID: st.eventID, EventType: "Preempt", ResourceType: "VirtualMachine",
+			Resources: []string{vm}, EventStatus: "Scheduled", NotBefore: st.deadline.Format(http.TimeFormat)}, EventSource: "Platform", DurationInSeconds: -1})
 	case earlyWarning:
-		events = append(events, notice.AzureEvent{EventID: st.eventID, EventType: "Freeze", ResourceType: "VirtualMachine", Resources: []string{vm},
-			EventStatus: "Scheduled", NotBefore: st.since.Add(15 * time.Minute).UTC().Format(http.TimeFormat), Description: "Host server is undergoing maintenance.",
-			EventSource: "Platform", DurationInSeconds: 9})
+		events = append(events, event{AzureEvent: notice.AzureEvent{EventID: st.eventID, EventType: "Freeze", ResourceType: "VirtualMachine",
+			Resources: []string{vm}, EventStatus: "Scheduled", NotBefore: st.since.Add(15 * time.Minute).UTC().Format(http.TimeFormat)},
+			Description: "Host server is undergoing maintenance.", EventSource: "Platform", DurationInSeconds: 9})
 	}
-	writeJSON(w, notice.AzureDocument{DocumentIncarnation: inc, Events: events})
+	writeJSON(w, map[string]any{"DocumentIncarnation": inc, "Events": events})
 }
 
 func (s *Server) ackAzure(w http.ResponseWriter, r *http.Request) {

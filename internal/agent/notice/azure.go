@@ -41,24 +41,22 @@ type Azure struct {
 func (a *Azure) Provider() string { return ProviderAzure }
 
 // AzureDocument is Azure's Scheduled Events document
-// (GET /metadata/scheduledevents): the wire format this package reads, and
-// the local cluster's emulated cloud serves.
+// (GET /metadata/scheduledevents) as this package reads it; the local
+// cluster's emulated cloud serves these fields and a few more.
 type AzureDocument struct {
 	DocumentIncarnation int          `json:"DocumentIncarnation"`
 	Events              []AzureEvent `json:"Events"`
 }
 
-// AzureEvent is one scheduled event.
+// AzureEvent is one scheduled event: the fields this package reads (a
+// document's other fields are ignored, whatever their type).
 type AzureEvent struct {
-	EventID           string   `json:"EventId"`
-	EventType         string   `json:"EventType"`
-	ResourceType      string   `json:"ResourceType"`
-	Resources         []string `json:"Resources"`
-	EventStatus       string   `json:"EventStatus"`
-	NotBefore         string   `json:"NotBefore"`
-	Description       string   `json:"Description"`
-	EventSource       string   `json:"EventSource"`
-	DurationInSeconds int      `json:"DurationInSeconds"`
+	EventID      string   `json:"EventId"`
+	EventType    string   `json:"EventType"`
+	ResourceType string   `json:"ResourceType"`
+	Resources    []string `json:"Resources"`
+	EventStatus  string   `json:"EventStatus"`
+	NotBefore    string   `json:"NotBefore"`
 }
 
 // Poll reads the scheduled events once (and first this VM's name, when
