@@ -53,6 +53,8 @@ func TestJobStatus(t *testing.T) {
 		{"SUSPENDED", []metav1.Condition{cond(etjobv1.ConditionSuspended, metav1.ConditionTrue, etjobv1.ReasonUserSuspended)}},
 		{"PENDING", []metav1.Condition{cond(etjobv1.ConditionSuspended, metav1.ConditionTrue, etjobv1.ReasonWaitingForCapacity),
 			cond(etjobv1.ConditionRunning, metav1.ConditionFalse, etjobv1.ReasonWaitingForCapacity)}},
+		{"PENDING", []metav1.Condition{cond(etjobv1.ConditionSuspended, metav1.ConditionTrue, etjobv1.ReasonWaitingForCapacity),
+			cond(etjobv1.ConditionRunning, metav1.ConditionFalse, etjobv1.ReasonRestarting)}}, // its horovodrun released
 		{"SUCCEEDED", []metav1.Condition{cond(etjobv1.ConditionComplete, metav1.ConditionTrue, "Done"),
 			cond(etjobv1.ConditionRunning, metav1.ConditionTrue, etjobv1.ReasonMembersReady)}},
 		{"FAILED", []metav1.Condition{cond(etjobv1.ConditionFailed, metav1.ConditionTrue, "BackoffLimitExceeded")}},

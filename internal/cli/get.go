@@ -198,8 +198,11 @@ func jobStatus(job *etjobv1.ElasticJob) string {
 	case meta.IsStatusConditionTrue(c, etjobv1.ConditionFailed):
 		return "FAILED"
 	}
-	if s := meta.FindStatusCondition(c, etjobv1.ConditionSuspended); s != nil && s.Status == "True" && s.Reason == etjobv1.ReasonUserSuspended {
-		return "SUSPENDED"
+	if s := meta.FindStatusCondition(c, etjobv1.ConditionSuspended); s != nil && s.Status == "True" {
+		if s.Reason == etjobv1.ReasonUserSuspended {
+			return "SUSPENDED"
+		}
+		return "PENDING" // waiting for capacity, whatever its launcher is doing
 	}
 	// From the Running condition, not from status.summary's words (the
 	// core's column for people, which may change).
