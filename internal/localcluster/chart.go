@@ -17,6 +17,7 @@ import (
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/chart"
+	"github.com/etjob/etjob/internal/instancetype"
 	"github.com/etjob/etjob/internal/localcluster/processnode"
 )
 
@@ -26,7 +27,10 @@ const (
 	ControllerImage     = "ghcr.io/etjob/etjob-controller"
 	AgentImage          = "ghcr.io/etjob/etjob-agent"
 	ControllerNamespace = "etjob-system"
-	AgentNamespace      = "etjob-agent"
+	// PriceTable is the ConfigMap of the admin's node prices that the
+	// chart's controller reads (controller.priceTable).
+	PriceTable     = "etjob-prices"
+	AgentNamespace = "etjob-agent"
 	// LeaseName is the controller's leader-election Lease.
 	LeaseName = etjobv1.LeaderElectionID
 )
@@ -119,7 +123,19 @@ func (c *Cluster) installChart(ctx context.Context) error {
 			}
 		}
 	}
-	c.logf("  %-26s installed (%d objects)", "chart etjob", len(objs))
+	// The platform admin's price table, from the instance types' table:
+	// the controller (--price-table, the chart's default etjob-prices)
+	// then trusts a node's own price only to raise its row's, as on a
+	// cloud cluster whose admin keeps one.
+	prices := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": PriceTable, "namespace": ControllerNamespace},
+		"data":     map[string]any{etjobv1.PriceTableKey: instancetype.PriceTable()},
+	}}
+	if err := cl.Apply(ctx, client.ApplyConfigurationFromUnstructured(prices), client.FieldOwner("etjob-cluster"), client.ForceOwnership); err != nil {
+		return fmt.Errorf("installing the price table %s/%s: %w", ControllerNamespace, PriceTable, err)
+	}
+	c.logf("  %-26s installed (%d objects and the price table %s)", "chart etjob", len(objs), PriceTable)
 	return nil
 }
 

@@ -45,7 +45,8 @@ func TestChartDefaults(t *testing.T) {
 	for _, a := range testutil.Container(t, testutil.Find(t, objs, "Deployment", "etjob-controller"))["args"].([]any) {
 		joined = append(joined, a.(string))
 	}
-	for _, want := range []string{"--leader-election-namespace=" + ControllerNamespace, "--record-decisions=/tmp/d.jsonl"} {
+	for _, want := range []string{"--leader-election-namespace=" + ControllerNamespace, "--record-decisions=/tmp/d.jsonl",
+		"--price-table=" + ControllerNamespace + "/" + PriceTable} {
 		if !strings.Contains(strings.Join(joined, " "), want) {
 			t.Errorf("controller args %v lack %q", joined, want)
 		}
