@@ -56,6 +56,41 @@ const (
 	EnvTorchrunMonitorInterval = "PET_MONITOR_INTERVAL"
 )
 
+// The worker libraries' own settings: the controller sets none of them; a pod
+// template may, to tune etjob.elastic and etjob.torchrun (docs/worker-library.md
+// gives each one's default and meaning). They are owned here with the rest of
+// the contract so that every ETJOB_ name has one definition.
+const (
+	// etjob.elastic's deadlines and pacing.
+	EnvCollectiveTimeout      = "ETJOB_COLLECTIVE_TIMEOUT"
+	EnvHeartbeatTimeout       = "ETJOB_HEARTBEAT_TIMEOUT"
+	EnvMinBandwidthMbps       = "ETJOB_MIN_BANDWIDTH_MBPS"
+	EnvSettleSeconds          = "ETJOB_SETTLE_SECONDS"
+	EnvJoinTimeout            = "ETJOB_JOIN_TIMEOUT"
+	EnvBelowMinSeconds        = "ETJOB_BELOW_MIN_SECONDS"
+	EnvStaleSeconds           = "ETJOB_STALE_SECONDS"
+	EnvStoreLossSeconds       = "ETJOB_STORE_LOSS_SECONDS"
+	EnvReseedSeconds          = "ETJOB_RESEED_SECONDS"
+	EnvStoreProbeSeconds      = "ETJOB_STORE_PROBE_SECONDS"
+	EnvStoreSilenceSeconds    = "ETJOB_STORE_SILENCE_SECONDS"
+	EnvCheckpointFlushSeconds = "ETJOB_CHECKPOINT_FLUSH_SECONDS"
+	EnvSyncChunkMB            = "ETJOB_SYNC_CHUNK_MB"
+	// EnvRendezvousID names etjob.elastic's rendezvous where torchrun's
+	// PET_RDZV_ID is not set (a job run by hand).
+	EnvRendezvousID = "ETJOB_RDZV_ID"
+	// etjob.torchrun's rendezvous polling and last-call grace.
+	EnvRendezvousPollSeconds  = "ETJOB_RDZV_POLL_SECONDS"
+	EnvRendezvousGraceSeconds = "ETJOB_RDZV_GRACE_SECONDS"
+	// EnvWorkerStart is how etjob.torchrun starts workers (forkserver, the
+	// default, or exec); EnvPreload adds modules its forkserver imports once
+	// (comma-separated; the demo's driver sets it).
+	EnvWorkerStart = "ETJOB_WORKER_START"
+	EnvPreload     = "ETJOB_PRELOAD"
+	// EnvAgentPID is set by etjob.torchrun for its forkserver: the agent's
+	// pid, which the forkserver's workers watch.
+	EnvAgentPID = "ETJOB_AGENT_PID"
+)
+
 // AgentPort is the port of the node agent's node-local signal endpoint (the
 // chart's agent DaemonSet listens on it: a test of internal/chart holds the
 // two equal).

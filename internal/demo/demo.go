@@ -233,7 +233,7 @@ func Undisturbed(ctx context.Context, repo string, epochs, width, procs int) (fl
 	return accuracyOf(ctx, repo, []string{"-m", "etjob.torchrun", "--nnodes=1", fmt.Sprintf("--nproc_per_node=%d", procs),
 		"--rdzv_backend=c10d", fmt.Sprintf("--rdzv_endpoint=localhost:%d", baselinePort), "--rdzv_id=etjob-baseline",
 		filepath.Join(repo, "examples/digits/train.py"), "--epochs", strconv.Itoa(epochs)},
-		"WIDTH="+strconv.Itoa(width), "ETJOB_AGENT_ADDR=")
+		"WIDTH="+strconv.Itoa(width), etjobv1.EnvAgentAddr+"=")
 }
 
 // UndisturbedElastic runs the digits example's in-process variant,
@@ -256,7 +256,7 @@ func accuracyOf(ctx context.Context, repo string, args []string, env ...string) 
 	}
 	defer os.RemoveAll(dir)
 	cmd := exec.CommandContext(ctx, "/usr/bin/python3", args...)
-	cmd.Env = append(append(os.Environ(), "PYTHONPATH="+filepath.Join(repo, "python"), "ETJOB_CHECKPOINT_DIR="+dir), env...)
+	cmd.Env = append(append(os.Environ(), "PYTHONPATH="+filepath.Join(repo, "python"), etjobv1.EnvCheckpointDir+"="+dir), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("undisturbed run: %w\n%s", err, tail(string(out), 2000))

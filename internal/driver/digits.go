@@ -74,7 +74,7 @@ func (d Digits) Objects(namespace, name string) (*corev1.PersistentVolume, *core
 			{Name: "PYTHONPATH", Value: "/opt/etjob/python"},
 			{Name: "EPOCHS", Value: strconv.Itoa(d.Epochs)},
 			{Name: "WIDTH", Value: strconv.Itoa(d.Width)},
-			{Name: "ETJOB_PRELOAD", Value: "sklearn.datasets"},
+			{Name: etjobv1.EnvPreload, Value: "sklearn.datasets"},
 		},
 		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{etjobv1.ResourceGPU: resource.MustParse("1")}},
 		VolumeMounts: []corev1.VolumeMount{

@@ -98,7 +98,7 @@ def _end_without_teardown():
 
     logging.shutdown()
     for t in list(_writers):  # background checkpoints land before the exit
-        t.join(_env_float("ETJOB_CHECKPOINT_FLUSH_SECONDS", "600"))
+        t.join(_env_float(contract.ENV_CHECKPOINT_FLUSH_SECONDS, "600"))
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -168,22 +168,22 @@ class Context:
 
     def __init__(self, store=None, prefix=None, ident=None, min_size=None, max_size=None, sup=None):
         endpoint = os.environ.get(contract.ENV_RENDEZVOUS_ENDPOINT) or os.environ.get(contract.ENV_TORCHRUN_RDZV_ENDPOINT, "")
-        self.collective_timeout = _env_float("ETJOB_COLLECTIVE_TIMEOUT", "300")
-        self.heartbeat_timeout = _env_float("ETJOB_HEARTBEAT_TIMEOUT", "5")
+        self.collective_timeout = _env_float(contract.ENV_COLLECTIVE_TIMEOUT, "300")
+        self.heartbeat_timeout = _env_float(contract.ENV_HEARTBEAT_TIMEOUT, "5")
         # A collective's deadline grows with the bytes it moves, at this
         # slowest rate a healthy group is expected to keep (bytes/s): a 4 GB
         # state broadcast or gradient all-reduce is not taken for a frozen
         # peer. The default, 50 MB/s, is a slow network; gloo on loopback
         # moved ~1 GB/s on this project's 2-core machines.
-        self.min_bandwidth = _env_float("ETJOB_MIN_BANDWIDTH_MBPS", "50") * 1e6
-        self.settle = _env_float("ETJOB_SETTLE_SECONDS", "0.5")
-        self.join_timeout = _env_float("ETJOB_JOIN_TIMEOUT", "600")
+        self.min_bandwidth = _env_float(contract.ENV_MIN_BANDWIDTH_MBPS, "50") * 1e6
+        self.settle = _env_float(contract.ENV_SETTLE_SECONDS, "0.5")
+        self.join_timeout = _env_float(contract.ENV_JOIN_TIMEOUT, "600")
         # survivors of a hard loss below minReplicas wait this long for
         # replacements, then the newest commit is saved and every rank exits 75
-        self.below_min_wait = _env_float("ETJOB_BELOW_MIN_SECONDS", "60")
+        self.below_min_wait = _env_float(contract.ENV_BELOW_MIN_SECONDS, "60")
         # a newcomer ends a generation whose rank 0 sent no heartbeat for
         # this long: its members are gone (the whole job lost at once)
-        self.stale = _env_float("ETJOB_STALE_SECONDS", str(3 * self.heartbeat_timeout))
+        self.stale = _env_float(contract.ENV_STALE_SECONDS, str(3 * self.heartbeat_timeout))
         self.poll = 0.01
         upstream = None  # the store's own address (a client may connect through a tunnel: etjob.storeauth)
         if store is None:
@@ -203,8 +203,8 @@ class Context:
                 sys.exit("etjob.elastic: no rendezvous store at %s (ETJOB_RDZV_ENDPOINT): %s" % (endpoint, why))
         # how long a lost store is waited for; how long a newcomer in a
         # replaced store waits for the members to re-seed it
-        self.store_loss = _env_float("ETJOB_STORE_LOSS_SECONDS", "600")
-        self.reseed_wait = _env_float("ETJOB_RESEED_SECONDS", str(self.stale))
+        self.store_loss = _env_float(contract.ENV_STORE_LOSS_SECONDS, "600")
+        self.reseed_wait = _env_float(contract.ENV_RESEED_SECONDS, str(self.stale))
         self.host, self.port = upstream or (store.host, store.port)
         self._reseed_lock = threading.RLock()
         self._store_since = time.monotonic()  # when this rank connected to the store it uses now
@@ -212,7 +212,7 @@ class Context:
         self._member_of = None   # the token of the store this rank last became a member in
         self._orphaned = False   # the job went on without this rank while its store was replaced
         self.store = StoreClient(store, self.host, self.port, limit=self.store_loss, on_connect=self._reseed)
-        rid = os.environ.get(contract.ENV_TORCHRUN_RDZV_ID) or os.environ.get("ETJOB_RDZV_ID") or "default"
+        rid = os.environ.get(contract.ENV_TORCHRUN_RDZV_ID) or os.environ.get(contract.ENV_RENDEZVOUS_ID) or "default"
         self.prefix = prefix if prefix is not None else "etjob/elastic/%s/" % rid
         self.id = ident or os.environ.get(contract.ENV_POD_NAME) or "%s-%d" % (os.uname().nodename, os.getpid())
         lo, _, hi = os.environ.get(contract.ENV_TORCHRUN_N_NODES, "1:1000000").partition(":")
@@ -231,7 +231,7 @@ class Context:
         if not _ABORTABLE:
             _raise_fd_limit()
         self.kind = "p%d-torch%s" % (PROTOCOL, _torch_minor())
-        self._handshake(_env_float("ETJOB_STORE_PROBE_SECONDS", "15"))
+        self._handshake(_env_float(contract.ENV_STORE_PROBE_SECONDS, "15"))
 
     # -- store helpers ----------------------------------------------------
 

@@ -425,7 +425,7 @@ class State:
         chunk by chunk, each a bounded collective."""
         g = ctx.group
         views = stateio.byte_views(tensors)
-        chunk = max(int(_env_float("ETJOB_SYNC_CHUNK_MB", "64") * 2**20), 1)
+        chunk = max(int(_env_float(contract.ENV_SYNC_CHUNK_MB, "64") * 2**20), 1)
         buf = None
         for start in range(0, total, chunk):
             end = min(start + chunk, total)

@@ -128,7 +128,7 @@ def silence_seconds():
     the front may go unanswered before it is taken for lost
     ($ETJOB_STORE_SILENCE_SECONDS, 30)."""
     try:
-        return max(float(os.environ.get("ETJOB_STORE_SILENCE_SECONDS", "30")), 2.0)
+        return max(float(os.environ.get(contract.ENV_STORE_SILENCE_SECONDS, "30")), 2.0)
     except ValueError:
         return 30.0
 

@@ -80,7 +80,7 @@ class Supervisor:
             self._thread = threading.Thread(target=self._run, name="etjob-supervisor", daemon=True)
             self._thread.start()
         elif not self.agent_addr:
-            self._warn_once("no-agent", "ETJOB_AGENT_ADDR is not set: only SIGTERM will stop this worker")
+            self._warn_once("no-agent", contract.ENV_AGENT_ADDR + " is not set: only SIGTERM will stop this worker")
         return self
 
     def close(self):

@@ -817,7 +817,7 @@ def _patch_worker_start(preload):
         path = os.environ.get("PYTHONPATH", "")
         if root not in path.split(os.pathsep):
             os.environ["PYTHONPATH"] = root + (os.pathsep + path if path else "")
-        os.environ["ETJOB_AGENT_PID"] = str(os.getpid())
+        os.environ[contract.ENV_AGENT_PID] = str(os.getpid())
         multiprocessing.set_forkserver_preload(["etjob._forkserver"] + list(preload))
         config.start_method = "forkserver"
         return config, module.run_worker, [kind] + rest
@@ -831,7 +831,7 @@ def _die_with_agent():
     agreed stop); once it is gone nobody collects a worker's result, and a
     finished worker would wait for it forever. The forkserver is no witness:
     every worker holds it alive. So a thread watches the agent's pid."""
-    agent = int(os.environ.get("ETJOB_AGENT_PID", "0"))
+    agent = int(os.environ.get(contract.ENV_AGENT_PID, "0"))
     if agent <= 1:
         return
 
@@ -922,13 +922,13 @@ def main(argv=None):
                  % (torch.__version__, ", ".join(missing)))
     _patch_std()
     _patch_shutdown()
-    _patch_rendezvous(float(os.environ.get("ETJOB_RDZV_POLL_SECONDS", "0.2")))
-    _grace["s"] = float(os.environ.get("ETJOB_RDZV_GRACE_SECONDS", "30"))
+    _patch_rendezvous(float(os.environ.get(contract.ENV_RENDEZVOUS_POLL_SECONDS, "0.2")))
+    _grace["s"] = float(os.environ.get(contract.ENV_RENDEZVOUS_GRACE_SECONDS, "30"))
     _patch_store_clients()
     _patch_round_barriers()
     _patch_round_env()
-    if os.environ.get("ETJOB_WORKER_START", "forkserver") == "forkserver":
-        extra = [m.strip() for m in os.environ.get("ETJOB_PRELOAD", "").split(",") if m.strip()]
+    if os.environ.get(contract.ENV_WORKER_START, "forkserver") == "forkserver":
+        extra = [m.strip() for m in os.environ.get(contract.ENV_PRELOAD, "").split(",") if m.strip()]
         _patch_worker_start(PRELOAD + extra)
     _patch_sigterm()
     if os.environ.get(contract.ENV_AGENT_ADDR):
