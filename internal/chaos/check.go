@@ -102,7 +102,7 @@ func (r *runner) check(runErr error) {
 	} else {
 		add("failures == 0 (preemptions are no failures)", false, "the job's final status was not read")
 	}
-	r.mu.Lock() // the undisturbed run's goroutine may still be writing it when the run failed early
+	r.mu.Lock()
 	baseline := res.BaselineAccuracy
 	r.mu.Unlock()
 	if baseline > 0 {

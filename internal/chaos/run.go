@@ -197,19 +197,11 @@ func (r *runner) run(ctx context.Context) error {
 	r.write(map[string]any{"seed": r.Seed, "schedule": r.res.Schedule, "start": r.start, "epochs": r.Epochs, "width": r.Width,
 		"notice": r.Notice.String(), "decisions": r.DecisionsPath})
 	r.say("seed %d, schedule (%d faults, %d members' nodes taken): %s", r.Seed, len(r.res.Schedule), MembershipLosses(r.res.Schedule), String(r.res.Schedule))
-	undisturbed := make(chan error, 1)
+	undisturbed := func() (float64, error) { return 0, nil }
 	if r.Baseline {
-		// The undisturbed run shares the CPUs with the chaos run; only its
-		// accuracy is compared, never its time.
-		go func() {
-			acc, err := demo.Undisturbed(ctx, r.RepoRoot, r.Epochs, r.Width, desiredWorkers)
-			r.mu.Lock()
-			r.res.BaselineAccuracy = acc
-			r.mu.Unlock()
-			undisturbed <- err
-		}()
-	} else {
-		undisturbed <- nil
+		undisturbed = demo.Beside(ctx, func(ctx context.Context) (float64, error) {
+			return demo.Undisturbed(ctx, r.RepoRoot, r.Epochs, r.Width, desiredWorkers)
+		})
 	}
 	digits := driver.Digits{Repo: r.RepoRoot, Shared: filepath.Join(r.Cluster.Dir, "shared", job), Epochs: r.Epochs, Width: r.Width, Replicas: desiredWorkers}
 	if err := r.d.SubmitDigits(ctx, digits); err != nil {
@@ -247,9 +239,13 @@ func (r *runner) run(ctx context.Context) error {
 		r.res.GenerationEnd = j.Status.Membership.Generation
 	}
 	r.say("the job completed; waiting for the undisturbed run")
-	if err := <-undisturbed; err != nil {
+	acc, err := undisturbed()
+	if err != nil {
 		return err
 	}
+	r.mu.Lock()
+	r.res.BaselineAccuracy = acc
+	r.mu.Unlock()
 	return r.deleteJob(ctx)
 }
 

@@ -104,23 +104,13 @@ func (s *story) run(ctx context.Context) error {
 	// The undisturbed run trains beside the job (it shares the CPUs with
 	// it: only its accuracy is compared, never its time), and is awaited
 	// once the job completed.
-	undisturbed := make(chan error, 1)
+	undisturbed := func() (float64, error) { return 0, nil }
 	if s.Baseline {
 		s.say("undisturbed baseline: the same training, 2 processes, no cluster, beside the job")
 		// A story that ends early stops it too.
 		bctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		go func() {
-			acc, err := s.baseline(bctx)
-			if err == nil {
-				s.mu.Lock()
-				s.res.BaselineAccuracy = acc
-				s.mu.Unlock()
-			}
-			undisturbed <- err
-		}()
-	} else {
-		undisturbed <- nil
+		undisturbed = Beside(bctx, s.baseline)
 	}
 	if err := s.submit(ctx); err != nil {
 		return err
@@ -196,11 +186,13 @@ func (s *story) run(ctx context.Context) error {
 	}
 	s.say("the job completed")
 	stopMeter()
-	if err := <-undisturbed; err != nil {
+	acc, err := undisturbed()
+	if err != nil {
 		return err
 	}
 	if s.Baseline {
-		s.say("baseline accuracy %.4f", s.res.BaselineAccuracy)
+		s.res.BaselineAccuracy = acc
+		s.say("baseline accuracy %.4f", acc)
 	}
 	return s.collect(ctx)
 }
@@ -220,6 +212,25 @@ var accRe = regexp.MustCompile(`final accuracy=([\d.]+)`)
 // baseline runs the same training undisturbed with two local processes.
 func (s *story) baseline(ctx context.Context) (float64, error) {
 	return Undisturbed(ctx, s.RepoRoot, s.Epochs, s.Width, 2)
+}
+
+// Beside starts run (an undisturbed run, which trains beside a job and
+// shares the CPUs with it: only its accuracy is compared, never its time) and
+// returns what waits for its accuracy; the wait may be called more than once.
+func Beside(ctx context.Context, run func(context.Context) (float64, error)) func() (float64, error) {
+	type result struct {
+		acc float64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		acc, err := run(ctx)
+		done <- result{acc, err}
+	}()
+	return sync.OnceValues(func() (float64, error) {
+		r := <-done
+		return r.acc, r.err
+	})
 }
 
 // baselinePort is the undisturbed run's rendezvous port: torchrun

@@ -86,9 +86,15 @@ class FrontTest(unittest.TestCase):
         """A client of a tunnel to a port no store listens on yet, which has
         sent its first bytes and waited while the tunnel tried again; the
         port and the client."""
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        # The port stays bound, not listening, until the test ends: no other
+        # socket of a busy machine (an outgoing connection's ephemeral port)
+        # takes it meanwhile, and the late front still binds it
+        # (SO_REUSEADDR on both, neither listening).
+        probe = socket.socket()
+        self.addCleanup(probe.close)
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
         t = storeauth.Tunnel("127.0.0.1", port, self.KEY, timeout=5)
         c = socket.create_connection(("127.0.0.1", t.local_port), timeout=20)
         c.sendall(b"ping")

@@ -45,16 +45,10 @@ import (
 func TestInProcessStory(t *testing.T) {
 	ctx := withTimeout(t, 10*time.Minute)
 	const epochs = 25
-	type result struct {
-		acc float64
-		err error
-	}
-	baseline := make(chan result, 1)
 	root := repoRoot(t)
-	go func() {
-		acc, err := demo.UndisturbedElastic(ctx, root, epochs, 2)
-		baseline <- result{acc, err}
-	}()
+	undisturbed := demo.Beside(ctx, func(ctx context.Context) (float64, error) {
+		return demo.UndisturbedElastic(ctx, root, epochs, 2)
+	})
 	e := startCluster(t, ctx, "etjob-e2e-inprocess", 4, 1)
 	repo, dir := e.repo, e.Dir
 	ckpt := e.sharedDir(t, "ckpt")
@@ -230,15 +224,15 @@ func TestInProcessStory(t *testing.T) {
 		}
 	}
 	acc, steps, _ := driver.Final(lines)
-	base := <-baseline
+	baseAcc, baseErr := undisturbed()
 	switch {
-	case base.err != nil:
-		t.Errorf("the undisturbed run: %v", base.err)
-	case math.Abs(acc-base.acc) > 0.01:
-		t.Errorf("final accuracy %.4f is not within 1 point of the undisturbed run's %.4f", acc, base.acc)
+	case baseErr != nil:
+		t.Errorf("the undisturbed run: %v", baseErr)
+	case math.Abs(acc-baseAcc) > 0.01:
+		t.Errorf("final accuracy %.4f is not within 1 point of the undisturbed run's %.4f", acc, baseAcc)
 	}
 	t.Logf("in-process story: hard kill → training again %.2fs after, join %.2fs, store lost %.2fs (%d steps meanwhile, training %.2fs after the new store listened), freeze %.2fs (collective timeout 5 s), notice %.2fs; %d pods, %d resumes, final accuracy %.4f after %d steps (undisturbed %.4f)",
-		hard.Seconds(), join.Seconds(), store.away.Seconds(), store.during, store.after.Seconds(), frozen.Seconds(), noticed.Seconds(), len(pids), len(resumes), acc, steps, base.acc)
+		hard.Seconds(), join.Seconds(), store.away.Seconds(), store.during, store.after.Seconds(), frozen.Seconds(), noticed.Seconds(), len(pids), len(resumes), acc, steps, baseAcc)
 	run(e.bin, "delete", "inproc")
 }
 
