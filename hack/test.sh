@@ -17,10 +17,11 @@ step() { printf '\n==> [%dm%02ds] %s\n' $(((SECONDS - began) / 60)) $(((SECONDS 
 # worker_tests runs the worker library's tests with one interpreter (the
 # tests start their workers with that same interpreter, sys.executable) in
 # four shards at once: test_elastic, test_elastic_faults, test_elastic_ddp
-# and the other modules. Their workers mostly wait (steps that sleep, timeouts, process
-# starts): one after the other the three took 353 s on torch 1.13, at once
-# 154-181 s in clean-clone runs (torch 2.15: 242-275 s). Each shard's log is
-# printed whole once all are done.
+# and the other modules. Their workers mostly wait (steps that sleep, timeouts), and
+# are forked from a process that imported torch once (python/tests/worker_zygote.py):
+# alone here the torch 1.13 lane took 143 s, the torch 2.15 lane 189 s (310 s
+# when each worker imported torch itself). Each shard's log is printed whole
+# once all are done.
 worker_tests() {
   local py=$1 shards rc=0 pids=() m
   shards=$(mktemp -d)

@@ -31,6 +31,19 @@ def store_secret(directory):
     controller's Secret would be mounted, and returns its path."""
     return storeauth.write_secret(os.path.join(directory, "store-secret"))
 
+_zygote = []
+
+
+def zygote():
+    """The test process's worker zygote (worker_zygote.py: workers forked
+    from a process that imported torch once), started at its first use."""
+    if not _zygote:
+        import worker_zygote
+
+        _zygote.append(worker_zygote.Zygote(dict(os.environ, PYTHONPATH=os.path.join(REPO, "python") + os.pathsep + HERE)))
+    return _zygote[0]
+
+
 STEP = re.compile(r"^step=(\d+) rank=(\d+) world=(\d+) gen=(\d+) pid=(\d+) t=([\d.]+)$")
 
 
@@ -79,9 +92,14 @@ class Job:
         env = dict(self.env, ETJOB_POD_NAME=name)
         if held:
             env["HOLD_FILE"] = os.path.join(self.dir, name + ".go")
-        with open(os.path.join(self.dir, name + ".out"), "w") as out, open(os.path.join(self.dir, name + ".err"), "w") as err:
-            self.procs[name] = subprocess.Popen([sys.executable, os.path.join(HERE, "elastic_worker.py")],
-                                                env=env, stdout=out, stderr=err)
+        script, out, err = os.path.join(HERE, "elastic_worker.py"), os.path.join(self.dir, name + ".out"), os.path.join(self.dir, name + ".err")
+        if os.environ.get("ETJOB_TEST_WORKER_START", "fork") == "exec":
+            with open(out, "w") as o, open(err, "w") as e:
+                self.procs[name] = subprocess.Popen([sys.executable, script], env=env, stdout=o, stderr=e)
+        else:
+            for path in (out, err):  # there before the worker is, as the test reads them at once
+                open(path, "w").close()
+            self.procs[name] = zygote().start(script, env, out, err)
         return name
 
     def release(self, name, timeout=120):
