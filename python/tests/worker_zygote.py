@@ -94,7 +94,18 @@ class Worker:
 
     @property
     def returncode(self):
-        return self._zygote.codes.get(self.pid)
+        code = self._zygote.codes.get(self.pid)
+        if code is None and self._zygote.gone:
+            # the zygote died: no exit will be reported; a worker that no
+            # longer exists is taken as killed
+            try:
+                with open("/proc/%d/stat" % self.pid) as f:
+                    alive = f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except OSError:
+                alive = False
+            if not alive:
+                code = self._zygote.codes.setdefault(self.pid, -signal.SIGKILL)
+        return code
 
     def poll(self):
         return self.returncode
@@ -102,7 +113,7 @@ class Worker:
     def wait(self, timeout=None):
         end = None if timeout is None else time.monotonic() + timeout
         with self._zygote.ended:
-            while self.pid not in self._zygote.codes:
+            while self.returncode is None:
                 left = None if end is None else end - time.monotonic()
                 if left is not None and left <= 0:
                     raise subprocess.TimeoutExpired(self.args, timeout)
@@ -131,11 +142,13 @@ class Zygote:
         if "ready" not in ready:
             raise RuntimeError("the workers' zygote did not start (exit %s)" % self.proc.wait())
         self.codes = {}
+        self.gone = False
         self.ended = threading.Condition()
         self._pids = []
         self._lock = threading.Lock()
         self._started = threading.Condition(self._lock)
-        threading.Thread(target=self._read, name="zygote-reader", daemon=True).start()
+        self._reader = threading.Thread(target=self._read, name="zygote-reader", daemon=True)
+        self._reader.start()
 
     def _read(self):
         for line in self.proc.stdout:
@@ -148,6 +161,16 @@ class Zygote:
                 with self.ended:
                     self.codes[msg["exit"]] = msg["code"]
                     self.ended.notify_all()
+        with self.ended:
+            self.gone = True
+            self.ended.notify_all()
+
+    def close(self):
+        """close ends the zygote (its workers run on)."""
+        self.proc.stdin.close()
+        self.proc.wait()
+        self._reader.join(10)
+        self.proc.stdout.close()
 
     def start(self, script, env, out, err):
         """start forks a worker running script with env, its stdout and

@@ -1,0 +1,66 @@
+"""The tests' worker zygote (worker_zygote.py): a forked worker is a process
+with its own environment and output files that exits through the
+interpreter's normal exit, and its handle answers as subprocess.Popen's."""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+import worker_zygote
+
+SCRIPT = textwrap.dedent("""\
+    import atexit, os, sys
+    atexit.register(lambda: print("atexit ran", flush=True))
+    print("env", os.environ.get("ZYGOTE_TEST"), "torch" in sys.modules, flush=True)
+    if os.environ.get("ZYGOTE_TEST") == "sleep":
+        import time
+        time.sleep(60)
+    sys.exit(int(os.environ.get("CODE", "0")))
+""")
+
+
+class ZygoteTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="etjob-zygote-")
+        self.script = os.path.join(self.dir, "w.py")
+        with open(self.script, "w") as f:
+            f.write(SCRIPT)
+        self.zygote = worker_zygote.Zygote(dict(os.environ))
+        self.addCleanup(self.zygote.close)
+
+    def start(self, name, **env):
+        out, err = (os.path.join(self.dir, name + ext) for ext in (".out", ".err"))
+        return self.zygote.start(self.script, dict(os.environ, **env), out, err), out
+
+    def test_exit_code_env_and_atexit(self):
+        w, out = self.start("a", ZYGOTE_TEST="a", CODE="3")
+        self.assertEqual(w.wait(60), 3)
+        with open(out) as f:
+            self.assertEqual(f.read().splitlines(), ["env a True", "atexit ran"])
+
+    def test_kill_and_timeout(self):
+        w, _ = self.start("b", ZYGOTE_TEST="sleep")
+        self.assertIsNone(w.poll())
+        with self.assertRaises(subprocess.TimeoutExpired):
+            w.wait(0.2)
+        w.kill()
+        self.assertEqual(w.wait(30), -signal.SIGKILL)
+        w.kill()  # a second kill of an ended worker is a no-op, as Popen's
+
+    def test_a_dead_zygote_does_not_hang_a_wait(self):
+        w, _ = self.start("c", ZYGOTE_TEST="sleep")
+        self.zygote.proc.kill()
+        os.kill(w.pid, signal.SIGKILL)
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not self.zygote.gone:
+            time.sleep(0.05)
+        self.assertEqual(w.wait(30), -signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    unittest.main()
