@@ -15,7 +15,7 @@ import (
 // worker receives a signal; rank 0 saves a checkpoint; the job is suspended").
 // Idle survivors would otherwise hold their nodes, and torch agents waiting in
 // a rendezvous give up after its join timeout. It reports whether it stopped
-// any worker: the membership must then be published again without them.
+// any worker: the membership must then be elected again without them.
 func (d *decision) stopBelowMin() bool {
 	if !d.wasRunning {
 		return false
@@ -94,7 +94,7 @@ func judgeMaxWait(spec *etjobv1.ElasticJobSpec, members int, since *metav1.Time,
 // waitForCapacity applies maxWaitTime while the job is below minReplicas
 // members: scheduled workers are held at most that long, then released; the
 // job keeps waiting with pending pods. It reports whether it released any
-// worker: the membership must then be published again without them.
+// worker: the membership must then be elected again without them.
 func (d *decision) waitForCapacity() bool {
 	v := judgeMaxWait(d.spec, len(d.members), d.st.BelowMinSince, d.now)
 	d.st.BelowMinSince = v.Since

@@ -118,7 +118,7 @@ func judgeCompletion(workers []*podView, gone map[string]bool, now time.Time) co
 
 // handleCompletion applies judgeCompletion to a torchrun job. It reports
 // ended when the job completed, hold while the other members finish (the
-// pass then publishes them: they leave the membership as they finish).
+// pass then elects them: they leave the membership as they finish).
 func (d *decision) handleCompletion() outcome {
 	if d.spec.Framework != etjobv1.FrameworkTorchrun {
 		return proceed
@@ -203,7 +203,7 @@ func ttlAfterFinished(spec *etjobv1.ElasticJobSpec, completed *metav1.Time, now 
 
 // finish cleans up a finished job per cleanPodPolicy and applies its TTL.
 func (d *decision) finish() {
-	d.setHosts(nil)
+	d.clearMembers()
 	for _, v := range cleanup(d.spec.CleanPodPolicy, d.all()) {
 		d.delete(v, etjobv1.ReasonFinished)
 	}

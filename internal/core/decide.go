@@ -25,12 +25,15 @@ import (
 //  3. spec.suspend releases every pod (suspend.go);
 //  4. otherwise the job runs: see run for the order of its policies;
 //
-// then the membership change this pass made is recorded (membership.go) and
-// the status is summarized from it (status.go).
+// then the membership the path elected or cleared is published, the one
+// write of status.membership, and its change recorded (membership.go), before
+// the conditions that the run path sets from it; the status is summarized
+// last (status.go).
 func Decide(s Snapshot, now time.Time) Plan {
 	d := newDecision(s, now)
 	invalid := d.invalidHorovodLauncher()
 	refused := d.invalidPodTemplate()
+	conditions := false
 	switch {
 	case d.finished():
 		d.finish()
@@ -41,12 +44,15 @@ func Decide(s Snapshot, now time.Time) Plan {
 	case d.job.Spec.Suspend != nil && *d.job.Spec.Suspend:
 		d.suspend()
 	default:
-		d.run()
+		conditions = d.run()
 	}
-	// A no-op where run already recorded it before its conditions; for
-	// every other path (a finish, a suspend, a restart, a launcher move, a
-	// completion) it records the membership that path changed.
+	d.publish()
+	// The membership change is recorded before the Suspend or Resume that
+	// it causes, so the timeline and the Events read in that order.
 	d.recordMembership()
+	if conditions {
+		d.conditions()
+	}
 	d.summarize()
 	d.bill()
 	d.attributeCounts()
@@ -69,30 +75,30 @@ func Decide(s Snapshot, now time.Time) Plan {
 //     proceed ends the pass. Completion comes before the workers: once a
 //     torchrun member exited 0 the others finish or fail on a closed
 //     rendezvous, and neither is a failure of the job. A step that holds (a
-//     launcher move, a completion in progress) ends the pass with a publish:
-//     the membership without the workers it told to stop or that finished.
+//     launcher move, a completion in progress) ends the pass with the
+//     membership elected without the workers it told to stop or that
+//     finished.
 //  5. replaceStalled (heartbeat.go): members whose heartbeats show them
 //     stuck while others train, or split off into another round or world
 //     size, are deleted (TrainingStalled); scale then replaces them.
 //     scale (scaling.go): new workers up to the desired size, or leavers;
 //     extra workers above it under spec.growth (growth.go).
-//  6. publish (membership.go): the membership from the ready workers.
+//  6. elect (membership.go): the membership from the ready workers.
 //  7. startHorovodLauncher (launcher.go): horovodrun once step 6 found
 //     enough members.
 //  8. stopBelowMin and waitForCapacity (capacity.go): below minReplicas the
 //     survivors are told to stop and, after maxWaitTime, idle workers are
-//     released; if either did, the membership is published once more,
-//     without them. That second publish can wait for both: waitForCapacity
+//     released; if either did, the membership is elected once more,
+//     without them. That second election can wait for both: waitForCapacity
 //     reads the members only to compare their number with minReplicas, and
 //     stopBelowMin stops workers only when they are already fewer.
-//  9. recordMembership (membership.go), then conditions (status.go): the
-//     membership change is recorded before the Suspend or Resume that it
-//     causes, so the timeline and the Events read in that order. Decide
-//     records it for the paths that end earlier.
-func (d *decision) run() {
+//
+// It reports whether the pass reached its end: Decide then sets the
+// conditions (status.go) from the membership it published.
+func (d *decision) run() bool {
 	d.resume()
 	if d.deadlineExceeded() {
-		return
+		return false
 	}
 	d.deleteStale()
 	d.leaveOverPrice()
@@ -100,23 +106,22 @@ func (d *decision) run() {
 	for _, step := range []func() outcome{d.handleLauncher, d.handleCompletion, d.handleWorkers} {
 		switch step() {
 		case ended:
-			return
+			return false
 		case hold:
-			d.publish()
-			return
+			d.elect()
+			return false
 		}
 	}
 	d.replaceStalled()
 	d.scale()
-	d.publish()
+	d.elect()
 	d.startHorovodLauncher()
 	stopped := d.stopBelowMin()
 	released := d.waitForCapacity()
 	if stopped || released {
-		d.publish()
+		d.elect()
 	}
-	d.recordMembership()
-	d.conditions()
+	return true
 }
 
 // outcome is what a step of run leaves to the rest of the pass.
@@ -127,7 +132,7 @@ const (
 	proceed outcome = iota
 	// hold: the job keeps running while something finishes (the workers
 	// checkpoint for a launcher move, the members finish after a torchrun
-	// completion): the pass publishes the membership and ends.
+	// completion): the pass elects the membership and ends.
 	hold
 	// ended: the job restarted or finished; the pass ends.
 	ended
@@ -162,7 +167,10 @@ type decision struct {
 	timeline []etjobv1.TimelineEvent
 	// wasRunning: the Running condition was true before this pass.
 	wasRunning bool
+	// members are the workers elected this pass; hosts, when not nil, the
+	// membership that publish writes (elected, or cleared).
 	members    []*podView
+	hosts      *[]string
 	restarting bool
 	// joining are ready workers held back by batchJoiners this pass.
 	joining map[string]bool

@@ -26,7 +26,7 @@
 //   - price.go: spec.spot.maxPricePerHour and budgetPerHour, node prices
 //     under the admin's price table.
 //   - heartbeat.go: members seen stuck or split by their heartbeats.
-//   - membership.go: the published membership, join batching.
+//   - membership.go: the membership elected, published once a pass, and recorded; join batching.
 //   - capacity.go: below minReplicas (the agreed stop, waiting for capacity).
 //   - status.go: conditions and the status summary; cost.go: the bill,
 //     status.cost.

@@ -118,7 +118,7 @@ func (d *decision) restart(msg string) {
 	for _, v := range d.all() {
 		d.delete(v, etjobv1.ReasonRestarting)
 	}
-	d.setHosts(nil)
+	d.clearMembers()
 	d.st.BelowMinSince = nil
 	d.record(etjobv1.TimelineRestart, msg)
 	d.event(true, etjobv1.EventRestarting, fmt.Sprintf("restarting the job (restart %d): %s", d.st.Restarts, msg))

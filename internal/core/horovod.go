@@ -53,7 +53,7 @@ func (d *decision) launcherStopped() bool {
 	return l != nil && (d.signaled[l.pod.Name] || (!l.leaveAt.IsZero() && isRelease(l.leaveReason)))
 }
 
-// horovodHandover applies Horovod's rule to the members publish computed:
+// horovodHandover applies Horovod's rule to the members elect computed:
 // a running horovodrun is never given a host set that shares no host with
 // the one it has, nor a new host once etjob stopped it. A change that would
 // leave no host of the published set stops the job instead: the remaining

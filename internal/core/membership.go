@@ -11,11 +11,13 @@ import (
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 )
 
-// publish computes the membership: ready workers that are not leaving, and
-// workers on a noticed node until their stop time, by index, at most
-// maxReplicas. A change bumps the generation, which never goes
-// back.
-func (d *decision) publish() {
+// elect computes the membership this pass publishes: ready workers that are
+// not leaving, and workers on a noticed node until their stop time, by index,
+// at most maxReplicas, less the joiners batchJoiners holds back and the
+// workers horovodHandover keeps for the next horovodrun. It writes no status:
+// publish does, once a pass. A pass elects again after a step that told
+// members to go (see run).
+func (d *decision) elect() {
 	slots := etjobv1.SlotsPerWorker(d.spec)
 	d.members = d.members[:0]
 	for _, w := range d.workers {
@@ -33,7 +35,23 @@ func (d *decision) publish() {
 	for _, w := range d.members {
 		hosts = append(hosts, FormatHost(w.pod.Name, slots))
 	}
-	d.setHosts(hosts)
+	d.hosts = &hosts
+}
+
+// clearMembers ends the membership: the job's training ended (it finished,
+// restarts or is suspended); publish writes it empty.
+func (d *decision) clearMembers() {
+	d.members = nil
+	d.hosts = &[]string{}
+}
+
+// publish writes the membership this pass elected (or cleared) into the
+// status, the one place that does; a pass that did neither keeps the
+// published one. A change bumps the generation, which never goes back.
+func (d *decision) publish() {
+	if d.hosts != nil {
+		d.setHosts(*d.hosts)
+	}
 }
 
 // batchJoiners holds back workers that became ready less than
@@ -137,9 +155,8 @@ func (d *decision) nextNoticeStop(members []*podView) time.Time {
 	return next
 }
 
-// setHosts sets the membership this pass publishes. The generation is the
-// last published one plus one if the hosts differ from it, however many times
-// a pass recomputes them.
+// setHosts sets status.membership to hosts: the generation is the last
+// published one plus one if the hosts differ from it.
 func (d *decision) setHosts(hosts []string) {
 	orig := d.s.Job.Status.Membership
 	if slices.Equal(orig.Hosts, hosts) {
@@ -153,12 +170,10 @@ func (d *decision) setHosts(hosts []string) {
 }
 
 // recordMembership emits the plan's membership, a timeline entry and an Event
-// when this pass changed it. Only its first call in a pass does anything
-// (run calls it before its conditions, Decide again for the other paths),
-// so no membership is recorded twice.
+// when this pass changed it.
 func (d *decision) recordMembership() {
 	orig, m := d.s.Job.Status.Membership, d.st.Membership
-	if m.Generation == orig.Generation || d.plan.Membership != nil {
+	if m.Generation == orig.Generation {
 		return
 	}
 	d.plan.Membership = &m

@@ -17,7 +17,7 @@ func (d *decision) suspend() {
 		d.record(etjobv1.TimelineSuspend, "suspended by spec.suspend")
 		d.event(false, etjobv1.EventSuspended, "job suspended: all pods released")
 	}
-	d.setHosts(nil)
+	d.clearMembers()
 	d.st.LauncherReplacements = 0 // a resumed job's first launcher replaces none
 	d.st.StartTime = nil
 	d.st.BelowMinSince = nil
