@@ -88,18 +88,22 @@ awk -v c="$cover" 'BEGIN { exit !(c >= 95) }' || { echo "decision core coverage 
 # keep the CPU they would have alone. One after the other they took 143 s +
 # 144 s. The fuzzing's log is printed whole once both are done.
 step "fuzzing: every fuzz target for ${ETJOB_FUZZTIME:-10s} (their corpora ran with the unit tests), at nice 19, beside the worker library tests on torch 1.13"
+# In a session of its own, so that a failing lane (or an interrupted run)
+# stops all of it: make, hack/fuzz.sh and go test -fuzz.
 fuzz_log=$(mktemp)
-( nice -n 19 make --no-print-directory fuzz FUZZTIME="${ETJOB_FUZZTIME:-10s}" > "$fuzz_log" 2>&1 ) &
+setsid nice -n 19 make --no-print-directory fuzz FUZZTIME="${ETJOB_FUZZTIME:-10s}" > "$fuzz_log" 2>&1 &
 fuzz=$!
+trap 'kill -- -"$fuzz" 2>/dev/null || true; rm -f "$fuzz_log"' EXIT
 for lane in 1.13:/usr/bin/python3 "2.15:$TORCH2/bin/python3"; do
   step "worker library tests on torch ${lane%%:*} (Python stdlib unittest; real torchrun, real gloo groups; four shards at once)"
   t0=$SECONDS
-  worker_tests "${lane#*:}" || { echo "worker library tests on torch ${lane%%:*} failed (above)"; kill "$fuzz" 2>/dev/null || true; exit 1; }
+  worker_tests "${lane#*:}" || { echo "worker library tests on torch ${lane%%:*} failed (above)"; exit 1; }
   echo "lane torch ${lane%%:*}: $((SECONDS - t0)) s"
   if [ "${lane%%:*}" = 1.13 ]; then
     t0=$SECONDS
     rc=0
     wait "$fuzz" || rc=$?
+    trap - EXIT
     echo "== fuzzing (waited $((SECONDS - t0)) s for it after the lane):"
     cat "$fuzz_log"
     rm -f "$fuzz_log"

@@ -58,8 +58,9 @@ const (
 
 // The worker libraries' own settings: the controller sets none of them; a pod
 // template may, to tune etjob.elastic and etjob.torchrun (docs/worker-library.md
-// gives each one's default and meaning). They are owned here with the rest of
-// the contract so that every ETJOB_ name has one definition.
+// documents those meant for users; EnvRendezvousID and EnvAgentPID are set by
+// etjob's own tools). They are owned here with the rest of the contract so that
+// every ETJOB_ name the libraries read has one definition.
 const (
 	// etjob.elastic's deadlines and pacing.
 	EnvCollectiveTimeout      = "ETJOB_COLLECTIVE_TIMEOUT"

@@ -70,8 +70,9 @@ func renderPythonContract() (string, error) {
 	b.WriteString(`# Code generated from api/v1alpha1 (the worker contract) by its
 # TestPythonContract; DO NOT EDIT. make generate writes it again.
 """The worker contract: the environment etjob's controller gives a worker
-and a launcher (the ENV_ names), the node agent's port and the exit code of
-a worker told to stop. Go's api/v1alpha1 owns them."""
+and a launcher and the worker libraries' own settings (the ENV_ names), the
+node agent's port and the exit code of a worker told to stop. Go's
+api/v1alpha1 owns them."""
 
 `)
 	for _, c := range consts {

@@ -1,8 +1,9 @@
 # Code generated from api/v1alpha1 (the worker contract) by its
 # TestPythonContract; DO NOT EDIT. make generate writes it again.
 """The worker contract: the environment etjob's controller gives a worker
-and a launcher (the ENV_ names), the node agent's port and the exit code of
-a worker told to stop. Go's api/v1alpha1 owns them."""
+and a launcher and the worker libraries' own settings (the ENV_ names), the
+node agent's port and the exit code of a worker told to stop. Go's
+api/v1alpha1 owns them."""
 
 AGENT_PORT = 9477
 ENV_AGENT_ADDR = "ETJOB_AGENT_ADDR"

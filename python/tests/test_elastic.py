@@ -37,10 +37,10 @@ _zygote = []
 def zygote():
     """The test process's worker zygote (worker_zygote.py: workers forked
     from a process that imported torch once), started at its first use."""
-    if not _zygote:
+    if not _zygote or _zygote[0].proc.poll() is not None:  # none yet, or it died: a new one
         import worker_zygote
 
-        _zygote.append(worker_zygote.Zygote(dict(os.environ, PYTHONPATH=os.path.join(REPO, "python") + os.pathsep + HERE)))
+        _zygote[:] = [worker_zygote.Zygote(dict(os.environ, PYTHONPATH=os.path.join(REPO, "python") + os.pathsep + HERE))]
     return _zygote[0]
 
 

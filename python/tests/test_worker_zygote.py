@@ -3,15 +3,20 @@ with its own environment and output files that exits through the
 interpreter's normal exit, and its handle answers as subprocess.Popen's."""
 
 import os
+import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import textwrap
 import time
 import unittest
 
 import worker_zygote
+
+try:
+    import torch  # noqa: F401 - the zygote imports it
+except ImportError:  # pragma: no cover
+    torch = None
 
 SCRIPT = textwrap.dedent("""\
     import atexit, os, sys
@@ -24,9 +29,11 @@ SCRIPT = textwrap.dedent("""\
 """)
 
 
+@unittest.skipIf(torch is None, "torch is not installed")
 class ZygoteTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="etjob-zygote-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
         self.script = os.path.join(self.dir, "w.py")
         with open(self.script, "w") as f:
             f.write(SCRIPT)
@@ -60,6 +67,19 @@ class ZygoteTest(unittest.TestCase):
         while time.monotonic() < end and not self.zygote.gone:
             time.sleep(0.05)
         self.assertEqual(w.wait(30), -signal.SIGKILL)
+
+    def test_a_worker_that_ends_after_its_zygote_is_seen(self):
+        # nothing notifies a wait once the zygote is gone: it looks again
+        # every second instead of sitting out its timeout
+        w, _ = self.start("d", ZYGOTE_TEST="sleep")
+        self.zygote.proc.kill()
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not self.zygote.gone:
+            time.sleep(0.05)
+        killed_at = time.monotonic()
+        os.kill(w.pid, signal.SIGKILL)
+        self.assertEqual(w.wait(60), -signal.SIGKILL)
+        self.assertLess(time.monotonic() - killed_at, 10)
 
 
 if __name__ == "__main__":

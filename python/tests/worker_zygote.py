@@ -5,12 +5,16 @@ worker 1.0 CPU-s on torch 1.13 and 1.7 on torch 2.15, and the tests start
 over a hundred workers a lane.
 
 A forked worker is a real process of the interpreter under test: it imports
-etjob itself (so what the library reads from the environment when it is
-imported is read from the worker's own), runs the script as __main__ and
-exits through the interpreter's normal exit (atexit included). Only its
-parent differs: this zygote, which reaps it and reports its exit. Fork is
-the tests' default; ETJOB_TEST_WORKER_START=exec starts every worker with
-its own interpreter (subprocess.Popen) instead.
+etjob itself (so what etjob reads from the environment when it is imported
+is read from the worker's own), runs the script as __main__ and exits
+through the interpreter's normal exit (atexit included). Its parent is this
+zygote, which reaps it and reports its exit. What it shares with its
+siblings: torch's import-time reading of the environment (the zygote's, the
+test process's: no test sets torch's variables per job) and Python's hash
+seed (set iteration orders are equal across ranks, as they are not across
+the machines of a real job). Fork is the tests' default;
+ETJOB_TEST_WORKER_START=exec starts every worker with its own interpreter
+(subprocess.Popen) instead.
 
 The zygote reads one JSON request a line on stdin ({"script", "env", "out",
 "err"}) and answers on stdout: {"pid": P} for each fork, {"exit": P, "code":
@@ -78,7 +82,8 @@ def _become(req):
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(f, fd)
         os.close(f)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
         signal.signal(sig, signal.SIG_DFL)
     sys.argv = [req["script"]]
     sys.path[0] = os.path.dirname(os.path.abspath(req["script"]))
@@ -91,6 +96,13 @@ class Worker:
 
     def __init__(self, zygote, pid):
         self._zygote, self.pid, self.args = zygote, pid, "worker %d" % pid
+        # Signals go through a pidfd: the zygote may reap the worker before
+        # this process hears of it, and a pid alone could by then name
+        # another process (Popen's child is never reaped behind its back).
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except OSError:  # already gone (and reaped)
+            self._pidfd = None
 
     @property
     def returncode(self):
@@ -105,6 +117,9 @@ class Worker:
                 alive = False
             if not alive:
                 code = self._zygote.codes.setdefault(self.pid, -signal.SIGKILL)
+        if code is not None and self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
         return code
 
     def poll(self):
@@ -117,12 +132,16 @@ class Worker:
                 left = None if end is None else end - time.monotonic()
                 if left is not None and left <= 0:
                     raise subprocess.TimeoutExpired(self.args, timeout)
-                self._zygote.ended.wait(left if left is not None else 1.0)
+                # at most 1 s: once the zygote is gone nothing notifies
+                self._zygote.ended.wait(min(left, 1.0) if left is not None else 1.0)
         return self.returncode
 
     def send_signal(self, sig):
-        if self.poll() is None:
-            os.kill(self.pid, sig)
+        if self.poll() is None and self._pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, sig)
+            except ProcessLookupError:  # it ended; its exit is on the way
+                pass
 
     def kill(self):
         self.send_signal(signal.SIGKILL)
@@ -145,25 +164,27 @@ class Zygote:
         self.gone = False
         self.ended = threading.Condition()
         self._pids = []
-        self._lock = threading.Lock()
-        self._started = threading.Condition(self._lock)
+        self._one = threading.Lock()  # one request and its answer at a time
+        self._started = threading.Condition()
         self._reader = threading.Thread(target=self._read, name="zygote-reader", daemon=True)
         self._reader.start()
 
     def _read(self):
-        for line in self.proc.stdout:
-            msg = json.loads(line)
-            if "pid" in msg:
-                with self._started:
-                    self._pids.append(msg["pid"])
-                    self._started.notify_all()
-            elif "exit" in msg:
-                with self.ended:
-                    self.codes[msg["exit"]] = msg["code"]
-                    self.ended.notify_all()
-        with self.ended:
-            self.gone = True
-            self.ended.notify_all()
+        try:
+            for line in self.proc.stdout:
+                msg = json.loads(line)
+                if "pid" in msg:
+                    with self._started:
+                        self._pids.append(msg["pid"])
+                        self._started.notify_all()
+                elif "exit" in msg:
+                    with self.ended:
+                        self.codes[msg["exit"]] = msg["code"]
+                        self.ended.notify_all()
+        finally:
+            with self.ended:
+                self.gone = True
+                self.ended.notify_all()
 
     def close(self):
         """close ends the zygote (its workers run on)."""
@@ -175,7 +196,7 @@ class Zygote:
     def start(self, script, env, out, err):
         """start forks a worker running script with env, its stdout and
         stderr appended to the files out and err; a Worker."""
-        with self._started:
+        with self._one, self._started:
             self.proc.stdin.write((json.dumps({"script": script, "env": env, "out": out, "err": err}) + "\n").encode())
             self.proc.stdin.flush()
             end = time.monotonic() + 60
