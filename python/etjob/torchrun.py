@@ -275,53 +275,6 @@ def _patch_rendezvous(poll):
     dr._RendezvousJoinOp.__call__ = _complete_when_expected(dr._RendezvousJoinOp.__call__)
 
 
-#: What _GILSafeCompareSet appends to every value it writes: long enough
-#: that the answer's bytes object is larger than CPython's small-object limit
-#: (512 bytes), so the allocation made without the GIL is the C library's
-#: malloc, which is thread-safe, not CPython's pool allocator, which is not.
-_PAD = b"\n# etjob: padded so that torch < 2.4 builds its compare_set answer safely\n" + b"." * 512
-
-
-class _GILSafeCompareSet:
-    """A store client whose compare_set is safe on torch < 2.4.
-
-    There torch's compare_set builds its answer (a Python bytes object)
-    without holding the GIL (pytorch/pytorch#123983, fixed in torch 2.4). In
-    an agent whose other Python threads run at that moment (the store
-    tunnel's loop, which has just relayed that very answer; the supervisor's
-    poll) a small answer comes from CPython's pool allocator and corrupts it:
-    the agent died with SIGSEGV in another thread's pure Python code, a few
-    seconds after its start, in the e2e stories. Every value written through
-    this client carries _PAD, stripped from every answer, so each answer is
-    large enough to come from malloc. Every node writes the rendezvous
-    state's keys through it (they are read and written only with
-    compare_set); add, set and get pass through unchanged."""
-
-    def __init__(self, store):
-        self._store = store
-
-    def __getattr__(self, name):
-        return getattr(self._store, name)
-
-    @staticmethod
-    def _pad(v):
-        if not v:  # "" keeps its meaning: the key is absent
-            return v
-        return (v if isinstance(v, bytes) else v.encode()) + _PAD
-
-    def compare_set(self, key, expected, desired):
-        got = self._store.compare_set(key, self._pad(expected), self._pad(desired))
-        return got[:-len(_PAD)] if got.endswith(_PAD) else got
-
-
-def _gil_safe(store):
-    """store, wrapped by _GILSafeCompareSet where torch's compare_set needs it."""
-    import torch
-
-    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
-    return _GILSafeCompareSet(store) if (major, minor) < (2, 4) else store
-
-
 def _patch_store_clients():
     """Give the rendezvous state a store client of its own.
 
@@ -351,7 +304,7 @@ def _patch_store_clients():
         backend, store = original(params)
         if isinstance(store, TCPStore):
             own = TCPStore(store.host, store.port, is_master=False, timeout=store.timeout)
-            backend = c10d.C10dRendezvousBackend(_gil_safe(own), params.run_id)
+            backend = c10d.C10dRendezvousBackend(own, params.run_id)
         return backend, store
 
     c10d.create_backend = create_backend

@@ -33,31 +33,6 @@ def _settings():
 
 
 @unittest.skipIf(dr is None, "needs torch")
-@unittest.skipIf(dr is None, "needs torch")
-class GILSafeCompareSetTest(unittest.TestCase):
-    """torch < 2.4 builds compare_set's answer without the GIL: the agent's
-    rendezvous backend writes padded values so that every answer is too large
-    for CPython's pool allocator, with compare_set's meaning unchanged."""
-
-    def test_compare_set_keeps_its_meaning_and_answers_from_malloc(self):
-        import torch
-        from torch.distributed import TCPStore
-
-        srv = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
-        c = torchrun._GILSafeCompareSet(TCPStore("127.0.0.1", srv.port, is_master=False, timeout=timedelta(seconds=10)))
-        sentinel = "Y2FuaW1hZGFt"
-        self.assertEqual(c.compare_set("k", "", sentinel), sentinel.encode())  # absent: set
-        self.assertEqual(c.compare_set("k", "", "other"), sentinel.encode())  # present: its value
-        self.assertEqual(c.compare_set("k", sentinel.encode(), "state1"), b"state1")  # a bytes token matches
-        self.assertEqual(c.compare_set("k", "wrong", "state2"), b"state1")  # no match: the value
-        self.assertEqual(c.compare_set("x", "-a-", "-a-"), b"-a-")  # absent, expected given: expected back
-        self.assertGreater(len(srv.get("k")), 512, "the store holds what the answer is built from: padded")
-        self.assertEqual(c.add("n", 2), 2, "add passes through")
-        wrapped = torchrun._gil_safe(srv)
-        major, minor = (int(x) for x in torch.__version__.split(".")[:2])
-        self.assertEqual(isinstance(wrapped, torchrun._GILSafeCompareSet), (major, minor) < (2, 4))
-
-
 class CompleteWhenExpectedTest(unittest.TestCase):
     """A round the members expect N+1 nodes in completes as soon as N+1 have
     joined, even when the last to join was a joiner whose own max_nodes is the
