@@ -8,6 +8,7 @@ import signal
 import subprocess
 import tempfile
 import textwrap
+import threading
 import time
 import unittest
 
@@ -69,18 +70,28 @@ class ZygoteTest(unittest.TestCase):
         self.assertEqual(w.wait(30), -signal.SIGKILL)
 
     def test_a_worker_that_ends_after_its_zygote_is_seen(self):
-        # nothing notifies a wait once the zygote is gone: it looks again
-        # every second instead of sitting out its timeout
+        # nothing notifies a wait once the zygote is gone: it looks again at
+        # least every second instead of sitting out its timeout (asserted on
+        # what it asks of its condition, not on the clock)
         w, _ = self.start("d", ZYGOTE_TEST="sleep")
         self.zygote.proc.kill()
         end = time.monotonic() + 30
         while time.monotonic() < end and not self.zygote.gone:
             time.sleep(0.05)
-        killed_at = time.monotonic()
-        os.kill(w.pid, signal.SIGKILL)
-        self.assertEqual(w.wait(60), -signal.SIGKILL)
-        self.assertLess(time.monotonic() - killed_at, 10)
+        asked = []
+        real_wait = self.zygote.ended.wait
 
+        def recording_wait(timeout=None):
+            asked.append(timeout)
+            return real_wait(timeout)
+
+        self.zygote.ended.wait = recording_wait
+        killer = threading.Timer(1.5, os.kill, (w.pid, signal.SIGKILL))  # it ends while the test waits
+        killer.start()
+        self.addCleanup(killer.cancel)
+        self.assertEqual(w.wait(60), -signal.SIGKILL)
+        self.assertTrue(asked, "the wait never waited: the worker ended before it")
+        self.assertTrue(all(t is not None and t <= 1.0 for t in asked), "the wait asked its condition for %s" % asked)
 
 if __name__ == "__main__":
     unittest.main()
