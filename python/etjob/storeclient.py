@@ -34,6 +34,7 @@ import time
 import weakref
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
 
 from etjob import storeauth
@@ -124,6 +125,93 @@ def quiet_callback_connections(port, wait=0.0):
 _make_lock = threading.Lock()
 
 
+# torch < 2.4's Store.compare_set builds its answer, a Python bytes object,
+# with the GIL released (pytorch/pytorch#123983, fixed in torch 2.4 by
+# pytorch/pytorch#128212). While another thread of the process runs Python
+# (in an etjob process one always may: the store tunnel's loop, the
+# supervisor's poll, a heartbeat) CPython's small-object allocator is then
+# used by two threads at once and corrupted: torch 1.13 processes died with
+# SIGSEGV in another thread's pure Python code. A Python thread that
+# allocates beside a loop of compare_set calls crashes a torch 1.13 process
+# within a second (test_storeclient.CompareSetWithoutGILTest). So on torch 1.x
+# etjob asks compare_set over a socket of its own, in the store's wire
+# format, and builds the answer in Python with the GIL held; the store holds
+# the same bytes either way, so clients of either kind share keys. The wire
+# format is torch 1.x's (a query byte, then each string as a native 64-bit
+# length and its bytes; keys carry the client's "/" prefix). torch 2.0-2.3
+# have the defect too and are not covered: etjob is tested on torch 1.13 and
+# on torch >= 2.4.
+_TORCH_MAJOR = int(torch.__version__.split(".")[0])
+WIRE_COMPARE_SET = _TORCH_MAJOR == 1
+_QUERY_COMPARE_SET = 1  # TCPStore's QueryType::COMPARE_SET
+_SIZE = struct.Struct("=Q")
+
+
+def _wire_string(v):
+    b = v if isinstance(v, bytes) else str(v).encode()
+    return _SIZE.pack(len(b)) + b
+
+
+class WireCompareSet:
+    """WireCompareSet asks a TCPStore's compare_set over a connection of its
+    own (the comment above): where() gives the address to connect to (a
+    tunnel's, already routed), timeout is in seconds. One call at a time;
+    a failed call closes the connection (the next connects again) and
+    raises RuntimeError, as c10d's client does."""
+
+    def __init__(self, where, timeout):
+        self._where = where
+        self.timeout = timeout
+        self._sock = None
+        self._lock = threading.Lock()
+
+    def __call__(self, key, expected, desired):
+        query = bytes([_QUERY_COMPARE_SET]) + _wire_string("/" + key) + _wire_string(expected) + _wire_string(desired)
+        with self._lock:
+            host, port = self._where()
+            try:
+                if self._sock is None:
+                    s = socket.create_connection((host, port), timeout=self.timeout)
+                    storeauth._nodelay(s)
+                    self._sock = s
+                self._sock.sendall(query)
+                head = storeauth._recv_exact(self._sock, _SIZE.size)
+                answer = head and storeauth._recv_exact(self._sock, _SIZE.unpack(head)[0])
+                if answer is None:
+                    raise OSError("the store closed the connection")
+                return answer
+            except OSError as e:
+                self.close_locked()
+                raise RuntimeError("compare_set %r at %s:%s: %s" % (key, host, port, e)) from None
+
+    def close_locked(self):
+        if self._sock is not None:
+            storeauth._end(self._sock)
+            self._sock = None
+
+
+class GILSafeStore:
+    """GILSafeStore is a c10d TCPStore client whose compare_set goes over
+    WireCompareSet on torch 1.x (above); every other call is the client's.
+    It stands in for the client where Python code holds it (torch's
+    rendezvous backend), not where torch's C++ needs a Store."""
+
+    def __init__(self, client):
+        self._c = client
+        self.compare_set = WireCompareSet(lambda: (client.host, client.port), client.timeout.total_seconds())
+
+    def __getattr__(self, name):
+        return getattr(self._c, name)
+
+
+def gil_safe(client):
+    """gil_safe is client, as a GILSafeStore where its compare_set needs
+    one (a TCPStore client on torch 1.x)."""
+    if WIRE_COMPARE_SET and isinstance(client, dist.TCPStore):
+        return GILSafeStore(client)
+    return client
+
+
 def new_client(host, port, timeout):
     """new_client makes a c10d store client of the store at host:port
     (timeout: a timedelta), through this process's authenticating tunnel
@@ -181,6 +269,8 @@ class StoreClient:
         self.on_connect = on_connect
         self._lock = threading.Lock()
         self.reconnects = 0
+        # compare_set over a connection of its own on torch 1.x (WireCompareSet)
+        self._wire = WireCompareSet(lambda: storeauth.route(self.host, self.port), timeout) if WIRE_COMPARE_SET else None
         _clients.add(self)
 
     def _tcp(self):
@@ -194,25 +284,27 @@ class StoreClient:
         return new_client(self.host, self.port, timedelta(seconds=self.timeout))
 
     def add(self, key, delta):
-        return self._call("add", key, delta)
+        return self._call(lambda c: c.add(key, delta))
 
     def set(self, key, value):
-        return self._call("set", key, value)
+        return self._call(lambda c: c.set(key, value))
 
     def get(self, key):
-        return self._call("get", key)
+        return self._call(lambda c: c.get(key))
 
     def compare_set(self, key, expected, desired):
-        return self._call("compare_set", key, expected, desired)
+        if self._wire is not None:
+            return self._call(lambda _: self._wire(key, expected, desired))
+        return self._call(lambda c: c.compare_set(key, expected, desired))
 
-    def _call(self, name, *args):
+    def _call(self, op):
         # A call that fails again right after a reconnect that found the
         # server at once is refused by a live server: raised, not retried.
         failed_live = 0
         while True:
             seen = self.reconnects
             try:
-                return getattr(self._c, name)(*args)
+                return op(self._c)
             except RuntimeError as e:  # DistNetworkError, DistStoreError (torch 2.x), RuntimeError (1.13)
                 err = e
             if self._reconnect(seen, err):

@@ -290,7 +290,7 @@ def _patch_store_clients():
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend as c10d
     from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
-    from etjob import storeauth
+    from etjob import storeauth, storeclient
 
     original = c10d.create_backend
 
@@ -304,7 +304,9 @@ def _patch_store_clients():
         backend, store = original(params)
         if isinstance(store, TCPStore):
             own = TCPStore(store.host, store.port, is_master=False, timeout=store.timeout)
-            backend = c10d.C10dRendezvousBackend(own, params.run_id)
+            # torch 1.x builds compare_set's answer without the GIL: asked
+            # over a socket of its own there (etjob.storeclient.gil_safe)
+            backend = c10d.C10dRendezvousBackend(storeclient.gil_safe(own), params.run_id)
         return backend, store
 
     c10d.create_backend = create_backend

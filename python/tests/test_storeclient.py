@@ -1,0 +1,168 @@
+"""etjob.storeclient's compare_set on torch 1.x: torch builds that call's
+answer without the GIL (pytorch/pytorch#123983), which crashes a process
+whose other threads run Python; etjob asks it over a socket of its own there.
+Real TCPStore servers and clients, on each torch the tests run with."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+from datetime import timedelta
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON = os.path.join(os.path.dirname(HERE))
+sys.path.insert(0, PYTHON)
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError:  # pragma: no cover
+    torch = dist = None
+
+if dist is not None:
+    from etjob import storeauth, storeclient
+
+_TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) if torch is not None else (0, 0)
+
+# A thread that allocates small Python objects without pause beside a loop of
+# compare_set calls whose answers are small: torch < 2.4 builds each answer
+# while that thread holds the GIL. argv: the client to use, seconds to run.
+_CHURN = textwrap.dedent("""
+    import sys, threading, time
+    from datetime import timedelta
+    import torch.distributed as dist
+    from etjob import storeclient
+
+    srv = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+    raw = dist.TCPStore("127.0.0.1", srv.port, is_master=False, timeout=timedelta(seconds=10))
+    if sys.argv[1] == "c10d":
+        client = raw
+    elif sys.argv[1] == "storeclient":
+        client = storeclient.StoreClient(raw, "127.0.0.1", srv.port)
+    else:
+        client = storeclient.gil_safe(raw)
+    stop = []
+
+    def churn():
+        keep = []
+        while not stop:
+            keep.append(b"x" * 30 + bytes(len(keep) % 7))
+            if len(keep) > 1000:
+                del keep[:500]
+
+    threading.Thread(target=churn, daemon=True).start()
+    end, n = time.monotonic() + float(sys.argv[2]), 0
+    while time.monotonic() < end:
+        assert client.compare_set("k", "", "y" * 30) == b"y" * 30
+        n += 1
+    stop.append(1)
+    print("calls", n, flush=True)
+""")
+
+
+def _churn(kind, seconds):
+    env = dict(os.environ, PYTHONPATH=PYTHON)
+    return subprocess.run([sys.executable, "-c", _CHURN, kind, str(seconds)], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=seconds + 60)
+
+
+@unittest.skipIf(dist is None, "needs torch")
+class CompareSetWithoutGILTest(unittest.TestCase):
+    @unittest.skipIf(_TORCH >= (2, 4), "torch >= 2.4 builds compare_set's answer with the GIL")
+    def test_torchs_own_compare_set_crashes_beside_a_python_thread(self):
+        """The harness forces the defect: without etjob's socket the
+        process dies (in a second here; 20 s allowed)."""
+        got = _churn("c10d", 20)
+        self.assertLess(got.returncode, 0, "torch's compare_set survived 20 s beside a Python thread: the harness no "
+                        "longer forces the defect (%s)" % got.stdout.strip())
+
+    def test_etjobs_compare_set_survives_beside_a_python_thread(self):
+        for kind in ("storeclient", "gil_safe"):
+            got = _churn(kind, 3)
+            self.assertEqual(got.returncode, 0, "%s: %s" % (kind, got.stderr[-2000:]))
+            self.assertGreater(int(got.stdout.split()[-1]), 10, kind)
+
+
+@unittest.skipIf(dist is None, "needs torch")
+class WireCompareSetTest(unittest.TestCase):
+    """etjob's compare_set answers and stores what torch's does."""
+
+    def setUp(self):
+        self.srv = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+        self.raw = dist.TCPStore("127.0.0.1", self.srv.port, is_master=False, timeout=timedelta(seconds=10))
+
+    def cases(self, cs):
+        big = bytes(range(256)) * 4096  # a megabyte
+        steps = [
+            ("a", "", "first"),           # absent, "" expected: set
+            ("a", "", "other"),           # present: its value, unchanged
+            ("a", b"first", b"second"),   # a bytes token that matches: set
+            ("a", "wrong", "third"),      # no match: the value
+            ("b", "-absent-", "-absent-"),  # absent, expected given: expected back, nothing set
+            ("c", "", b"\x00\xff\xfe"),   # any bytes
+            ("c", b"\x00\xff\xfe", ""),   # an empty value
+            ("d", "", big),
+            ("d", big, "small"),
+        ]
+        # (a megabyte answer is named by its length: a failed comparison's diff would take minutes)
+        return [(lambda got: got if len(got) < 4096 else len(got))(cs(k, e, d)) for k, e, d in steps]
+
+    def test_same_answers_and_values_as_torchs(self):
+        if not storeclient.WIRE_COMPARE_SET:
+            self.skipTest("torch %s: compare_set is torch's own" % torch.__version__)
+        theirs = self.cases(lambda k, e, d: self.raw.compare_set("t/" + k, e, d))
+        wire = storeclient.gil_safe(self.raw)
+        self.assertIsInstance(wire, storeclient.GILSafeStore)
+        ours = self.cases(lambda k, e, d: wire.compare_set("o/" + k, e, d))
+        self.assertEqual(ours, theirs)
+        for k in ("a", "c", "d"):
+            self.assertEqual(self.raw.get("o/" + k), self.raw.get("t/" + k), k)
+        self.assertEqual(self.raw.add("o/b", 0), 0, "expected given on an absent key sets nothing")
+        self.assertEqual(wire.add("n", 2), 2, "every other call is the client's")
+
+    def test_store_client_on_each_torch(self):
+        c = storeclient.StoreClient(self.raw, "127.0.0.1", self.srv.port)
+        self.assertEqual(c._wire is not None, _TORCH < (2, 0))
+        self.assertEqual(self.cases(c.compare_set)[:5], [b"first", b"first", b"second", b"second", b"-absent-"])
+        self.assertIs(storeclient.gil_safe(self.raw) is self.raw, _TORCH >= (2, 0))
+
+    def test_a_lost_store_is_a_runtime_error_and_the_next_call_connects_again(self):
+        if not storeclient.WIRE_COMPARE_SET:
+            self.skipTest("torch %s: compare_set is torch's own" % torch.__version__)
+        where = [("127.0.0.1", self.srv.port)]
+        wire = storeclient.WireCompareSet(lambda: where[0], 5)
+        self.assertEqual(wire("k", "", "v"), b"v")
+        other = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+        wire.close_locked()
+        where[0] = ("127.0.0.1", other.port)
+        self.assertEqual(wire("k", "", "w"), b"w", "a new connection, to the store now named")
+        del other
+        with self.assertRaises(RuntimeError) as got:
+            for _ in range(3):
+                wire("k", "", "x")
+        self.assertIn("compare_set 'k' at 127.0.0.1:", str(got.exception))
+
+    def test_through_the_authenticating_tunnel(self):
+        d = tempfile.mkdtemp(prefix="etjob-storeclient-")
+        secret = storeauth.write_secret(os.path.join(d, "secret"))
+        key = storeauth.load_secret(secret)
+        front = storeauth.Front("127.0.0.1", 0, ("127.0.0.1", self.srv.port), key, who="test front")
+        old = os.environ.get(storeauth.ENV)
+        os.environ[storeauth.ENV] = secret
+        try:
+            c = storeclient.StoreClient(storeclient.new_client("127.0.0.1", front.port, timedelta(seconds=10)),
+                                        "127.0.0.1", front.port)
+            self.assertEqual(c.compare_set("tk", "", "v1"), b"v1")
+            self.assertEqual(c.compare_set("tk", "v1", "v2"), b"v2")
+            self.assertEqual(self.raw.get("tk"), b"v2", "written through the front")
+        finally:
+            if old is None:
+                os.environ.pop(storeauth.ENV, None)
+            else:
+                os.environ[storeauth.ENV] = old
+
+
+if __name__ == "__main__":
+    unittest.main()
