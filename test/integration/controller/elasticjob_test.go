@@ -100,12 +100,14 @@ func ensureNode(t *testing.T, name string) {
 	// The status update writes the object's metadata too. A pod started on
 	// a node starts on a fresh one: its annotations (a notice) go, its
 	// labels (a price) stay.
-	if err := k8s.Get(context.Background(), types.NamespacedName{Name: name}, n); err != nil {
-		t.Fatal(err)
-	}
-	n.Annotations = nil
-	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-	_ = k8s.Status().Update(context.Background(), n)
+	Eventually(t, timeout, "a fresh node "+name, func() error {
+		if err := k8s.Get(context.Background(), types.NamespacedName{Name: name}, n); err != nil {
+			return err
+		}
+		n.Annotations = nil
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		return k8s.Status().Update(context.Background(), n)
+	})
 }
 
 // startPod binds a pod to a (new) node, as the scheduler would, and makes it
@@ -590,7 +592,16 @@ func TestLauncherNotice(t *testing.T) {
 	if got := pods["mv-launcher"].Labels[etjobv1.LabelAttempt]; got != "1" {
 		t.Errorf("new launcher attempt label %q, want 1", got)
 	}
-	startAll(t, pods)
+	// The new pods start on nodes of their own, away from the noticed one.
+	// startAll would put the new launcher on its predecessor's node, whose
+	// notice ensureNode clears; but the controller watches pods and nodes
+	// separately, and when the binding reached it before the cleared notice
+	// it rightly moved the launcher again, deleting the pending mv-worker-2
+	// under the test's next binding (a CI run, "pods "mv-worker-2" not
+	// found"; binding the launcher to the noticed node forces it).
+	for _, n := range names(pods) {
+		startPod(t, pods[n], "node-"+ns+"-"+n+"-moved")
+	}
 	waitHosts(t, ns, "mv", "mv-worker-2:1", "mv-worker-3:1")
 	j := waitCondition(t, ns, "mv", etjobv1.ConditionRunning, etjobv1.ReasonMembersReady)
 	if j.Status.Restarts != 1 || j.Status.Failures != 0 || j.Status.Preemptions != 1 {
