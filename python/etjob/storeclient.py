@@ -141,8 +141,18 @@ _make_lock = threading.Lock()
 # length and its bytes; keys carry the client's "/" prefix). torch 2.0-2.3
 # have the defect too and are not covered: etjob is tested on torch 1.13 and
 # on torch >= 2.4.
-_TORCH_MAJOR = int(torch.__version__.split(".")[0])
-WIRE_COMPARE_SET = _TORCH_MAJOR == 1
+_TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+WIRE_COMPARE_SET = _TORCH[0] == 1
+_said_exposed = []
+
+
+def _say_if_exposed():
+    """A torch with the defect and another wire format is named once."""
+    if (2, 0) <= _TORCH < (2, 4) and not _said_exposed:
+        _said_exposed.append(1)
+        _log("torch %s builds a store's compare_set answer without the GIL (pytorch/pytorch#123983, fixed in torch "
+             "2.4): a process may crash while another of its threads runs Python; etjob works around it on torch "
+             "1.x only: use torch 1.13 or >= 2.4" % torch.__version__)
 _QUERY_COMPARE_SET = 1  # TCPStore's QueryType::COMPARE_SET
 _SIZE = struct.Struct("=Q")
 
@@ -209,6 +219,7 @@ def gil_safe(client):
     one (a TCPStore client on torch 1.x)."""
     if WIRE_COMPARE_SET and isinstance(client, dist.TCPStore):
         return GILSafeStore(client)
+    _say_if_exposed()
     return client
 
 
@@ -271,6 +282,7 @@ class StoreClient:
         self.reconnects = 0
         # compare_set over a connection of its own on torch 1.x (WireCompareSet)
         self._wire = WireCompareSet(lambda: storeauth.route(self.host, self.port), timeout) if WIRE_COMPARE_SET else None
+        _say_if_exposed()
         _clients.add(self)
 
     def _tcp(self):
