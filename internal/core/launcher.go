@@ -14,51 +14,161 @@ import (
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 )
 
-// handleLauncher creates a missing launcher and deals with a finished, lost
-// or noticed one. It reports ended when the job restarted or finished, hold
-// while the launcher moves (moveLauncher).
-func (d *decision) handleLauncher() outcome {
-	l := d.launcher
-	if why := d.storeGone(l); why != "" {
-		d.restart(why + ": the rendezvous store is lost; restarting from the last checkpoint with a new launcher")
-		return ended
+// launcherAction is what the launcher rule (judgeLauncher) decides in a pass.
+type launcherAction int
+
+const (
+	// launcherRuns: nothing to do for the launcher.
+	launcherRuns launcherAction = iota
+	// launcherCreate: it is missing; create it (horovodrun waits for its
+	// workers: startHorovodLauncher).
+	launcherCreate
+	// launcherAwaitName: it is being deleted; a restart waits for its name.
+	launcherAwaitName
+	// launcherStoreGone: a torchrun job lost its rendezvous store while it had
+	// members: restart from the checkpoint.
+	launcherStoreGone
+	// launcherCompleted: horovodrun exited 0, the job is complete.
+	launcherCompleted
+	// launcherReplace: spec.recovery InProcess, noticed, lost or failed: it
+	// is replaced alone, the workers train on.
+	launcherReplace
+	// launcherMove: noticed: the workers checkpoint, then the job restarts.
+	launcherMove
+	// launcherRelease: a horovodrun that etjob stopped, or whose ranks all
+	// left or were lost, goes as neither a failure nor a preemption.
+	launcherRelease
+	// launcherLost: lost, failed or on a node NotReady too long: counted,
+	// then the job restarts or fails.
+	launcherLost
+)
+
+// launcherFacts are what the launcher rule reads besides the spec and the
+// time, gathered by the pass (launcherFacts): its pod (nil when missing),
+// whether the pass restarts, the published members, whether the last pass
+// was moving it, and the Horovod rules' answers about its exit.
+type launcherFacts struct {
+	launcher   *podView
+	restarting bool
+	members    int
+	// stoppedReleased: releaseStoppedLauncher; exitReleased:
+	// horovodExitReleased (read only for a terminal horovodrun).
+	stoppedReleased, exitReleased bool
+}
+
+// launcherVerdict is the launcher rule's outcome: the action, why the
+// store is gone (launcherStoreGone), whether a created launcher replaces
+// one under members (status.launcherReplacements), whether a replaced one
+// was noticed rather than lost, and when to look again at a launcher on a
+// NotReady node (zero: no such wait).
+type launcherVerdict struct {
+	action      launcherAction
+	storeGone   string
+	replacement bool
+	noticed     bool
+	lookAgainAt time.Time
+}
+
+// judgeLauncher is the launcher rule as a function: a missing launcher is
+// created, a finished, lost or noticed one dealt with according to the
+// framework and spec.recovery.
+func judgeLauncher(spec *etjobv1.ElasticJobSpec, now time.Time, f launcherFacts) launcherVerdict {
+	l := f.launcher
+	if why := storeGone(spec, f); why != "" {
+		return launcherVerdict{action: launcherStoreGone, storeGone: why}
 	}
 	if l == nil {
-		// horovodrun starts once its workers are there (startHorovodLauncher).
-		if !d.restarting && d.spec.Framework != etjobv1.FrameworkHorovod {
-			d.plan.CreateLauncher = true
-			if d.spec.Recovery == etjobv1.RecoveryInProcess && len(d.s.Job.Status.Membership.Hosts) > 0 {
-				// members train: this launcher replaces one (replaceLauncher)
-				d.st.LauncherReplacements++
-			}
+		if f.restarting || spec.Framework == etjobv1.FrameworkHorovod {
+			return launcherVerdict{action: launcherRuns}
 		}
-		return proceed
+		// members train: under InProcess this launcher replaces one (replaceLauncher)
+		return launcherVerdict{action: launcherCreate, replacement: spec.Recovery == etjobv1.RecoveryInProcess && f.members > 0}
 	}
 	if l.deleting {
-		if d.spec.Recovery != etjobv1.RecoveryInProcess {
-			d.restarting = true // wait for the name to be free
+		if spec.Recovery != etjobv1.RecoveryInProcess {
+			return launcherVerdict{action: launcherAwaitName}
 		}
-		return proceed
+		return launcherVerdict{action: launcherRuns}
 	}
-	if l.terminal && l.succeeded && d.spec.Framework == etjobv1.FrameworkHorovod {
+	if l.terminal && l.succeeded && spec.Framework == etjobv1.FrameworkHorovod {
+		return launcherVerdict{action: launcherCompleted}
+	}
+	noticed := l.noticed && !l.terminal && !l.lost
+	if spec.Recovery == etjobv1.RecoveryInProcess {
+		if noticed || l.terminal || l.lost {
+			return launcherVerdict{action: launcherReplace, noticed: noticed}
+		}
+		if expired, at := notReadyTooLong(spec, now, l); !expired {
+			return launcherVerdict{action: launcherRuns, lookAgainAt: at}
+		}
+		return launcherVerdict{action: launcherReplace}
+	}
+	if noticed {
+		return launcherVerdict{action: launcherMove}
+	}
+	if f.stoppedReleased {
+		return launcherVerdict{action: launcherRelease}
+	}
+	if !l.terminal && !l.lost {
+		if expired, at := notReadyTooLong(spec, now, l); !expired {
+			return launcherVerdict{action: launcherRuns, lookAgainAt: at}
+		}
+	}
+	if l.terminal && spec.Framework == etjobv1.FrameworkHorovod && f.exitReleased {
+		return launcherVerdict{action: launcherRelease}
+	}
+	return launcherVerdict{action: launcherLost}
+}
+
+// launcherFacts gathers what judgeLauncher reads.
+func (d *decision) launcherFacts() launcherFacts {
+	f := launcherFacts{launcher: d.launcher, restarting: d.restarting, members: len(d.s.Job.Status.Membership.Hosts)}
+	if l := d.launcher; l != nil && !l.deleting {
+		f.stoppedReleased = d.releaseStoppedLauncher()
+		f.exitReleased = l.terminal && d.spec.Framework == etjobv1.FrameworkHorovod && d.horovodExitReleased(l)
+	}
+	return f
+}
+
+// handleLauncher applies judgeLauncher. It reports ended when the job
+// restarted, completed or failed, hold while the launcher moves
+// (moveLauncher).
+func (d *decision) handleLauncher() outcome {
+	v := judgeLauncher(d.spec, d.now, d.launcherFacts())
+	if !v.lookAgainAt.IsZero() {
+		d.requeueAt(v.lookAgainAt)
+	}
+	l := d.launcher
+	switch v.action {
+	case launcherCreate:
+		d.plan.CreateLauncher = true
+		if v.replacement {
+			d.st.LauncherReplacements++
+		}
+	case launcherAwaitName:
+		d.restarting = true // wait for the name to be free
+	case launcherStoreGone:
+		d.restart(v.storeGone + ": the rendezvous store is lost; restarting from the last checkpoint with a new launcher")
+		return ended
+	case launcherCompleted:
 		d.complete("launcher exited 0")
 		return ended
-	}
-	if d.spec.Recovery == etjobv1.RecoveryInProcess {
-		return d.replaceLauncher(l)
-	}
-	if l.noticed && !l.terminal && !l.lost {
+	case launcherReplace:
+		return d.replaceLauncher(l, v.noticed)
+	case launcherMove:
 		return d.moveLauncher(l)
-	}
-	if d.releaseStoppedLauncher() {
+	case launcherRelease:
 		return d.releaseLauncher(l)
+	case launcherLost:
+		return d.launcherLost(l)
 	}
-	if !l.terminal && !l.lost && !d.lostOnNotReadyNode(l) {
-		return proceed
-	}
-	if l.terminal && d.spec.Framework == etjobv1.FrameworkHorovod && d.horovodExitReleased(l) {
-		return d.releaseLauncher(l)
-	}
+	return proceed
+}
+
+// launcherLost deletes a launcher that is lost, failed or on a node
+// NotReady too long, counts it, and restarts or fails the job. It reports
+// ended.
+func (d *decision) launcherLost(l *podView) outcome {
 	reason, preempted := launcherLoss(l)
 	d.delete(l, reason)
 	// Losing the launcher with its node (the rendezvous store, horovodrun) is
@@ -92,17 +202,15 @@ func (d *decision) handleLauncher() outcome {
 // pass (its members are then gone) or come from a spec.recovery InProcess
 // job (replaceLauncher), and horovod jobs have no launcher before their
 // members (startHorovodLauncher).
-func (d *decision) storeGone(l *podView) string {
-	if d.restarting || d.spec.Recovery == etjobv1.RecoveryInProcess || d.spec.Framework == etjobv1.FrameworkHorovod ||
-		len(d.s.Job.Status.Membership.Hosts) == 0 {
+func storeGone(spec *etjobv1.ElasticJobSpec, f launcherFacts) string {
+	if f.restarting || spec.Recovery == etjobv1.RecoveryInProcess || spec.Framework == etjobv1.FrameworkHorovod || f.members == 0 {
 		return ""
 	}
-	switch {
+	switch l := f.launcher; {
 	case l == nil:
-		return fmt.Sprintf("the launcher is gone while %d workers were members (its pod deleted, or removed with its node)",
-			len(d.s.Job.Status.Membership.Hosts))
+		return fmt.Sprintf("the launcher is gone while %d workers were members (its pod deleted, or removed with its node)", f.members)
 	case l.deleting:
-		return fmt.Sprintf("launcher %s deleted while %d workers were members", l.pod.Name, len(d.s.Job.Status.Membership.Hosts))
+		return fmt.Sprintf("launcher %s deleted while %d workers were members", l.pod.Name, f.members)
 	}
 	return ""
 }
@@ -203,11 +311,7 @@ func (d *decision) moveLauncher(l *podView) outcome {
 // unmarked). It reports ended when the
 // job failed, else proceed: the workers' pass goes on (the new launcher is
 // created once the old one's name is free).
-func (d *decision) replaceLauncher(l *podView) outcome {
-	noticed := l.noticed && !l.terminal && !l.lost
-	if !noticed && !l.terminal && !l.lost && !d.lostOnNotReadyNode(l) {
-		return proceed
-	}
+func (d *decision) replaceLauncher(l *podView, noticed bool) outcome {
 	reason, preempted := l.noticeReason, true
 	msg := fmt.Sprintf("the node of launcher %s is being reclaimed (%s)", l.pod.Name, reason)
 	if !noticed {

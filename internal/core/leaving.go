@@ -111,15 +111,25 @@ func LeaveGrace(spec *etjobv1.ElasticJobSpec) time.Duration {
 // lostOnNotReadyNode: maxWaitTime bounds how long a pod on a NotReady node is
 // tolerated (0 = no limit; Kubernetes' own taint eviction still applies).
 func (d *decision) lostOnNotReadyNode(v *podView) bool {
-	if v.notReadySince.IsZero() || d.spec.MaxWaitTime <= 0 || v.terminal {
-		return false
-	}
-	at := v.notReadySince.Add(time.Duration(d.spec.MaxWaitTime) * time.Second)
-	if d.now.Before(at) {
+	expired, at := notReadyTooLong(d.spec, d.now, v)
+	if !at.IsZero() {
 		d.requeueAt(at)
-		return false
 	}
-	return true
+	return expired
+}
+
+// notReadyTooLong is that rule as a function: whether pod v's node has been
+// NotReady for maxWaitTime, and, while it has not yet, when it will have
+// (zero when the rule does not apply).
+func notReadyTooLong(spec *etjobv1.ElasticJobSpec, now time.Time, v *podView) (expired bool, at time.Time) {
+	if v.notReadySince.IsZero() || spec.MaxWaitTime <= 0 || v.terminal {
+		return false, time.Time{}
+	}
+	at = v.notReadySince.Add(time.Duration(spec.MaxWaitTime) * time.Second)
+	if now.Before(at) {
+		return false, at
+	}
+	return true, time.Time{}
 }
 
 // TrainsThroughNotices reports whether the job's workers on a noticed node
