@@ -262,23 +262,14 @@ func (d *decision) launcherFailed(l *podView, preempted bool, msg string) bool {
 // (the pass then publishes the membership without them), ended once the job
 // restarted.
 func (d *decision) moveLauncher(l *podView) outcome {
-	told, waiting := 0, false
-	for _, w := range d.workers {
-		if w.deleting || w.terminal || w.lost {
-			continue
-		}
-		if w.leaveAt.IsZero() {
-			if !w.ready {
-				continue // not training: nothing to save
-			}
-			w.leaveAt = d.now
-			d.signal(w, etjobv1.ReasonLauncherMoving)
-			told++
-		}
-		if at := leaveDeadline(LeaveGrace(d.spec), w.leaveAt, l.noticeDeadline); d.now.Before(at) {
-			d.requeueAt(at)
-			waiting = true
-		}
+	tell, until := launcherMoveSignals(d.workers, d.now, LeaveGrace(d.spec), l.noticeDeadline)
+	for _, w := range tell {
+		w.leaveAt = d.now
+		d.signal(w, etjobv1.ReasonLauncherMoving)
+	}
+	told, waiting := len(tell), !until.IsZero()
+	if waiting {
+		d.requeueAt(until)
 	}
 	msg := fmt.Sprintf("the node of launcher %s is being reclaimed (%s)", l.pod.Name, l.noticeReason)
 	if waiting {
@@ -294,6 +285,32 @@ func (d *decision) moveLauncher(l *podView) outcome {
 	d.countPreemption(l)
 	d.restart(msg + ": restarting from the last checkpoint with a new launcher")
 	return ended
+}
+
+// launcherMoveSignals is the move's rule as a function: the ready workers
+// not yet told to stop are told now, and the move waits while a running
+// worker's stop is not yet due (its grace period from when it was told, or
+// the launcher node's notice deadline when that is later): until is the
+// earliest such time not yet passed, when the pass looks again, zero when
+// none is left to wait for.
+func launcherMoveSignals(workers []*podView, now time.Time, grace time.Duration, notice time.Time) (tell []*podView, until time.Time) {
+	for _, w := range workers {
+		if w.deleting || w.terminal || w.lost {
+			continue
+		}
+		leaveAt := w.leaveAt
+		if leaveAt.IsZero() {
+			if !w.ready {
+				continue // not training: nothing to save
+			}
+			leaveAt = now
+			tell = append(tell, w)
+		}
+		if at := leaveDeadline(grace, leaveAt, notice); now.Before(at) && (until.IsZero() || at.Before(until)) {
+			until = at
+		}
+	}
+	return tell, until
 }
 
 // replaceLauncher replaces the launcher of a spec.recovery InProcess job

@@ -93,3 +93,39 @@ func TestStoreGone(t *testing.T) {
 		}
 	}
 }
+
+// TestLauncherMoveSignals: which workers a launcher move tells to stop, and
+// how long it waits for them.
+func TestLauncherMoveSignals(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	grace := 30 * time.Second
+	w := func(name string, edit func(*podView)) *podView {
+		v := &podView{pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}}, ready: true}
+		if edit != nil {
+			edit(v)
+		}
+		return v
+	}
+	ready := w("ready", nil)
+	starting := w("starting", func(v *podView) { v.ready = false })
+	toldEarlier := w("told", func(v *podView) { v.leaveAt = now.Add(-20 * time.Second) })
+	toldLongAgo := w("long", func(v *podView) { v.leaveAt = now.Add(-40 * time.Second) })
+	gone := w("gone", func(v *podView) { v.terminal = true })
+	for _, c := range []struct {
+		name      string
+		workers   []*podView
+		notice    time.Time
+		wantTell  string
+		wantUntil time.Time
+	}{
+		{"a ready worker is told and waited for", []*podView{ready, starting, gone}, time.Time{}, "ready", now.Add(grace)},
+		{"one told earlier: the earliest stop due", []*podView{ready, toldEarlier}, time.Time{}, "ready", now.Add(10 * time.Second)},
+		{"a later notice deadline gives more time", []*podView{toldEarlier}, now.Add(time.Minute), "", now.Add(time.Minute)},
+		{"every stop past due: nothing to wait for", []*podView{toldLongAgo, starting, gone}, time.Time{}, "", time.Time{}},
+	} {
+		tell, until := launcherMoveSignals(c.workers, now, grace, c.notice)
+		if got := names(tell); got != c.wantTell || !until.Equal(c.wantUntil) {
+			t.Errorf("%s: told %q until %v, want %q until %v", c.name, got, until, c.wantTell, c.wantUntil)
+		}
+	}
+}
