@@ -53,13 +53,56 @@ func (d *decision) launcherStopped() bool {
 	return l != nil && (d.signaled[l.pod.Name] || (!l.leaveAt.IsZero() && isRelease(l.leaveReason)))
 }
 
-// horovodHandover applies Horovod's rule to the members elect computed:
-// a running horovodrun is never given a host set that shares no host with
-// the one it has, nor a new host once etjob stopped it. A change that would
-// leave no host of the published set stops the job instead: the remaining
-// ranks are told to stop at an agreed step (their checkpoint is what the
-// next horovodrun resumes from) and the launcher is marked, and the joiners
-// wait for that next horovodrun.
+// handoverVerdict is Horovod's rule's outcome for a pass (judgeHandover):
+// whether only the members of the published set stay members (the others
+// wait for the next horovodrun), and whether the job stops for want of a
+// host that carries the state: the workers to tell, with the launcher, and
+// why, and how many joiners wait for the next horovodrun.
+type handoverVerdict struct {
+	keepPublished bool
+	stop          bool
+	reason        string
+	tell          []*podView
+	joiners       int
+}
+
+// judgeHandover is Horovod's rule as a function of the published set
+// (prev), the members elected this pass, the workers, whether etjob already
+// stopped the running horovodrun, and which workers this pass already
+// deleted or told (told).
+func judgeHandover(prev map[string]bool, members, workers []*podView, stopped bool, told func(*podView) bool) handoverVerdict {
+	if stopped {
+		return handoverVerdict{keepPublished: true}
+	}
+	carried := false
+	for _, w := range members {
+		carried = carried || prev[w.pod.Name]
+	}
+	if len(prev) == 0 || carried {
+		return handoverVerdict{}
+	}
+	// No member of the published set stays: this horovodrun cannot go on.
+	// With no joiner either the job is below minReplicas (stopBelowMin
+	// says so); with joiners it stops for them.
+	v := handoverVerdict{keepPublished: true, stop: true, reason: etjobv1.ReasonWaitingForCapacity, joiners: len(members)}
+	if v.joiners > 0 {
+		v.reason = etjobv1.ReasonStateHandover
+	}
+	for _, w := range workers {
+		if prev[w.pod.Name] && !w.terminal && !w.deleting && !w.lost && w.leaveAt.IsZero() && !told(w) {
+			v.tell = append(v.tell, w)
+		}
+	}
+	return v
+}
+
+// horovodHandover applies Horovod's rule (judgeHandover) to the members
+// elect computed: a running horovodrun is never given a host set that
+// shares no host with the one it has, nor a new host once etjob stopped it.
+// A change that would leave no host of the published set stops the job
+// instead: the remaining ranks are told to stop at an agreed step (their
+// checkpoint is what the next horovodrun resumes from) and the launcher is
+// marked, and the joiners wait for that next horovodrun.
 func (d *decision) horovodHandover() {
 	if !d.horovodLauncherLive() {
 		return
@@ -68,39 +111,23 @@ func (d *decision) horovodHandover() {
 	for _, h := range d.s.Job.Status.Membership.Hosts {
 		prev[HostName(h)] = true
 	}
-	carried := false
-	for _, w := range d.members {
-		carried = carried || prev[w.pod.Name]
-	}
-	if d.launcherStopped() {
-		d.keepPublished(prev)
-		return
-	}
-	if len(prev) == 0 || carried {
-		return
-	}
-	// No member of the published set stays: this horovodrun cannot go on.
-	// With no joiner either the job is below minReplicas (stopBelowMin
-	// says so); with joiners it stops for them.
-	joiners := len(d.members)
-	reason := etjobv1.ReasonWaitingForCapacity
-	if joiners > 0 {
-		reason = etjobv1.ReasonStateHandover
-	}
-	told := 0
-	for _, w := range d.workers {
-		if prev[w.pod.Name] && !w.terminal && !w.deleting && !w.lost && !d.deleted[w.pod.Name] && w.leaveAt.IsZero() && !d.signaled[w.pod.Name] {
-			d.signal(w, reason)
-			told++
+	v := judgeHandover(prev, d.members, d.workers, d.launcherStopped(), func(w *podView) bool {
+		return d.deleted[w.pod.Name] || d.signaled[w.pod.Name]
+	})
+	if v.stop {
+		for _, w := range v.tell {
+			d.signal(w, v.reason)
 		}
+		d.signal(d.launcher, v.reason)
 	}
-	d.signal(d.launcher, reason)
-	d.keepPublished(prev)
-	if joiners > 0 {
+	if v.keepPublished {
+		d.keepPublished(prev)
+	}
+	if v.stop && v.joiners > 0 {
 		msg := fmt.Sprintf("no member of horovodrun's host set stays while %d workers are ready to join, so it cannot broadcast the state to them: "+
-			"the job stops at an agreed step and a new horovodrun resumes from its checkpoint with them", joiners)
-		if told > 0 {
-			msg += fmt.Sprintf(" (%d more workers told to stop)", told)
+			"the job stops at an agreed step and a new horovodrun resumes from its checkpoint with them", v.joiners)
+		if len(v.tell) > 0 {
+			msg += fmt.Sprintf(" (%d more workers told to stop)", len(v.tell))
 		}
 		d.record(etjobv1.TimelineStop, msg)
 		d.event(false, etjobv1.EventStateHandover, msg)
