@@ -4,6 +4,7 @@ whose other threads run Python; etjob asks it over a socket of its own there.
 Real TCPStore servers and clients, on each torch the tests run with."""
 
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -62,10 +63,15 @@ _CHURN = textwrap.dedent("""
 """)
 
 
+def _no_core():
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash the test forces leaves no core file behind
+
+
 def _churn(kind, seconds):
     env = dict(os.environ, PYTHONPATH=PYTHON)
     return subprocess.run([sys.executable, "-c", _CHURN, kind, str(seconds)], env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, timeout=seconds + 60)
+                          stderr=subprocess.PIPE, text=True, timeout=seconds + 60, cwd=tempfile.gettempdir(),
+                          preexec_fn=_no_core)
 
 
 @unittest.skipIf(dist is None, "needs torch")
