@@ -179,20 +179,31 @@ class WireCompareSet:
         query = bytes([_QUERY_COMPARE_SET]) + _wire_string("/" + key) + _wire_string(expected) + _wire_string(desired)
         with self._lock:
             host, port = self._where()
-            try:
-                if self._sock is None:
-                    s = socket.create_connection((host, port), timeout=self.timeout)
-                    storeauth._nodelay(s)
-                    self._sock = s
-                self._sock.sendall(query)
-                head = storeauth._recv_exact(self._sock, _SIZE.size)
-                answer = head and storeauth._recv_exact(self._sock, _SIZE.unpack(head)[0])
-                if answer is None:
-                    raise OSError("the store closed the connection")
-                return answer
-            except OSError as e:
-                self.close_locked()
-                raise RuntimeError("compare_set %r at %s:%s: %s" % (key, host, port, e)) from None
+            # A connection made before may be to a store that is gone (a
+            # replacement listens on the same port now): one more try on a
+            # new connection. compare_set may be asked twice: the second
+            # answer is the same (the value it set, or the one that was there).
+            for again in (self._sock is not None, False):
+                try:
+                    if self._sock is None:
+                        s = socket.create_connection((host, port), timeout=self.timeout)
+                        storeauth._nodelay(s)
+                        self._sock = s
+                    self._sock.sendall(query)
+                    head = storeauth._recv_exact(self._sock, _SIZE.size)
+                    answer = head and storeauth._recv_exact(self._sock, _SIZE.unpack(head)[0])
+                    if answer is None:
+                        raise OSError("the store closed the connection")
+                    return answer
+                except OSError as e:
+                    self.close_locked()
+                    if not again:
+                        raise RuntimeError("compare_set %r at %s:%s: %s" % (key, host, port, e)) from None
+
+    def close(self):
+        """close ends the connection: the next call makes a new one."""
+        with self._lock:
+            self.close_locked()
 
     def close_locked(self):
         if self._sock is not None:
@@ -354,6 +365,8 @@ class StoreClient:
                         said = True
                     time.sleep(self.retry)
             self._c = c  # the broken client is let go (torch 1.13's are kept: new_client)
+            if self._wire is not None:
+                self._wire.close()  # to the store now there at the next compare_set
             self.reconnects += 1
             if said:
                 _log("reconnected to the rendezvous store at %s:%s after %.1f s" % (self.host, self.port, time.monotonic() - began))

@@ -134,21 +134,37 @@ class WireCompareSetTest(unittest.TestCase):
         self.assertEqual(self.cases(c.compare_set)[:5], [b"first", b"first", b"second", b"second", b"-absent-"])
         self.assertIs(storeclient.gil_safe(self.raw) is self.raw, _TORCH >= (2, 0))
 
-    def test_a_lost_store_is_a_runtime_error_and_the_next_call_connects_again(self):
+    def test_a_replaced_store_is_asked_again_and_a_lost_one_is_a_runtime_error(self):
         if not storeclient.WIRE_COMPARE_SET:
             self.skipTest("torch %s: compare_set is torch's own" % torch.__version__)
-        where = [("127.0.0.1", self.srv.port)]
+
+        def store():
+            return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+
+        first = store()
+        where = [("127.0.0.1", first.port)]
         wire = storeclient.WireCompareSet(lambda: where[0], 5)
         self.assertEqual(wire("k", "", "v"), b"v")
-        other = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
-        wire.close_locked()
+        # the store replaced (here at another port): the connection made
+        # before is to a store that is gone, and the call goes to the new one
+        other = store()
         where[0] = ("127.0.0.1", other.port)
-        self.assertEqual(wire("k", "", "w"), b"w", "a new connection, to the store now named")
+        del first
+        self.assertEqual(wire("k", "", "w"), b"w", "asked again on a new connection, of the store now named")
         del other
         with self.assertRaises(RuntimeError) as got:
-            for _ in range(3):
-                wire("k", "", "x")
+            wire("k", "", "x")
         self.assertIn("compare_set 'k' at 127.0.0.1:", str(got.exception))
+
+    def test_a_reconnect_of_the_store_client_closes_the_compare_set_connection(self):
+        c = storeclient.StoreClient(self.raw, "127.0.0.1", self.srv.port, limit=5)
+        c.compare_set("r", "", "1")
+        if c._wire is not None:
+            self.assertIsNotNone(c._wire._sock)
+        self.assertTrue(c._reconnect(c.reconnects, RuntimeError("a test's")), "the store answered at once")
+        if c._wire is not None:
+            self.assertIsNone(c._wire._sock, "the next compare_set connects to the store now there")
+        self.assertEqual(c.compare_set("r", "1", "2"), b"2")
 
     def test_through_the_authenticating_tunnel(self):
         d = tempfile.mkdtemp(prefix="etjob-storeclient-")
