@@ -71,10 +71,11 @@ _DDP_ARGS = _TorchDDP.__init__.__code__.co_varnames
 
 
 class _Item:
-    __slots__ = ("work", "fut", "buf", "deadline", "done")
+    __slots__ = ("work", "fut", "buf", "deadline", "done", "token")
 
-    def __init__(self, work, fut, buf, deadline):
+    def __init__(self, work, fut, buf, deadline, token):
         self.work, self.fut, self.buf, self.deadline, self.done = work, fut, buf, deadline, False
+        self.token = token  # the context's note that this rank waits for it (Context.begin_flight)
 
 
 def _error_of(work):
@@ -133,7 +134,7 @@ class _Buckets:
             fut.set_result(torch.zeros_like(buf))
             return fut
         nbytes = buf.numel() * buf.element_size()
-        item = _Item(work, fut, buf, time.monotonic() + self.ctx.timeout_for(nbytes))
+        item = _Item(work, fut, buf, time.monotonic() + self.ctx.timeout_for(nbytes), self.ctx.begin_flight())
         with self._cv:
             self._queue.append(item)
             self._pending.append(item)
@@ -198,6 +199,7 @@ class _Buckets:
                     continue
                 item.done = True
                 self._pending.remove(item)
+            self.ctx.end_flight(item.token)
             item.fut.set_result(item.buf)
 
     def _watchdog(self):
@@ -229,6 +231,7 @@ class _Buckets:
             if items and self.pg is self.group.pg:
                 self.group.work = items[0].work  # in flight: _retire parks its group
         for i in items:
+            self.ctx.end_flight(i.token)
             i.fut.set_result(torch.zeros_like(i.buf))
         if first and end:
             try:
@@ -245,6 +248,8 @@ class _Buckets:
             self._closed = True
             self._cv.notify_all()
             vote, self.vote = self.vote, None
+            for i in self._pending:
+                self.ctx.end_flight(i.token)
         if vote is not None and not vote[0].is_completed() and self.group.work is None:
             self.group.work = vote[0]  # in flight: _retire parks its group
 

@@ -8,6 +8,7 @@ this rank's collectives with deadlines, abandoned on a failure. Group is one
 generation."""
 
 import ctypes
+import itertools
 import os
 import sys
 import threading
@@ -109,6 +110,11 @@ class Group:
         self.client = client
         self.work = None  # the work in flight, while this rank waits for it (or after it gave up on it)
 
+
+# A collective in flight this long may be waiting for a rank that will never
+# answer: from then on the heartbeat watcher asks the store whether the
+# generation ended at every tick (0.1 s), not only once a beat.
+_OVERDUE = 0.02
 
 # torch 2.x's gloo groups have abort(), which ends their work in flight and
 # their connections: a generation left behind is aborted and let go. torch
@@ -221,6 +227,8 @@ class Context:
         self.sup = sup
         self.group = None
         self._over = -1         # the newest generation the watcher saw ended
+        self._flight = {}       # collectives in flight: token -> when it began (begin_flight)
+        self._tokens = itertools.count()
         self._joins = (0, 0)    # (generation, newcomers waiting for it), rank 0's watcher
         self._watcher = None
         self.watching = True    # False while rank 0 saves a stop: the others are gone on purpose
@@ -714,14 +722,15 @@ class Context:
 
     def _watch_loop(self, client):
         """The watcher: every beat it adds one to this rank's heartbeat, reads
-        whether the generation ended and how many newcomers wait, and ends the
+        whether the generation ended (every tick instead while a collective
+        is overdue: begin_flight) and how many newcomers wait, and ends the
         generation when the next rank's heartbeats stopped for
         heartbeat_timeout (each dead rank has a live predecessor that sees
         it, as long as one rank lives). Its store client is its own: a
         training thread's store call never waits behind it."""
         interval = max(self.heartbeat_timeout / 5.0, 0.05)
         tick = min(interval, 0.1)  # how soon a rank waiting in a collective hears that another ended it
-        seen_for, last, since, beat = None, None, 0.0, 0.0
+        seen_for, last, since, beat, looked = None, None, 0.0, 0.0, 0.0
         said = None  # the store error last logged: said once, not every tick
         swept = time.monotonic()
         while True:
@@ -733,6 +742,14 @@ class Context:
                 except Exception as e:  # noqa: BLE001 - never fatal to the watcher
                     _log("sweeping the store clients' watched-key connections: %s" % e)
             g = self._watched
+            now = time.monotonic()
+            # Whether the generation ended is asked every tick while a
+            # collective has waited _OVERDUE or more (the rank may be waiting
+            # for one that will never answer), else once a beat: a rank that
+            # trains asks the store a few times a second, not ten.
+            if now - looked < interval and self.waited() < _OVERDUE:
+                continue
+            looked = now
             try:
                 k = self.prefix + "g%d/" % g.gen
                 if int(client.add(k + "end", 0)) > 0:
@@ -761,6 +778,22 @@ class Context:
                     _log("heartbeat: %s" % first)
                     said = first
 
+    def begin_flight(self):
+        """begin_flight notes a collective this rank now waits for; its
+        token goes to end_flight when it is done, failed or given up."""
+        token = next(self._tokens)
+        self._flight[token] = time.monotonic()
+        return token
+
+    def end_flight(self, token):
+        self._flight.pop(token, None)
+
+    def waited(self):
+        """waited: how long the oldest collective in flight has waited (0
+        when none is)."""
+        began = list(self._flight.values())
+        return time.monotonic() - min(began) if began else 0.0
+
     def over(self, gen):
         """over: whether generation gen ended, as the watcher last saw it
         (no store call)."""
@@ -782,6 +815,13 @@ class Context:
         g.work = work  # a rank that gives up on it leaves it to _retire
         limit = self.timeout_for(nbytes) + extra
         start = time.monotonic()
+        token = self.begin_flight()
+        try:
+            self._wait(g, work, what, limit, start)
+        finally:
+            self.end_flight(token)
+
+    def _wait(self, g, work, what, limit, start):
         # Completion is polled, never a callback on the work's future: a
         # Python callback run by gloo's thread crashed a rank that woke from
         # a freeze (SIGSEGV in Event.set, torch 1.13, a CI run), and NCCL

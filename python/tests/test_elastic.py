@@ -604,6 +604,57 @@ class FenceTest(unittest.TestCase):
         self.assertFalse([n for n in os.listdir(d) if n.endswith(".tmp")])
 
 
+@unittest.skipIf(dist is None, "needs torch")
+class WatcherPaceTest(unittest.TestCase):
+    """The heartbeat watcher asks the store whether the generation ended once
+    a beat while the rank trains, and every tick (0.1 s) once a collective
+    has waited longer than a moment: a rank stuck in a collective hears at
+    once that another rank ended the generation, and a job's store is not
+    asked ten times a second by every rank (before: every tick, always)."""
+
+    def test_the_end_is_asked_once_a_beat_unless_a_collective_waits(self):
+        from etjob import generations
+
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+        ctx = elastic.Context(store=store, prefix="pace/", ident="w0", min_size=1, max_size=2)
+        asked = []
+
+        class Counting(generations.StoreClient):
+            def add(self, key, n):
+                if key.endswith("/end") and n == 0:
+                    asked.append(time.monotonic())
+                return super().add(key, n)
+
+        real = generations.StoreClient
+        generations.StoreClient = Counting
+        self.addCleanup(setattr, generations, "StoreClient", real)
+        ctx.heartbeat_timeout = 5.0  # a beat a second
+        g = elastic.Group(1, 0, 1, None, [1])
+        ctx.group = g
+        ctx._watch(g)
+
+        time.sleep(3.0)  # training: no collective in flight
+        idle = len(asked)
+        self.assertLessEqual(idle, 4, "the end asked %d times in 3 s with no collective in flight" % idle)
+
+        token = ctx.begin_flight()  # a collective that does not answer
+        time.sleep(1.0)
+        waiting = len(asked) - idle
+        self.assertGreaterEqual(waiting, 6, "the end asked %d times in 1 s while a collective waited" % waiting)
+        other = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=5))
+        other.add("pace/g1/end", 1)  # another rank ends the generation
+        at = time.monotonic()
+        while not ctx.over(1) and time.monotonic() - at < 5:
+            time.sleep(0.01)
+        self.assertLess(time.monotonic() - at, 0.5, "the end heard %.2f s late by a rank in a collective" % (time.monotonic() - at))
+        ctx.end_flight(token)
+        self.assertEqual(ctx.waited(), 0.0)
+
+
 if __name__ == "__main__":
     unittest.main()
 
