@@ -131,7 +131,7 @@ rm -f "$integration_log"
 [ $((rc & 1)) -eq 0 ] || { echo "the heavy test failed (above)"; exit 1; }
 [ $((rc & 2)) -eq 0 ] || { echo "the integration tests failed (above)"; exit 1; }
 
-step "end-to-end: the spot stories on a local cluster with real torchrun and real Horovod training"
+step "end-to-end: the spot stories on a local cluster with real torchrun, Horovod and etjob.elastic training (etjob.elastic on torch 1.13 and 2.15)"
 # -v into a file: each story's time is printed (the budget's breakdown); the
 # whole log only when something failed, as go test without -v would.
 e2e_log=$(mktemp)

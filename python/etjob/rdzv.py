@@ -39,6 +39,7 @@ def main(argv=None):
 
     from datetime import timedelta
 
+    import torch
     from torch.distributed import TCPStore
 
     from etjob import storeauth
@@ -70,8 +71,8 @@ def main(argv=None):
         except OSError as e:
             sys.exit("etjob.rdzv: cannot listen on %s:%d: %s" % (args.host, args.port, e))
         how = "clients authenticated with the job's secret; the store itself on 127.0.0.1:%d" % inner
-    print("etjob rendezvous store listening on %s:%d%s (%s)" % (
-        args.host, args.port, " (replacement %d)" % replacement if replacement else "", how), flush=True)
+    print("etjob rendezvous store listening on %s:%d%s (torch %s; %s)" % (
+        args.host, args.port, " (replacement %d)" % replacement if replacement else "", torch.__version__, how), flush=True)
 
     stop = threading.Event()
 
