@@ -577,18 +577,24 @@ class GenerationsTest(unittest.TestCase):
         self.assertLessEqual(last[3], at10[3] + 50, "RSS grew from %d MB (generation %d) to %d MB (%d)" % (at10[3], at10[0], last[3], last[0]))
 
 
+def local_context(prefix):
+    """A Context of one rank (w0, sizes 1 to 2) on a TCPStore of its own, and
+    the store's port."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    return elastic.Context(store=store, prefix=prefix, ident="w0", min_size=1, max_size=2), port
+
+
 @unittest.skipIf(dist is None, "needs torch")
 class FenceTest(unittest.TestCase):
     def test_checkpoint_of_an_ended_generation_is_not_renamed_into_place(self):
         import torch
         import etjob.torch as etorch
 
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-        ctx = elastic.Context(store=store, prefix="fence/", ident="w0", min_size=1, max_size=2)
+        ctx, _ = local_context("fence/")
         ctx.group = elastic.Group(1, 0, 1, None, [1])
         model = torch.nn.Linear(2, 1)
         state = elastic.State(model=model, step=7)
@@ -615,12 +621,7 @@ class WatcherPaceTest(unittest.TestCase):
     def test_the_end_is_asked_once_a_beat_unless_a_collective_waits(self):
         from etjob import generations
 
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-        ctx = elastic.Context(store=store, prefix="pace/", ident="w0", min_size=1, max_size=2)
+        ctx, port = local_context("pace/")
         asked = []
 
         class Counting(generations.StoreClient):
