@@ -643,15 +643,18 @@ class WatcherPaceTest(unittest.TestCase):
         self.assertLessEqual(idle, 4, "the end asked %d times in 3 s with no collective in flight" % idle)
 
         token = ctx.begin_flight()  # a collective that does not answer
-        time.sleep(1.0)
+        time.sleep(2.0)
+        # every tick, not once a beat (that would be 2 or 3 in 2 s); the
+        # bound leaves room for a loaded machine's late ticks
         waiting = len(asked) - idle
-        self.assertGreaterEqual(waiting, 6, "the end asked %d times in 1 s while a collective waited" % waiting)
+        self.assertGreaterEqual(waiting, 6, "the end asked %d times in 2 s while a collective waited" % waiting)
         other = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=5))
         other.add("pace/g1/end", 1)  # another rank ends the generation
         at = time.monotonic()
         while not ctx.over(1) and time.monotonic() - at < 5:
             time.sleep(0.01)
-        self.assertLess(time.monotonic() - at, 0.5, "the end heard %.2f s late by a rank in a collective" % (time.monotonic() - at))
+        # within a few ticks, less than a beat (1 s)
+        self.assertLess(time.monotonic() - at, 0.9, "the end heard %.2f s late by a rank in a collective" % (time.monotonic() - at))
         ctx.end_flight(token)
         self.assertEqual(ctx.waited(), 0.0)
 
