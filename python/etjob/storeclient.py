@@ -284,7 +284,14 @@ class StoreClient:
     """StoreClient is a c10d store client (add, set, get, compare_set)
     that connects again when its server goes (module docstring)."""
 
-    def __init__(self, client, host, port, limit=600.0, timeout=30.0, retry=1.0, on_connect=None):
+    # How often a lost store is tried again. Short: the ranks' clients find
+    # a replaced store within this of each other, well inside a
+    # rendezvous' settle (0.5 s); at 1 s a member came a second after the
+    # others and a generation closed without it (a CI run). An attempt is a
+    # plain connect, refused at once while the port is closed.
+    RETRY = 0.2
+
+    def __init__(self, client, host, port, limit=600.0, timeout=30.0, retry=RETRY, on_connect=None):
         self._c = client
         self.host, self.port = host, port
         self.limit, self.timeout, self.retry = limit, timeout, retry

@@ -3,12 +3,16 @@ answer without the GIL (pytorch/pytorch#123983), which crashes a process
 whose other threads run Python; etjob asks it over a socket of its own there.
 Real TCPStore servers and clients, on each torch the tests run with."""
 
+import contextlib
+import io
 import os
 import resource
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+import time
 import unittest
 from datetime import timedelta
 
@@ -184,6 +188,68 @@ class WireCompareSetTest(unittest.TestCase):
                 os.environ.pop(storeauth.ENV, None)
             else:
                 os.environ[storeauth.ENV] = old
+
+
+# A store server that imports torch first, then listens on argv's port
+# once told to (a line on stdin): the test times its return to the moment.
+_LATE_SERVER = textwrap.dedent("""
+    import sys, time
+    from datetime import timedelta
+    import torch.distributed as dist
+    print("ready", flush=True)
+    sys.stdin.readline()
+    srv = dist.TCPStore("127.0.0.1", int(sys.argv[1]), is_master=True, wait_for_workers=False,
+                        timeout=timedelta(seconds=10))
+    print("listening", flush=True)
+    sys.stdin.readline()
+""")
+
+
+@unittest.skipIf(dist is None, "needs torch")
+class ReconnectPaceTest(unittest.TestCase):
+    """A client of a lost store finds its replacement soon after it
+    listens: the ranks of a job then come back within a fraction of a
+    rendezvous' settle (0.5 s) of each other. At a retry of 1 s a member
+    came a second after the others, and the generation the members formed
+    with a newcomer closed without it (test_elastic_faults.StoreLossTest,
+    a CI run)."""
+
+    def server(self, port):
+        p = subprocess.Popen([sys.executable, "-c", _LATE_SERVER, str(port)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
+        self.addCleanup(lambda: (p.kill(), p.wait(), p.stdin.close(), p.stdout.close()))
+        self.assertEqual(p.stdout.readline().strip(), "ready")
+        return p
+
+    def listen(self, p):
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        self.assertEqual(p.stdout.readline().strip(), "listening")
+        return time.monotonic()
+
+    def test_a_lost_store_is_found_again_soon_after_it_listens(self):
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        first, second = self.server(port), self.server(port)
+        self.listen(first)
+        c = storeclient.StoreClient(storeclient.new_client("127.0.0.1", port, timedelta(seconds=10)), "127.0.0.1", port,
+                                    limit=30)
+        self.assertEqual(c.add("k", 1), 1)
+        first.kill()
+        first.wait()
+        done = []
+        t = threading.Thread(target=lambda: done.append((c.add("k", 5), time.monotonic())), daemon=True)
+        with contextlib.redirect_stderr(io.StringIO()) as said:
+            t.start()
+            time.sleep(0.3)  # its first try failed: it waits for the next
+            back = self.listen(second)
+            t.join(20)
+        self.assertTrue(done, "no answer from the new store in 20 s: " + said.getvalue())
+        value, at = done[0]
+        self.assertEqual(value, 5, "a new store: the old count is gone")
+        self.assertLess(at - back, 0.5, "the client found the store %.2f s after it listened" % (at - back))
 
 
 if __name__ == "__main__":
