@@ -236,6 +236,7 @@ class Context:
         self._parked = []       # aborted groups whose work is still in flight (_retire)
         self._kinds_seen = 0    # how many kinds check_kinds last saw
         self._was_member = False  # this rank has been a member of a generation: it holds a commit
+        self._said_awaiting = False  # _awaiting_members said it waits
         if not _ABORTABLE:
             _raise_fd_limit()
         self.kind = "p%d-torch%s" % (PROTOCOL, _torch_minor())
@@ -351,6 +352,9 @@ class Context:
         if int(self.store.add("etjob/store/replacement", 0)) <= 0:
             return False
         if time.monotonic() - self._store_since < self.reseed_wait:
+            if not self._said_awaiting:
+                self._said_awaiting = True
+                _log("the rendezvous store replaced one: waiting up to %.0f s for a member to re-seed it" % self.reseed_wait)
             return True
         lineage = self.store.compare_set(self._k("lineage"), "", "newcomers").decode()
         if lineage == "members":
@@ -408,6 +412,7 @@ class Context:
             if self._orphaned:
                 _log("leaving: the job went on without this rank while its rendezvous store was replaced")
                 sys.exit(EXIT_CODE_PREEMPTED)
+            self._leave_if_told()
             gen = self.current()
             if scanned is not None:
                 # a generation this rank missed may have been stopped below
@@ -437,6 +442,17 @@ class Context:
             # next generation as a newcomer, which takes the state by broadcast
             want, survivor = None, False
         sys.exit("etjob.elastic: no generation with %d members formed in %.0f s" % (self.min, self.join_timeout))
+
+    def _leave_if_told(self):
+        """A rank that never was a member holds nothing of the job's state:
+        told to stop while it waits to join (SIGTERM, its pod deleted: a
+        job that ended, a scale-in; a notice), it exits 75 at once, instead
+        of waiting for a generation it would leave at its first commit (or,
+        where none ever opens, for the kill after the grace period)."""
+        if self.sup is None or self._was_member or not self.sup.must_stop():
+            return
+        _log("leaving while waiting to join (%s): this rank holds no state" % (self.sup.reason() or "told to stop"))
+        self.sup.exit_preempted()
 
     def _client(self):
         """_client is a new store client (a data group's setup)."""
@@ -600,6 +616,7 @@ class Context:
         interval = max(self.heartbeat_timeout / 5.0, 0.05)
         store = self.store.reconnects
         while time.monotonic() < deadline:
+            self._leave_if_told()
             now = time.monotonic()
             if now - beat >= interval:
                 beat = now
@@ -668,6 +685,7 @@ class Context:
         beats, since = -1, time.monotonic()
         store = self.store.reconnects
         while time.monotonic() < deadline:
+            self._leave_if_told()
             n = self._closed(gen)
             if n is not None:
                 return n
@@ -693,6 +711,7 @@ class Context:
         beat, since = self._count(k + "hb0"), time.monotonic()
         store = self.store.reconnects
         while time.monotonic() < deadline:
+            self._leave_if_told()
             if self.current() > gen:
                 return None
             if self.store.reconnects != store:

@@ -96,6 +96,13 @@ class Supervisor:
             self._alive_calls += 1
             return not self._sigterm and not self._stopping()
 
+    def must_stop(self):
+        """must_stop is check_alive's answer negated, without counting a
+        step: for a process that asks while it does not train (a newcomer
+        waiting to join)."""
+        with self._lock:
+            return self._sigterm or self._stopping()
+
     def beat(self, step, world, round_):
         """beat says this worker's training step, world size and round (its
         rendezvous round, or its etjob.elastic generation); the next poll of

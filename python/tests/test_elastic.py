@@ -163,6 +163,16 @@ class Job:
             time.sleep(0.02)
         raise AssertionError("no step %d in %.0f s:\n%s" % (k, timeout, self.dump()))
 
+    def wait_line(self, name, text, ext="err", timeout=60):
+        """wait_line waits until a line of name's output (err: stderr)
+        holds text."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if any(text in line for line in self.lines(name, ext)):
+                return
+            time.sleep(0.02)
+        raise AssertionError("%s wrote no %r in %.0f s:\n%s" % (name, text, timeout, self.dump()))
+
     def wait_world(self, n, name="w0", timeout=60):
         """wait_world waits until name logs a step in a world of n and
         returns (generation, step) of that step. Workers that start a few

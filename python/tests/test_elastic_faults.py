@@ -5,6 +5,7 @@ TCPStore or etjob.rdzv process, real gloo groups of worker processes); a
 module of its own so that the inner loop (make test-fast) runs it beside
 test_elastic."""
 
+import signal
 import time
 import unittest
 
@@ -70,6 +71,19 @@ class StoreLossTest(Undisturbed, unittest.TestCase):
         self.assertEqual(job.wait_exit(["w0"]), {"w0": 0}, job.dump())
         self.assertTrue(any("no member re-seeded" in l for l in job.lines("w0", "err")), job.dump())
         self.assertGreaterEqual(job.steps("w0")[0][5] - began, 2.0, job.dump())
+
+    def test_a_newcomer_told_to_stop_while_it_waits_leaves_at_once(self):
+        # Its pod deleted while it waits for the members to re-seed a
+        # replaced store (the job ended meanwhile: on the local cluster such
+        # a pod waited out its grace period, then its node's 15-s stop)
+        job = self.job(1, "1:4", env={"ETJOB_RESEED_SECONDS": "60"}, store_process=True, replacement=1)
+        job.wait_line("w0", "waiting up to 60 s for a member", timeout=60)
+        told = time.monotonic()
+        job.procs["w0"].send_signal(signal.SIGTERM)
+        self.assertEqual(job.wait_exit(["w0"], timeout=30), {"w0": 75}, job.dump())
+        self.assertLess(time.monotonic() - told, 5, job.dump())
+        self.assertTrue(any("leaving while waiting to join (SIGTERM)" in l for l in job.lines("w0", "err")), job.dump())
+        self.assertEqual(job.steps("w0"), [])
 
 
 @unittest.skipIf(dist is None, "needs torch")
