@@ -166,12 +166,15 @@ def _run(fn, state, *args, **kwargs):
         _meet(ctx, state, survivor, changed)
         survivor, changed = True, False
         try:
-            return fn(state, *args, **kwargs)
+            out = fn(state, *args, **kwargs)
         except CollectiveError as e:
             _log("rolling back to step %d: %s" % (state._committed()["values"].get("step", 0), e))
             state.restore()
         except MembershipChanged:
             changed = True
+        else:
+            ctx.finished()  # a newcomer still waiting to join leaves (exit 0)
+            return out
 
 
 def _meet(ctx, state, survivor, changed):

@@ -138,6 +138,9 @@ class Context:
       g<G>/end       >0 once G is over (a failure, a leave, a join, a timeout)
       g<G>/leave     how many members of G leave at its last commit
       g<G>/joins     how many newcomers wait for G+1
+      g<G>/done      >0 once a member of G returned from the training
+                     function: the job is over, a newcomer waiting for
+                     G+1 exits 0 (finished)
       g<G>/hb<r>     rank r's heartbeats in G (its watcher adds one a beat)
       kinds, kind<i> the protocol and torch versions seen in the job;
       proto/<kind>   how many ranks registered that kind (protocol 2 on)
@@ -454,6 +457,34 @@ class Context:
         _log("leaving while waiting to join (%s): this rank holds no state" % (self.sup.reason() or "told to stop"))
         self.sup.exit_preempted()
 
+    def finished(self, limit=2.0):
+        """finished marks this rank's generation done (g<G>/done): its
+        training function returned, the job is over, and a newcomer still
+        waiting to join exits 0 instead of waiting for a generation that
+        will never take it (the controller's completion then waits for no
+        one). Best effort, bounded by limit seconds: a store that is away
+        must not hold a rank that finished."""
+        g = self.group
+        if g is None:
+            return
+
+        def mark():
+            try:
+                self.store.add(self._k("g%d/done" % g.gen), 1)
+            except Exception:  # noqa: BLE001 - best effort: the newcomers then wait for the controller
+                pass
+
+        t = threading.Thread(target=mark, name="etjob-finished", daemon=True)
+        t.start()
+        t.join(limit)
+
+    def _job_done(self, gen):
+        """A rank waiting to join generation gen+1 leaves with exit 0 once a
+        member of gen finished the job (finished)."""
+        if self._count("g%d/done" % gen) > 0:
+            _log("the job finished: generation %d's members completed it before this rank could join" % gen)
+            sys.exit(0)
+
     def _client(self):
         """_client is a new store client (a data group's setup)."""
         client = new_client(self.host, self.port, timedelta(seconds=self.setup_limit()))
@@ -712,6 +743,7 @@ class Context:
         store = self.store.reconnects
         while time.monotonic() < deadline:
             self._leave_if_told()
+            self._job_done(gen)
             if self.current() > gen:
                 return None
             if self.store.reconnects != store:

@@ -439,6 +439,19 @@ class InProcessRecoveryTest(Undisturbed, unittest.TestCase):
             self.assertEqual(again, 0, "generation %d resumed at %d, %d steps done again" % (gen, step, again))
         self.assert_finished_like_undisturbed(job, ["w0", "w2", "w3"])
 
+    def test_a_newcomer_that_comes_after_the_end_exits_0(self):
+        # A replacement pod that starts as the members finish: it used to
+        # wait for a generation that never came (on the local cluster the
+        # job stayed Completing for the controller's 60-s grace period)
+        job = self.job(2, "2:4", steps=60)
+        self.assertEqual(job.wait_exit(["w0", "w1"]), {"w0": 0, "w1": 0}, job.dump())
+        began = time.monotonic()
+        name = job.start()
+        self.assertEqual(job.wait_exit([name], timeout=30), {name: 0}, job.dump())
+        self.assertTrue(any("the job finished" in l for l in job.lines(name, "err")), job.dump())
+        self.assertEqual(job.steps(name), [], "it trained nothing")
+        print("\na newcomer after the end: exit 0 after %.2f s" % (time.monotonic() - began))
+
     def test_below_min_everyone_stops_at_one_step_and_resumes_from_disk(self):
         self.stop_below_min_and_resume({})
 
