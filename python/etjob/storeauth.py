@@ -447,6 +447,19 @@ class HandshakeError(RuntimeError):
     """The store did not accept this client, or did not prove the secret."""
 
 
+class HandshakeClosed(HandshakeError):
+    """The store closed the connection in the handshake: a store that does
+    not authenticate, or a front starting or stopping (a launcher being
+    replaced). The tunnel tries again for CLOSED_GRACE before it says so."""
+
+
+# How long a tunnel keeps trying a store that closes its connections in the
+# handshake before it takes the store for one that does not authenticate: a
+# replaced launcher's front, stopping or starting, closed one once and the
+# workers' logs said the store did not authenticate clients (it did).
+CLOSED_GRACE = 2.0
+
+
 def handshake(sock, key, where):
     """handshake proves the secret to the front on sock (connected,
     blocking, with a timeout) once the front proved it. It raises
@@ -459,7 +472,7 @@ def handshake(sock, key, where):
         raise HandshakeError("the store at %s did not answer etjob's handshake in %.0f s: it does not authenticate "
                              "clients (a launcher without $%s?)" % (where, sock.gettimeout(), ENV)) from None
     if reply is None:
-        raise HandshakeError("the store at %s closed the connection in etjob's handshake: it does not authenticate "
+        raise HandshakeClosed("the store at %s closed the connection in etjob's handshake: it does not authenticate "
                              "clients (a launcher without $%s, or another torch's store?)" % (where, ENV))
     nonce_f, proof = reply[:NONCE], reply[NONCE:]
     if not hmac.compare_digest(proof, _mac(key, b"etjob-store server", nonce_c, nonce_f)):
@@ -541,17 +554,24 @@ class Tunnel:
         # TestGrowthStory: a torchrun agent that came before its launcher
         # failed). The client's own timeout bounds the wait: once it gives up
         # and closes, so does this.
-        began, delay = time.monotonic(), 0.05
+        began, delay, closing = time.monotonic(), 0.05, None
         while True:
             try:
                 up = self.connect()
                 break
+            except HandshakeClosed as e:
+                # a front starting or stopping closes one and serves the
+                # next; a store that does not authenticate closes them all
+                closing = closing if closing is not None else time.monotonic()
+                if time.monotonic() - closing < CLOSED_GRACE and not _closed(local):
+                    self.last_error = str(e)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+                    continue
+                self._give_up(local, str(e))
+                return
             except HandshakeError as e:
-                self.last_error = str(e)
-                if self._said != self.last_error:
-                    self._said = self.last_error
-                    _log("etjob.storeauth", self.last_error)
-                _end(local)
+                self._give_up(local, str(e))
                 return
             except OSError as e:
                 self.last_error = "the store at %s:%d is unreachable: %s" % (self.host, self.port, e)
@@ -562,6 +582,15 @@ class Tunnel:
                 delay = min(delay * 2, 1.0)
         self.last_error = ""
         self.loop.call_soon(lambda: self.loop.relay(local, up))
+
+    def _give_up(self, local, why):
+        """_give_up ends a client's connection that no store accepted, and
+        says why (once for a repeated reason)."""
+        self.last_error = why
+        if self._said != why:
+            self._said = why
+            _log("etjob.storeauth", why)
+        _end(local)
 
 
 _tunnels = {}

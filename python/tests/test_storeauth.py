@@ -124,6 +124,56 @@ class FrontTest(unittest.TestCase):
         time.sleep(2.5)  # two more tries, had it not given up
         self.assertEqual(late.accepted, 0, "the tunnel joined a client that had gone")
 
+    def closing_server(self, closes):
+        """A listener that accepts and closes its first `closes` connections
+        (None: every one) in etjob's handshake, as a front starting or
+        stopping does (or a store that does not authenticate), then hands
+        the port to a real front; the port and the closes so far."""
+        srv = socket.socket()
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(8)
+        port, done = srv.getsockname()[1], []
+
+        def serve():
+            while closes is None or len(done) < closes:
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    return
+                conn.recv(64)
+                conn.close()
+                done.append(1)
+            srv.close()
+            front = storeauth.Front("127.0.0.1", port, ("127.0.0.1", echo_server()), self.KEY, who="restarted front")
+            self.addCleanup(front.close)
+
+        threading.Thread(target=serve, daemon=True).start()
+        self.addCleanup(srv.close)
+        return port, done
+
+    def test_a_front_that_closes_once_while_it_restarts_is_tried_again(self):
+        # A replaced launcher's front closed a connection in the handshake
+        # once; the workers' logs said the store did not authenticate.
+        port, closed = self.closing_server(1)
+        t = storeauth.Tunnel("127.0.0.1", port, self.KEY, timeout=5)
+        c = socket.create_connection(("127.0.0.1", t.local_port), timeout=10)
+        self.addCleanup(c.close)
+        c.sendall(b"ping")
+        self.assertEqual(recv_all(c, 4), b"ping", "relayed by the front that came after the close")
+        self.assertEqual((len(closed), t.last_error), (1, ""))
+
+    def test_a_store_that_closes_every_handshake_is_said_not_to_authenticate(self):
+        port, closed = self.closing_server(None)
+        t = storeauth.Tunnel("127.0.0.1", port, self.KEY, timeout=5)
+        c = socket.create_connection(("127.0.0.1", t.local_port), timeout=10)
+        self.addCleanup(c.close)
+        began = time.monotonic()
+        self.assertEqual(c.recv(1), b"", "the tunnel closes the client's connection")
+        self.assertIn("it does not authenticate clients", t.last_error)
+        self.assertGreaterEqual(time.monotonic() - began, storeauth.CLOSED_GRACE - 0.5)
+        self.assertGreater(len(closed), 1, "tried again within the grace")
+
     def test_another_secret_is_refused_and_said(self):
         t, c = self.tunnel(b"z" * 32)
         self.assertEqual(c.recv(1), b"", "the tunnel closes the client's connection")
