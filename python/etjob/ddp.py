@@ -491,6 +491,7 @@ class Optimizer(torch.optim.Optimizer):
             step = self._state.step_of()
             if step >= total:
                 self.model._unbind()
+                self._ctx.finished()  # a newcomer still waiting to join leaves (exit 0)
                 return
             yield step
 

@@ -138,9 +138,9 @@ class Context:
       g<G>/end       >0 once G is over (a failure, a leave, a join, a timeout)
       g<G>/leave     how many members of G leave at its last commit
       g<G>/joins     how many newcomers wait for G+1
-      g<G>/done      >0 once a member of G returned from the training
-                     function: the job is over, a newcomer waiting for
-                     G+1 exits 0 (finished)
+      g<G>/done      >0 once a member of G finished (its training function
+                     returned, or opt.steps(total) ended): the job is over,
+                     a newcomer waiting for G+1 exits 0 (finished)
       g<G>/hb<r>     rank r's heartbeats in G (its watcher adds one a beat)
       kinds, kind<i> the protocol and torch versions seen in the job;
       proto/<kind>   how many ranks registered that kind (protocol 2 on)
