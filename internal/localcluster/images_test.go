@@ -38,3 +38,27 @@ func TestLocalImagesTorch2(t *testing.T) {
 		}
 	}
 }
+
+// TestVenvsMatchTheirScripts: the venvs the local cluster looks for are the
+// ones hack/install-horovod.sh and hack/install-torch2.sh install (their
+// VERSION and their directory under etjob's cache), so that a version bumped
+// in one place alone fails here instead of the local cluster running the
+// wrong torch.
+func TestVenvsMatchTheirScripts(t *testing.T) {
+	for _, c := range []struct{ script, dir, version string }{
+		{"install-horovod.sh", "horovod", HorovodVersion},
+		{"install-torch2.sh", "torch2", Torch2Version},
+	} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "hack", c.script))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		for _, want := range []string{"\nVERSION=" + c.version + "\n", "/.cache/etjob}/" + c.dir + "\n", "\nVENV=$CACHE/venv-$VERSION\n"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("hack/%s has no line %q: the local cluster looks for %s", c.script, strings.TrimSpace(want),
+					filepath.Join(c.dir, "venv-"+c.version))
+			}
+		}
+	}
+}
