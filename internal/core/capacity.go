@@ -96,8 +96,8 @@ func judgeMaxWait(spec *etjobv1.ElasticJobSpec, members int, since *metav1.Time,
 // job keeps waiting with pending pods. It reports whether it released any
 // worker: the membership must then be elected again without them.
 func (d *decision) waitForCapacity() bool {
-	v := judgeMaxWait(d.spec, len(d.members), d.st.BelowMinSince, d.now)
-	d.st.BelowMinSince = v.Since
+	v := judgeMaxWait(d.spec, len(d.members), d.belowMinSince(), d.now)
+	d.wait = &v
 	if !v.Recheck.IsZero() {
 		d.requeueAt(v.Recheck)
 	}

@@ -12,7 +12,7 @@ import (
 
 // finished reports whether the job is Complete or Failed: nothing but its
 // cleanup and its TTL is decided for it any more.
-func (d *decision) finished() bool { return FinishedCondition(d.st.Conditions) != nil }
+func (d *decision) finished() bool { return FinishedCondition(d.conds) != nil }
 
 // FinishedCondition returns a finished job's Complete or Failed condition,
 // nil while it is not finished: a finished job neither runs nor scales.
@@ -62,7 +62,7 @@ func activeDeadline(spec *etjobv1.ElasticJobSpec, start, now time.Time) (exceede
 // spec.activeDeadlineSeconds, and otherwise asks to look again at that
 // deadline.
 func (d *decision) deadlineExceeded() bool {
-	exceeded, msg, at := activeDeadline(d.spec, d.st.StartTime.Time, d.now)
+	exceeded, msg, at := activeDeadline(d.spec, d.startTime().Time, d.now)
 	if exceeded {
 		d.fail(etjobv1.ReasonDeadlineExceeded, msg)
 		return true
@@ -157,11 +157,10 @@ func (d *decision) fail(reason, msg string) {
 // and the cleanup of a finished job. The Event's reason is a constant, not
 // derived from the timeline kind ("Fail"+"d" read "Faild", issue #12).
 func (d *decision) finishWith(kind string, reason etjobv1.EventReason, msg string, warning bool) {
-	d.st.CompletionTime = &metav1.Time{Time: d.now}
+	d.finishedNow = true
 	d.setCondition(etjobv1.ConditionRunning, false, etjobv1.ReasonFinished, msg)
 	d.setCondition(etjobv1.ConditionResizing, false, etjobv1.ReasonFinished, msg)
 	d.setCondition(etjobv1.ConditionSuspended, false, etjobv1.ReasonFinished, msg)
-	d.st.BelowMinSince = nil
 	d.record(kind, msg)
 	d.event(warning, reason, msg)
 	d.finish()
@@ -207,8 +206,8 @@ func (d *decision) finish() {
 	for _, v := range cleanup(d.spec.CleanPodPolicy, d.all()) {
 		d.delete(v, etjobv1.ReasonFinished)
 	}
-	deleteJob, at := ttlAfterFinished(d.spec, d.st.CompletionTime, d.now)
-	d.plan.DeleteJob = deleteJob
+	deleteJob, at := ttlAfterFinished(d.spec, d.completionTime(), d.now)
+	d.deleteJob = deleteJob
 	if !at.IsZero() {
 		d.requeueAt(at)
 	}

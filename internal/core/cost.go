@@ -23,8 +23,9 @@ type costKey struct {
 	capacity, instance, price, onDemand string
 }
 
-// bill brings status.cost up to now when this pass writes the status anyway
-// or the bill is CostFlushInterval old: every worker pod (any attempt) adds
+// bill is status.cost for the status st that the pass writes, and when to
+// look again (zero for none). It brings the bill up to now when st differs
+// from the observed status anyway or the bill is CostFlushInterval old: every worker pod (any attempt) adds
 // the time since the bill's last update that it ran, from its start
 // (status.startTime) to its container's end, or to now while it runs, at
 // its node's capacity type and price. A pod deleted between two updates loses
@@ -33,7 +34,7 @@ type costKey struct {
 // A pod on a node that is gone adds nothing more (its price went with it).
 // It reads every pod observed (d.pods), not d.workers, which a restart
 // empties: a restart's pass once billed none of the workers it deleted.
-func (d *decision) bill() {
+func (d *decision) bill(st etjobv1.ElasticJobStatus) (cost *etjobv1.CostStatus, recheck time.Time) {
 	prev := d.s.Job.Status.Cost
 	var from time.Time
 	if prev != nil && prev.Time != nil {
@@ -45,19 +46,19 @@ func (d *decision) bill() {
 			running = true
 		}
 	}
-	changed := !equality.Semantic.DeepEqual(d.s.Job.Status, d.st)
+	changed := !equality.Semantic.DeepEqual(d.s.Job.Status, st)
 	due := !from.IsZero() && !d.now.Before(from.Add(CostFlushInterval))
 	if !changed && !due && !(from.IsZero() && running) {
 		if running {
-			d.requeueAt(from.Add(CostFlushInterval))
+			recheck = from.Add(CostFlushInterval)
 		}
-		return
+		return st.Cost, recheck
 	}
 	// The bill's time is stored to the microsecond (metav1.MicroTime): it
 	// bills up to that, so the next pass starts exactly there.
 	upTo := d.now.Truncate(time.Microsecond)
 	if !upTo.After(from) {
-		return
+		return st.Cost, time.Time{}
 	}
 	rows := map[costKey]int64{}
 	if prev != nil {
@@ -86,10 +87,10 @@ func (d *decision) bill() {
 		}
 		rows[nodeCostKey(d.s.Prices, node, onDemand)] += end.Sub(start).Milliseconds()
 	}
-	d.st.Cost = costStatus(rows, upTo)
 	if running {
-		d.requeueAt(d.now.Add(CostFlushInterval))
+		recheck = d.now.Add(CostFlushInterval)
 	}
+	return costStatus(rows, upTo), recheck
 }
 
 // onDemandPrices are the on-demand prices by instance type that the

@@ -11,8 +11,9 @@
 //
 //   - snapshot.go: the input, Snapshot{Job, Pods, Nodes, ...}, and how each pod
 //     is classified; plan.go: the output, Plan, Signal, Event.
-//   - decide.go: Decide, the decision type, its primitives, and the one order
-//     of the steps.
+//   - decide.go: Decide, the decision type, its primitives, the one order of
+//     the steps, and build: the one place that makes the Plan and writes the
+//     status, from what the policies decided (build_test.go holds that).
 //   - launcher.go: the launcher, its move, a lost store, horovodrun's start.
 //   - horovod.go: Horovod's host sets (a change never leaves horovodrun without
 //     a host of its last set; which launcher exits are a release).

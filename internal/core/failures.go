@@ -94,9 +94,9 @@ func judgeFailure(spec *etjobv1.ElasticJobSpec, failures, exitCode int32) failur
 func (d *decision) workerFailed(w *podView) bool {
 	d.countFailure(w)
 	msg := fmt.Sprintf("worker %s failed with exit code %d", w.pod.Name, w.exitCode)
-	switch judgeFailure(d.spec, d.st.Failures, w.exitCode) {
+	switch judgeFailure(d.spec, d.failures, w.exitCode) {
 	case failOverBackoff:
-		d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.st.Failures, BackoffLimit(d.spec)))
+		d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.failures, BackoffLimit(d.spec)))
 	case replaceWorker:
 		d.delete(w, etjobv1.ReasonWorkerFailed)
 		d.record(etjobv1.TimelineLeave, msg)
@@ -113,15 +113,13 @@ func (d *decision) workerFailed(w *podView) bool {
 // restart restarts the whole job: every pod of this attempt goes, and the next
 // attempt (a new rendezvous id) starts once they are gone.
 func (d *decision) restart(msg string) {
-	d.st.Restarts++
-	d.st.LauncherReplacements = 0
+	d.restarted = true
 	for _, v := range d.all() {
 		d.delete(v, etjobv1.ReasonRestarting)
 	}
 	d.clearMembers()
-	d.st.BelowMinSince = nil
 	d.record(etjobv1.TimelineRestart, msg)
-	d.event(true, etjobv1.EventRestarting, fmt.Sprintf("restarting the job (restart %d): %s", d.st.Restarts, msg))
+	d.event(true, etjobv1.EventRestarting, fmt.Sprintf("restarting the job (restart %d): %s", d.restarts(), msg))
 	d.setCondition(etjobv1.ConditionRunning, false, etjobv1.ReasonRestarting, msg)
 	d.setCondition(etjobv1.ConditionResizing, false, etjobv1.ReasonRestarting, msg)
 	d.workers = nil

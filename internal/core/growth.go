@@ -65,7 +65,7 @@ type growth struct {
 // active base and extra workers, and gives up the probes that timed out.
 func (d *decision) growthRoom(desired int32, base, extra []*podView) growth {
 	if !Opportunistic(d.spec) {
-		d.st.Growth = nil
+		d.growth = nil
 		return growth{}
 	}
 	g := d.growthStatus()
@@ -123,10 +123,10 @@ func growthLimit(spec *etjobv1.ElasticJobSpec, desired int32, queued bool, throu
 
 // growthStatus is status.growth, created on first use.
 func (d *decision) growthStatus() *etjobv1.GrowthStatus {
-	if d.st.Growth == nil {
-		d.st.Growth = &etjobv1.GrowthStatus{}
+	if d.growth == nil {
+		d.growth = &etjobv1.GrowthStatus{}
 	}
-	return d.st.Growth
+	return d.growth
 }
 
 // backoff holds new probes until from + backoffSeconds (never earlier than

@@ -144,7 +144,7 @@ func (d *decision) replaceStalled() {
 	switch {
 	case len(v.Replace) > 0:
 		d.stall(v.Reason, v.Event, v.Message, v.Replace)
-	case meta.IsStatusConditionTrue(d.st.Conditions, etjobv1.ConditionTrainingStalled):
+	case meta.IsStatusConditionTrue(d.conds, etjobv1.ConditionTrainingStalled):
 		d.setCondition(etjobv1.ConditionTrainingStalled, false, etjobv1.ReasonTraining, "every reporting member advances in one round")
 	}
 }

@@ -35,6 +35,30 @@ func TestDecideHorovodHandover(t *testing.T) {
 		return leaving(i, node).Annotation(etjobv1.AnnotationStopLead, "40")
 	}
 	runDecideCases(t, map[string]decideCase{
+		// The membership is elected again after stopBelowMin told members
+		// to go (run): its rules, Horovod's among them, must see who was
+		// told. Taking the told workers out of the first election instead
+		// would give the stopped horovodrun w2, a host it never had.
+		"a fall below min stops horovodrun, and the worker that trains through its notice beside it does not join it": {
+			job: hvd().Min(3).Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 3, Membership: two, Conditions: runningCond})).Obj(),
+			pods: []*corev1.Pod{
+				MakeLauncher(base().Obj()).Ready("od").Obj(),
+				MakeWorker(base().Obj(), 0).Ready("n0").Obj(),
+				carrier(2, "n2").Obj(),
+			},
+			nodes:          noticed(t0.Add(2*time.Minute), "n2"),
+			wantCreate:     []int32{3, 4},
+			wantSignal:     []string{"j-worker-0", "j-launcher"},
+			wantGeneration: 3,
+			wantCondTrue:   []string{etjobv1.ConditionSuspended, etjobv1.ConditionResizing},
+			wantCondReason: map[string]string{etjobv1.ConditionSuspended: etjobv1.ReasonWaitingForCapacity},
+			wantSummary:    "WaitingForCapacity",
+			wantRequeue:    30 * time.Second,
+			wantEvents: []wantEvent{
+				normal(etjobv1.EventMembershipChanged, "generation 3: 0 members"),
+				warning(etjobv1.EventWaitingForCapacity, "waiting for capacity"),
+			},
+		},
 		"a burst of notices on every member marks horovodrun stopped, though its ranks were told by the notice": {
 			job:            hvd().Status(running(etjobv1.ElasticJobStatus{NextWorkerIndex: 2, Membership: two, Conditions: runningCond})).Obj(),
 			pods:           []*corev1.Pod{MakeLauncher(base().Obj()).Ready("od").Obj(), MakeWorker(base().Obj(), 0).Ready("n0").Obj(), MakeWorker(base().Obj(), 1).Ready("n1").Obj()},

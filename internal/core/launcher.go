@@ -141,10 +141,8 @@ func (d *decision) handleLauncher() outcome {
 	l := d.launcher
 	switch v.action {
 	case launcherCreate:
-		d.plan.CreateLauncher = true
-		if v.replacement {
-			d.st.LauncherReplacements++
-		}
+		d.createLauncher = true
+		d.launcherReplaced = v.replacement
 	case launcherAwaitName:
 		d.restarting = true // wait for the name to be free
 	case launcherStoreGone:
@@ -244,8 +242,8 @@ func (d *decision) launcherFailed(l *podView, preempted bool, msg string) bool {
 	case !preempted && (l.exitCode == 126 || l.exitCode == 127):
 		d.fail(etjobv1.ReasonLauncherFailed, fmt.Sprintf("launcher %s could not run its command (exit code %d: the image does not have it, or it is not executable): %s",
 			l.pod.Name, l.exitCode, logSummary(l.message)))
-	case d.st.Failures > BackoffLimit(d.spec):
-		d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.st.Failures, BackoffLimit(d.spec)))
+	case d.failures > BackoffLimit(d.spec):
+		d.fail(etjobv1.ReasonBackoffLimit, msg+fmt.Sprintf("; %d failures exceed spec.backoffLimit (%d)", d.failures, BackoffLimit(d.spec)))
 	default:
 		return false
 	}
@@ -416,7 +414,7 @@ func (d *decision) startHorovodLauncher() {
 			return
 		}
 	}
-	d.plan.CreateLauncher = true
+	d.createLauncher = true
 }
 
 // invalidPodTemplate says why the job fails at once when the API server
@@ -425,7 +423,7 @@ func (d *decision) startHorovodLauncher() {
 // same templates would be refused the same way, for ever. "" otherwise: a
 // quota or an admission refusal may pass later, and the job waits.
 func (d *decision) invalidPodTemplate() string {
-	c := meta.FindStatusCondition(d.st.Conditions, etjobv1.ConditionCreateRefused)
+	c := meta.FindStatusCondition(d.conds, etjobv1.ConditionCreateRefused)
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != etjobv1.ReasonPodTemplateInvalid {
 		return ""
 	}

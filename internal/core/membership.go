@@ -45,8 +45,8 @@ func (d *decision) clearMembers() {
 	d.hosts = &[]string{}
 }
 
-// publish writes the membership this pass elected (or cleared) into the
-// status, the one place that does; a pass that did neither keeps the
+// publish makes the membership this pass elected (or cleared) the one the
+// status carries (build writes it); a pass that did neither keeps the
 // published one. A change bumps the generation, which never goes back.
 func (d *decision) publish() {
 	if d.hosts != nil {
@@ -155,28 +155,27 @@ func (d *decision) nextNoticeStop(members []*podView) time.Time {
 	return next
 }
 
-// setHosts sets status.membership to hosts: the generation is the last
+// setHosts sets the membership to hosts: the generation is the last
 // published one plus one if the hosts differ from it.
 func (d *decision) setHosts(hosts []string) {
 	orig := d.s.Job.Status.Membership
 	if slices.Equal(orig.Hosts, hosts) {
-		d.st.Membership = *orig.DeepCopy()
+		d.membership = *orig.DeepCopy()
 		return
 	}
 	if len(hosts) == 0 {
 		hosts = nil
 	}
-	d.st.Membership = etjobv1.MembershipStatus{Generation: orig.Generation + 1, Hosts: hosts, ChangeTime: &metav1.Time{Time: d.now}}
+	d.membership = etjobv1.MembershipStatus{Generation: orig.Generation + 1, Hosts: hosts, ChangeTime: &metav1.Time{Time: d.now}}
 }
 
-// recordMembership emits the plan's membership, a timeline entry and an Event
-// when this pass changed it.
+// recordMembership adds a timeline entry and an Event when this pass changed
+// the membership (build puts the new one in the plan).
 func (d *decision) recordMembership() {
-	orig, m := d.s.Job.Status.Membership, d.st.Membership
+	orig, m := d.s.Job.Status.Membership, d.membership
 	if m.Generation == orig.Generation {
 		return
 	}
-	d.plan.Membership = &m
 	joined, left := diff(orig.Hosts, m.Hosts)
 	switch {
 	case len(joined) > 0 && len(left) == 0:

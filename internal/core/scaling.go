@@ -36,8 +36,8 @@ func (d *decision) scale() {
 		d.giveBack(extra, n)
 		extra = extra[:len(extra)-n]
 	}
-	if d.st.Growth != nil {
-		d.st.Growth.ExtraWorkers = int32(len(extra))
+	if d.growth != nil {
+		d.growth.ExtraWorkers = int32(len(extra))
 	}
 	if victims := scaleInVictims(base, desired); len(victims) > 0 {
 		for _, v := range victims {
@@ -66,9 +66,8 @@ func (d *decision) scale() {
 			d.record(etjobv1.TimelineScale, fmt.Sprintf("probe for capacity with %d extra workers (growth up to %d)", k, desired+g.room))
 		}
 	}
-	d.plan.CreateWorkers = d.created
 	if len(d.created) > 0 {
-		d.plan.AvoidNodes = d.avoidNodes(left)
+		d.avoid = d.avoidNodes(left)
 	}
 }
 
@@ -103,11 +102,11 @@ func createCount(desired int32, base, alive int, maxReplicas, budget int32) (n, 
 // returns how many.
 func (d *decision) create(n int32, extra bool) int32 {
 	for range max(n, 0) {
-		d.created = append(d.created, d.st.NextWorkerIndex)
+		d.created = append(d.created, d.nextIndex)
 		if extra {
-			d.plan.ExtraWorkers = append(d.plan.ExtraWorkers, d.st.NextWorkerIndex)
+			d.extra = append(d.extra, d.nextIndex)
 		}
-		d.st.NextWorkerIndex++
+		d.nextIndex++
 	}
 	return max(n, 0)
 }

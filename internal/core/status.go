@@ -26,12 +26,12 @@ func (d *decision) conditions() {
 			"restarting: the last attempt's pods are going; the next attempt starts once they are gone")
 	case n >= lo && n <= hi:
 		d.setCondition(etjobv1.ConditionRunning, true, etjobv1.ReasonMembersReady,
-			fmt.Sprintf("%d members (min %d, max %d), generation %d", n, lo, hi, d.st.Membership.Generation))
+			fmt.Sprintf("%d members (min %d, max %d), generation %d", n, lo, hi, d.membership.Generation))
 		d.setCondition(etjobv1.ConditionSuspended, false, etjobv1.ReasonNotSuspended, "")
 	default:
 		why := d.waitingMessage()
 		d.setCondition(etjobv1.ConditionRunning, false, etjobv1.ReasonWaitingForCapacity, why)
-		suspended := meta.IsStatusConditionTrue(d.st.Conditions, etjobv1.ConditionSuspended)
+		suspended := meta.IsStatusConditionTrue(d.conds, etjobv1.ConditionSuspended)
 		if d.wasRunning || suspended {
 			if !suspended {
 				d.record(etjobv1.TimelineSuspend, "below spec.minReplicas: waiting for capacity")
@@ -111,21 +111,14 @@ func (d *decision) counts() (active, leaving int) {
 	return active + len(d.created), leaving
 }
 
-// summarize fills the counts, the per-worker list and the summary column.
-func (d *decision) summarize() {
-	// A pod deleted in this pass needs no signal.
-	d.plan.Signal = slices.DeleteFunc(d.plan.Signal, func(s Signal) bool { return d.deleted[s.Pod] })
-	st := &d.st
-	st.ObservedGeneration = d.job.Generation
-	st.SlotsPerWorker = etjobv1.SlotsPerWorker(d.spec)
-	st.Desired = fmt.Sprintf("%d (%d-%d)", d.spec.Replicas, d.spec.MinReplicas, d.spec.MaxReplicas)
-	st.Selector = etjobv1.LabelJobName + "=" + d.job.Name + "," + etjobv1.LabelRole + "=" + etjobv1.RoleWorker
+// workerStatuses is status.workers, and the replicas, ready and leaving
+// counts, for the membership m that the status carries: every worker not
+// deleted this pass, and the ones created.
+func (d *decision) workerStatuses(m etjobv1.MembershipStatus) (list []etjobv1.WorkerStatus, replicas, ready, leaving int32) {
 	memberSet := map[string]bool{}
-	for _, h := range st.Membership.Hosts {
+	for _, h := range m.Hosts {
 		memberSet[HostName(h)] = true
 	}
-	st.Workers = st.Workers[:0]
-	st.Replicas, st.ReadyReplicas, st.LeavingReplicas = 0, 0, 0
 	for _, w := range d.workers {
 		if d.deleted[w.pod.Name] {
 			continue
@@ -143,7 +136,7 @@ func (d *decision) summarize() {
 			if w.noticed {
 				ws.Reason = w.noticeReason
 			}
-			st.LeavingReplicas++
+			leaving++
 		case memberSet[w.pod.Name]:
 			ws.State = etjobv1.WorkerMember
 		case d.joining[w.pod.Name]:
@@ -162,40 +155,33 @@ func (d *decision) summarize() {
 		}
 		ws.Reason = clipReason(ws.Reason)
 		if ws.State == etjobv1.WorkerMember || ws.State == etjobv1.WorkerReady || ws.State == etjobv1.WorkerStarting || ws.State == etjobv1.WorkerPending {
-			st.Replicas++
+			replicas++
 			if w.ready && !d.joining[w.pod.Name] {
-				st.ReadyReplicas++
+				ready++
 			}
 		}
-		st.Workers = append(st.Workers, ws)
+		list = append(list, ws)
 	}
 	for _, i := range d.created {
-		st.Workers = append(st.Workers, etjobv1.WorkerStatus{Name: WorkerName(d.job.Name, i), Index: i, State: etjobv1.WorkerPending})
-		st.Replicas++
+		list = append(list, etjobv1.WorkerStatus{Name: WorkerName(d.job.Name, i), Index: i, State: etjobv1.WorkerPending})
+		replicas++
 	}
-	if len(st.Workers) == 0 {
-		st.Workers = nil
-	}
-	st.Members = int32(len(st.Membership.Hosts))
-	st.Training = d.training()
-	d.lastCheckpoint()
+	return list, replicas, ready, leaving
+}
+
+// stampTimeline appends this pass's timeline entries to the status's,
+// stamped with the membership's generation and size, keeping the last
+// TimelineLimit.
+func (d *decision) stampTimeline(tl []etjobv1.TimelineEvent, generation int64, members int32) []etjobv1.TimelineEvent {
 	for _, e := range d.timeline {
-		e.Generation = st.Membership.Generation
-		e.Members = st.Members
-		st.Timeline = append(st.Timeline, e)
+		e.Generation = generation
+		e.Members = members
+		tl = append(tl, e)
 	}
-	if over := len(st.Timeline) - TimelineLimit; over > 0 {
-		st.Timeline = slices.Clone(st.Timeline[over:])
+	if over := len(tl) - TimelineLimit; over > 0 {
+		tl = slices.Clone(tl[over:])
 	}
-	st.Summary = d.summary()
-	d.plan.Status = *st
-	// Whole milliseconds, rounded up: a requeue must never come before its
-	// deadline. Rounded to the nearest, a deadline less than half a
-	// millisecond away gave 0 (no requeue at all), and a finished job whose
-	// last pass fell there was never deleted after its TTL.
-	if r := d.plan.RequeueAfter; r > 0 {
-		d.plan.RequeueAfter = (r + time.Millisecond - 1).Truncate(time.Millisecond)
-	}
+	return tl
 }
 
 // lastCheckpoint publishes the newest checkpoint the workers reported, and
@@ -208,17 +194,17 @@ func (d *decision) lastCheckpoint() {
 			best = c
 		}
 	}
-	if best != nil && (d.st.LastCheckpoint == nil || best.Step >= d.st.LastCheckpoint.Step) {
+	if best != nil && (d.checkpoint == nil || best.Step >= d.checkpoint.Step) {
 		cp := &etjobv1.CheckpointStatus{Step: best.Step, Path: best.Path, DurationMilliseconds: int64(best.Seconds * 1000)}
 		if t, err := time.Parse(time.RFC3339, best.Time); err == nil {
 			cp.Time = &metav1.Time{Time: t}
 		}
-		d.st.LastCheckpoint = cp
+		d.checkpoint = cp
 	}
-	if d.finished() || d.st.LastCheckpoint == nil || d.st.LastCheckpoint.DurationMilliseconds <= 0 {
+	if d.finished() || d.checkpoint == nil || d.checkpoint.DurationMilliseconds <= 0 {
 		return
 	}
-	took := time.Duration(d.st.LastCheckpoint.DurationMilliseconds) * time.Millisecond
+	took := time.Duration(d.checkpoint.DurationMilliseconds) * time.Millisecond
 	slow := ""
 	for _, w := range d.members {
 		if n, ok := NoticeWindows[w.provider]; ok && took > n.Usable {
@@ -227,7 +213,7 @@ func (d *decision) lastCheckpoint() {
 			break
 		}
 	}
-	was := meta.IsStatusConditionTrue(d.st.Conditions, etjobv1.ConditionCheckpointTooSlow)
+	was := meta.IsStatusConditionTrue(d.conds, etjobv1.ConditionCheckpointTooSlow)
 	switch {
 	case slow != "":
 		if !was {
@@ -242,7 +228,7 @@ func (d *decision) lastCheckpoint() {
 // summary is the human-facing status column: the outcome, a suspension's
 // reason, or what the job is doing.
 func (d *decision) summary() string {
-	c := d.st.Conditions
+	c := d.conds
 	switch {
 	case meta.IsStatusConditionTrue(c, etjobv1.ConditionComplete):
 		return "Succeeded"

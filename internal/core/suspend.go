@@ -12,15 +12,15 @@ func (d *decision) suspend() {
 	for _, v := range d.all() {
 		d.delete(v, etjobv1.ReasonUserSuspended)
 	}
-	if c := meta.FindStatusCondition(d.st.Conditions, etjobv1.ConditionSuspended); c == nil ||
+	if c := meta.FindStatusCondition(d.conds, etjobv1.ConditionSuspended); c == nil ||
 		c.Status != metav1.ConditionTrue || c.Reason != etjobv1.ReasonUserSuspended {
 		d.record(etjobv1.TimelineSuspend, "suspended by spec.suspend")
 		d.event(false, etjobv1.EventSuspended, "job suspended: all pods released")
 	}
 	d.clearMembers()
-	d.st.LauncherReplacements = 0 // a resumed job's first launcher replaces none
-	d.st.StartTime = nil
-	d.st.BelowMinSince = nil
+	// status.startTime and belowMinSince go, and a resumed job's first
+	// launcher replaces none (build).
+	d.suspended = true
 	d.setCondition(etjobv1.ConditionSuspended, true, etjobv1.ReasonUserSuspended, "spec.suspend is true")
 	d.setCondition(etjobv1.ConditionRunning, false, etjobv1.ReasonUserSuspended, "spec.suspend is true")
 	d.setCondition(etjobv1.ConditionResizing, false, etjobv1.ReasonUserSuspended, "spec.suspend is true")
@@ -30,11 +30,11 @@ func (d *decision) suspend() {
 // spec.activeDeadlineSeconds counts) when it has none: a new job, or one whose
 // spec.suspend was set back to false, which the timeline and an Event tell.
 func (d *decision) resume() {
-	if d.st.StartTime != nil {
+	if d.s.Job.Status.StartTime != nil {
 		return
 	}
-	d.st.StartTime = &metav1.Time{Time: d.now}
-	if c := meta.FindStatusCondition(d.st.Conditions, etjobv1.ConditionSuspended); c != nil &&
+	d.resumed = true
+	if c := meta.FindStatusCondition(d.conds, etjobv1.ConditionSuspended); c != nil &&
 		c.Status == metav1.ConditionTrue && c.Reason == etjobv1.ReasonUserSuspended {
 		d.record(etjobv1.TimelineResume, "spec.suspend set to false")
 		d.event(false, etjobv1.EventResumed, "job resumed")
