@@ -739,6 +739,11 @@ class Context:
         seconds ($ETJOB_STALE_SECONDS, 3 heartbeat timeouts)."""
         k = "g%d/" % gen
         self._count(k + "joins", 1)
+        size = self._count(k + "close") % _STOP
+        if size >= self.max:
+            _log("generation %d has the job's maximum of %d ranks: this rank waits to join as a spare, until a member leaves" % (gen, self.max))
+        else:
+            _log("generation %d is closed: this rank waits to join at its members' next commit" % gen)
         beat, since = self._count(k + "hb0"), time.monotonic()
         store = self.store.reconnects
         while time.monotonic() < deadline:

@@ -152,9 +152,12 @@ class State:
         """_flags is this rank's part of a commit's vote: whether it leaves,
         (rank 0) how many newcomers wait, whether a checkpoint is wanted, and
         extra slots after those for the caller (all 0)."""
-        # read by rank 0's watcher: no store call per step
+        # read by rank 0's watcher: no store call per step. A generation at
+        # the job's maximum lets no newcomer in (the next one would close at
+        # the maximum again, and end at every commit while one waits): it
+        # waits as a spare, and takes the place of the first that leaves.
         ctx = self._ctx
-        joins = ctx._joins[1] if g.rank == 0 and ctx._joins[0] == g.gen else 0
+        joins = ctx._joins[1] if g.rank == 0 and ctx._joins[0] == g.gen and g.size < ctx.max else 0
         flags = torch.zeros(g.size + 2 + extra, dtype=torch.int64)
         sup = ctx.sup
         flags[g.rank] = 0 if sup.check_alive() else 1

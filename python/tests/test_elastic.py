@@ -452,6 +452,27 @@ class InProcessRecoveryTest(Undisturbed, unittest.TestCase):
         self.assertEqual(job.steps(name), [], "it trained nothing")
         print("\na newcomer after the end: exit 0 after %.2f s" % (time.monotonic() - began))
 
+    def test_a_newcomer_beyond_max_waits_as_a_spare_until_a_member_leaves(self):
+        # A job at its maximum: a newcomer must not end the members'
+        # generation at every commit (the next one closes at the maximum
+        # again, and whoever comes last asks again); it waits, and takes the
+        # place of the first member that leaves.
+        job = self.job(2, "1:2", env={"STEP_SLEEP": "0.05"})
+        gen, _ = job.wait_world(2)
+        name = job.start(held=True)
+        job.release(name)
+        job.wait_line(name, "waits to join", timeout=60)
+        time.sleep(3)  # dozens of commits
+        gens = {s[3] for n in ("w0", "w1") for s in job.steps(n)}
+        self.assertEqual(gens, {gen}, "the members' generations went %s while a spare waited:\n%s" % (sorted(gens), job.dump()))
+        self.assertEqual(job.steps(name), [], "the spare trained beyond the maximum")
+        job.procs["w1"].send_signal(signal.SIGTERM)
+        self.assertEqual(job.wait_exit(["w1"]), {"w1": 75}, job.dump())
+        job.wait_step(1, names=[name])
+        self.assertEqual(job.steps(name)[0][2], 2, "the spare joined a world of %d, not 2" % job.steps(name)[0][2])
+        self.assertEqual(job.wait_exit(["w0", name]), {"w0": 0, name: 0}, job.dump())
+        self.assert_finished_like_undisturbed(job, ["w0", name])
+
     def test_below_min_everyone_stops_at_one_step_and_resumes_from_disk(self):
         self.stop_below_min_and_resume({})
 
