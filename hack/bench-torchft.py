@@ -232,8 +232,13 @@ def main():
     p.add_argument("--join-ms", type=float, default=1000, help="torchft lighthouse's join timeout (ms)")
     p.add_argument("--modes", default="ddp,etjob,torchft,torchft-pure")
     p.add_argument("--torchft-env", default="", help="more env for torchft's ranks, e.g. TORCHFT_DDP=pure,TORCHFT_PG=baby")
-    p.add_argument("--python", default=os.path.join(os.path.expanduser("~"), ".cache/etjob/torch2/venv-2.15.0/bin/python3"))
+    p.add_argument("--python", help="the torch 2.x interpreter (default: the venv hack/install-torch2.sh makes, or finds in its cache)")
     args = p.parse_args()
+    if not args.python:
+        # the one place that knows the venv's version and path
+        venv = subprocess.run([os.path.join(REPO, "hack", "install-torch2.sh")], cwd=REPO, check=True,
+                              stdout=subprocess.PIPE, text=True).stdout.strip().splitlines()[-1]
+        args.python = os.path.join(venv, "bin", "python3")
     modes = args.modes.split(",")
     root = tempfile.mkdtemp(prefix="etjob-bench-torchft-")
     print("logs under %s" % root, file=sys.stderr)
