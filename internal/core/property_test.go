@@ -481,13 +481,15 @@ func checkHorovodHandover(t *testing.T, w *world, prev etjobv1.ElasticJobStatus,
 	if slices.Equal(prev.Membership.Hosts, cur) {
 		return
 	}
-	stopped := l.Annotations[etjobv1.AnnotationLeave] != ""
+	// told before, or by this very plan (stopBelowMin marks it in the pass
+	// that elects the membership)
+	stopped := l.Annotations[etjobv1.AnnotationLeave] != "" || signaled[l.Name]
 	for _, h := range cur {
 		if stopped && !slices.Contains(prev.Membership.Hosts, h) {
 			t.Fatalf("%s: host %s published to a horovodrun told to stop (hosts %v -> %v)", w.trace(), h, prev.Membership.Hosts, cur)
 		}
 	}
-	if len(prev.Membership.Hosts) == 0 || len(cur) == 0 || stopped || signaled[l.Name] {
+	if len(prev.Membership.Hosts) == 0 || len(cur) == 0 || stopped {
 		return
 	}
 	handedOver++
