@@ -95,16 +95,25 @@ func (d *decision) bill(st etjobv1.ElasticJobStatus) (cost *etjobv1.CostStatus, 
 
 // onDemandPrices are the on-demand prices by instance type that the
 // cluster's on-demand nodes carry (under the admin's price table, when there
-// is one).
+// is one): the lowest where nodes of a type carry several, so that the bill
+// never claims more savings than the cheapest of them gives, and the same
+// nodes always give the same price.
 func onDemandPrices(prices *etjobv1.PriceTable, nodes map[string]*corev1.Node) map[string]string {
-	out := map[string]string{}
+	low := map[string]etjobv1.PricePerHour{}
 	for _, n := range nodes {
 		if etjobv1.NodeCapacityType(n.Labels) != etjobv1.CapacityTypeOnDemand {
 			continue
 		}
+		typ := n.Labels[etjobv1.LabelInstanceType]
 		if p, ok := NodePrice(prices, n); ok && p > 0 {
-			out[n.Labels[etjobv1.LabelInstanceType]] = p.String()
+			if q, seen := low[typ]; !seen || p < q {
+				low[typ] = p
+			}
 		}
+	}
+	out := make(map[string]string, len(low))
+	for typ, p := range low {
+		out[typ] = p.String()
 	}
 	return out
 }
@@ -112,7 +121,7 @@ func onDemandPrices(prices *etjobv1.PriceTable, nodes map[string]*corev1.Node) m
 // nodeCostKey is the bill's row of a node: its capacity type, instance
 // type, price (under the admin's price table, when there is one) and the
 // on-demand price of its type (the table's row, else the node's own label,
-// else that of an on-demand node of the same type; an on-demand node's own
+// else the lowest of the on-demand nodes of the same type; an on-demand node's own
 // price).
 func nodeCostKey(prices *etjobv1.PriceTable, node *corev1.Node, onDemand map[string]string) costKey {
 	labels := node.Labels
@@ -170,32 +179,39 @@ func mergeRows(rows []etjobv1.CostRow) etjobv1.CostRow {
 // costStatus writes the rows out, sorted, with their totals.
 func costStatus(rows map[costKey]int64, now time.Time) *etjobv1.CostStatus {
 	c := &etjobv1.CostStatus{Time: &metav1.MicroTime{Time: now}}
-	var ms int64
-	var cost, onDemand float64
-	onDemandKnown := true
 	for k, v := range rows {
 		c.Rows = append(c.Rows, etjobv1.CostRow{CapacityType: k.capacity, InstanceType: k.instance, PricePerHour: k.price,
 			OnDemandPricePerHour: k.onDemand, Milliseconds: v})
-		hours := float64(v) / float64(time.Hour/time.Millisecond)
-		ms += v
-		p, _ := strconv.ParseFloat(k.price, 64)
+	}
+	// Every field of the key orders the rows, and the totals are summed in
+	// that order: the same rows always give the same status (floating-point
+	// sums depend on their order).
+	sort.Slice(c.Rows, func(i, j int) bool {
+		a, b := c.Rows[i], c.Rows[j]
+		switch {
+		case a.CapacityType != b.CapacityType:
+			return a.CapacityType > b.CapacityType // spot first
+		case a.InstanceType != b.InstanceType:
+			return a.InstanceType < b.InstanceType
+		case a.PricePerHour != b.PricePerHour:
+			return a.PricePerHour < b.PricePerHour
+		}
+		return a.OnDemandPricePerHour < b.OnDemandPricePerHour
+	})
+	var ms int64
+	var cost, onDemand float64
+	onDemandKnown := true
+	for _, r := range c.Rows {
+		hours := float64(r.Milliseconds) / float64(time.Hour/time.Millisecond)
+		ms += r.Milliseconds
+		p, _ := strconv.ParseFloat(r.PricePerHour, 64)
 		cost += hours * p
-		if od, err := strconv.ParseFloat(k.onDemand, 64); err == nil {
+		if od, err := strconv.ParseFloat(r.OnDemandPricePerHour, 64); err == nil {
 			onDemand += hours * od
 		} else {
 			onDemandKnown = false
 		}
 	}
-	sort.Slice(c.Rows, func(i, j int) bool {
-		a, b := c.Rows[i], c.Rows[j]
-		if a.CapacityType != b.CapacityType {
-			return a.CapacityType > b.CapacityType // spot first
-		}
-		if a.InstanceType != b.InstanceType {
-			return a.InstanceType < b.InstanceType
-		}
-		return a.PricePerHour < b.PricePerHour
-	})
 	if len(c.Rows) > MaxCostRows {
 		c.Rows = append(c.Rows[:MaxCostRows-1], mergeRows(c.Rows[MaxCostRows-1:]))
 	}

@@ -263,3 +263,39 @@ func TestBillOnRestart(t *testing.T) {
 		t.Errorf("status.cost = %+v, want 10 min of worker 0 and 5 of worker 1", c)
 	}
 }
+
+// TestBillIsTheSameEveryTime: Decide is pure, its bill too. Two on-demand
+// nodes of one type at two prices once gave a spot row the on-demand price
+// of whichever the node map yielded last, and two rows that differ only in
+// their on-demand price came out in either order.
+func TestBillIsTheSameEveryTime(t *testing.T) {
+	job := base().Replicas(3).Obj()
+	s0 := priced("s0", etjobv1.CapacityTypeSpot, "0.91")
+	s0.Labels[etjobv1.LabelOnDemandPricePerHour] = "3.06"
+	nodes := map[string]*corev1.Node{
+		"s0": s0,
+		"s1": priced("s1", etjobv1.CapacityTypeSpot, "0.91"),
+		"a":  priced("a", etjobv1.CapacityTypeOnDemand, "3.06"),
+		"b":  priced("b", etjobv1.CapacityTypeOnDemand, "2.5"),
+		"c":  priced("c", etjobv1.CapacityTypeOnDemand, "2.8"),
+	}
+	pods := []*corev1.Pod{
+		MakeWorker(job, 0).Ready("s0").Started(t0.Add(-time.Hour)).Obj(),
+		MakeWorker(job, 1).Ready("s1").Started(t0.Add(-time.Hour)).Obj(),
+	}
+	spot := func(onDemand string) etjobv1.CostRow {
+		return etjobv1.CostRow{CapacityType: "spot", InstanceType: "p3.2xlarge", PricePerHour: "0.91", OnDemandPricePerHour: onDemand, Milliseconds: 3600000}
+	}
+	// s1's type costs 2.5 on demand at the least: the bill never claims
+	// more savings than the cheapest on-demand node of the type gives.
+	want := []etjobv1.CostRow{spot("2.5"), spot("3.06")}
+	for i := range 50 {
+		got := core.Decide(core.Snapshot{Job: job, Pods: pods, Nodes: nodes}, t0).Status.Cost
+		if diff := cmp.Diff(want, got.Rows); diff != "" {
+			t.Fatalf("pass %d: rows (-want +got):\n%s", i, diff)
+		}
+		if got.OnDemandCost != "5.560000" {
+			t.Fatalf("pass %d: onDemandCost %s, want 5.560000", i, got.OnDemandCost)
+		}
+	}
+}
