@@ -26,6 +26,8 @@ class VoteRecoveryTest(te.Undisturbed, unittest.TestCase):
     test_joiner_takes_the_state_by_broadcast = te.InProcessRecoveryTest.test_joiner_takes_the_state_by_broadcast
     test_sigterm_leaves_at_a_commit = te.InProcessRecoveryTest.test_sigterm_leaves_at_a_commit
     test_a_newcomer_that_comes_after_the_end_exits_0 = te.InProcessRecoveryTest.test_a_newcomer_that_comes_after_the_end_exits_0
+    test_a_newcomer_beyond_max_waits_as_a_spare_until_a_member_leaves = \
+        te.InProcessRecoveryTest.test_a_newcomer_beyond_max_waits_as_a_spare_until_a_member_leaves
     test_below_min_everyone_stops_at_one_step_and_resumes_from_disk = \
         te.InProcessRecoveryTest.test_below_min_everyone_stops_at_one_step_and_resumes_from_disk
     test_below_min_after_a_hard_loss_the_newest_commit_is_saved = \
