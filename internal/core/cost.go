@@ -25,8 +25,9 @@ type costKey struct {
 
 // bill is status.cost for the status st that the pass writes, and when to
 // look again (zero for none). It brings the bill up to now when st differs
-// from the observed status anyway or the bill is CostFlushInterval old: every worker pod (any attempt) adds
-// the time since the bill's last update that it ran, from its start
+// from the observed status anyway or the bill is CostFlushInterval old:
+// every worker pod (any attempt) adds the time since the bill's last update
+// that it ran, from its start
 // (status.startTime) to its container's end, or to now while it runs, at
 // its node's capacity type and price. A pod deleted between two updates loses
 // its time since the last one, which is why the bill follows every status
@@ -121,8 +122,8 @@ func onDemandPrices(prices *etjobv1.PriceTable, nodes map[string]*corev1.Node) m
 // nodeCostKey is the bill's row of a node: its capacity type, instance
 // type, price (under the admin's price table, when there is one) and the
 // on-demand price of its type (the table's row, else the node's own label,
-// else the lowest of the on-demand nodes of the same type; an on-demand node's own
-// price).
+// else the lowest of the on-demand nodes of the same type; an on-demand
+// node's own price).
 func nodeCostKey(prices *etjobv1.PriceTable, node *corev1.Node, onDemand map[string]string) costKey {
 	labels := node.Labels
 	k := costKey{capacity: etjobv1.NodeCapacityType(labels), instance: labels[etjobv1.LabelInstanceType]}
