@@ -27,9 +27,8 @@ type costKey struct {
 // look again (zero for none). It brings the bill up to now when st differs
 // from the observed status anyway or the bill is CostFlushInterval old:
 // every worker pod (any attempt) adds the time since the bill's last update
-// that it ran, from its start
-// (status.startTime) to its container's end, or to now while it runs, at
-// its node's capacity type and price. A pod deleted between two updates loses
+// that it ran, from its start (status.startTime) to its container's end, or
+// to now while it runs, at its node's capacity type and price. A pod deleted between two updates loses
 // its time since the last one, which is why the bill follows every status
 // write: a worker's end (terminal, deleting, leaving) changes the status.
 // A pod on a node that is gone adds nothing more (its price went with it).
