@@ -37,9 +37,16 @@ start, naming it (_check_torch).
   is alive (_complete_when_expected).
 * Workers know their round (ETJOB_RDZV_ROUND, _patch_round_env): the worker
   library's heartbeat carries it.
+* torch keeps the rendezvous state in the store as a pickle, which any holder
+  of the job's store secret can write: here it is read by an unpickler that
+  builds torch's rendezvous types, datetimes and containers only, and
+  refuses anything else by name (_patch_state_codec), so a peer's bytes run
+  no code in an agent.
 """
 
+import io
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -60,7 +67,7 @@ _INTERNALS = {
         "SimpleElasticAgent._stop_workers", "SimpleElasticAgent._assign_worker_ranks"],
     "torch.distributed.elastic.agent.server.local_elastic_agent": ["start_processes"],
     "torch.distributed.elastic.rendezvous.dynamic_rendezvous": [
-        "_delay", "_should_keep_alive", "_RendezvousExitOp", "_RendezvousJoinOp.__call__",
+        "pickle", "_RendezvousState", "_NodeDesc", "_delay", "_should_keep_alive", "_RendezvousExitOp", "_RendezvousJoinOp.__call__",
         "DynamicRendezvousHandler.from_backend", "DynamicRendezvousHandler.next_rendezvous",
         "DynamicRendezvousHandler.shutdown", "DynamicRendezvousHandler._stop_heartbeats",
         "_Action.REMOVE_FROM_WAIT_LIST", "_Action.FINISH", "_Action.MARK_RENDEZVOUS_COMPLETE", "_Action.KEEP_ALIVE",
@@ -148,6 +155,66 @@ def _patch_std():
         return got
 
     std.from_str = staticmethod(from_str)
+
+
+
+#: The globals a rendezvous state's pickle may name (module, name): torch's
+#: own state types (the pickle of _RendezvousState on torch 1.13 and 2.15
+#: names these and no others) and the datetime types of its deadlines and
+#: heartbeats. Calling one of them with a peer's arguments builds data and
+#: runs nothing else.
+_STATE_GLOBALS = {
+    ("torch.distributed.elastic.rendezvous.dynamic_rendezvous", "_RendezvousState"),
+    ("torch.distributed.elastic.rendezvous.dynamic_rendezvous", "_NodeDesc"),
+    ("datetime", "datetime"),
+    ("datetime", "timezone"),
+    ("datetime", "timedelta"),
+}
+
+
+class StateRefused(pickle.UnpicklingError):
+    """StateRefused: a rendezvous state's pickle named a global that is not
+    torch's rendezvous data (_STATE_GLOBALS), or was not a pickle of one.
+    torch turns it into its RendezvousStateError ("the rendezvous state is
+    corrupt"), with this as its cause."""
+
+
+def _state_loads(data):
+    """_state_loads reads a rendezvous state's pickle, building only the
+    classes of _STATE_GLOBALS (no persistent ids, no other globals): a
+    peer's bytes run no code in this agent."""
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) not in _STATE_GLOBALS:
+                raise StateRefused("etjob.torchrun: the rendezvous state in the store names %s.%s, which is not "
+                               "torch's rendezvous data: refused (a holder of the job's store secret wrote it; "
+                               "nothing of it was run)" % (module, name))
+            return super().find_class(module, name)
+
+        def persistent_load(self, pid):
+            raise StateRefused("etjob.torchrun: the rendezvous state in the store holds a persistent id: refused")
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    got = Unpickler(io.BytesIO(data)).load()
+    if not isinstance(got, dr._RendezvousState):
+        raise StateRefused("etjob.torchrun: the rendezvous state in the store is a %s, not torch's "
+                       "_RendezvousState: refused" % type(got).__name__)
+    return got
+
+
+def _patch_state_codec():
+    """torch's DynamicRendezvousHandler keeps its state in the store as a
+    pickle (dynamic_rendezvous.py: pickle.dumps to write it, pickle.loads
+    to read it; the same on torch 1.13 and 2.15) and every holder of the
+    job's store secret can write that key. The module's `pickle` is
+    replaced by one whose loads is _state_loads; dumps is pickle's own."""
+    import types
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    dr.pickle = types.SimpleNamespace(dumps=pickle.dumps, loads=_state_loads, PickleError=pickle.PickleError,
+                                      UnpicklingError=pickle.UnpicklingError)
 
 
 
@@ -923,6 +990,7 @@ def main(argv=None):
                  "(python3 -m torch.distributed.run: no agreed leaves, no fast resizes)"
                  % (torch.__version__, ", ".join(missing)))
     _patch_std()
+    _patch_state_codec()
     _patch_shutdown()
     _patch_rendezvous(float(os.environ.get(contract.ENV_RENDEZVOUS_POLL_SECONDS, "0.2")))
     _grace["s"] = float(os.environ.get(contract.ENV_RENDEZVOUS_GRACE_SECONDS, "30"))

@@ -369,6 +369,100 @@ class LeaveWhileWaitingAgentTest(unittest.TestCase):
         self.assertEqual((len(st.participants), len(st.wait_list)), (0, 0), "the agent left the round")
 
 
+class _Marker:
+    """A pickle that creates the file at path when it is loaded (open(path,
+    "w")): what a holder of the store secret would write into torch's
+    rendezvous state to run code in every agent."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+@unittest.skipIf(dr is None, "needs torch")
+class StatePickleTest(LeaveWhileWaitingAgentTest):
+    """A real etjob.torchrun agent waits in a round of its real store; a
+    client holding the job's store secret writes a pickle that would create
+    a marker file as the rendezvous state (torch keeps that state as a
+    pickle, and loads it with pickle.loads at every sync): no marker, and
+    the agent refuses the state by name."""
+
+    def client(self):
+        from torch.distributed import TCPStore
+
+        from etjob import storeauth
+
+        key = storeauth.load_secret(self.env["ETJOB_STORE_SECRET_FILE"])
+        t = storeauth.Tunnel("127.0.0.1", self.port, key)
+        return TCPStore("127.0.0.1", t.local_port, is_master=False, timeout=timedelta(seconds=10))
+
+    def test_a_forged_state_runs_nothing(self):
+        import base64
+
+        from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+
+        d = tempfile.mkdtemp(prefix="etjob-pickle-")
+        marker = os.path.join(d, "marker")
+        script = os.path.join(d, "noop.py")
+        with open(script, "w") as f:
+            f.write("print('trained')\n")
+        env = dict(self.env, ETJOB_AGENT_ADDR=self.agent.addr, ETJOB_NAMESPACE="ns", ETJOB_POD_NAME="w-0")
+        p = subprocess.Popen(
+            [sys.executable, "-m", "etjob.torchrun", "--nnodes=2:3", "--nproc_per_node=1", "--rdzv_backend=c10d",
+             "--rdzv_endpoint=127.0.0.1:%d" % self.port, "--rdzv_id=leave-test",
+             "--rdzv_conf=is_host=false,join_timeout=600,last_call_timeout=3", script],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.time() + 120
+            while True:  # the agent waits in the round (min 2: it alone came), syncing the state
+                st = self.state()
+                if st is not None and len(st.participants) == 1:
+                    break
+                self.assertLess(time.time(), deadline, "the agent never joined the round")
+                self.assertIsNone(p.poll(), p.stdout.read() if p.poll() is not None else "")
+                time.sleep(0.2)
+            store = self.client()
+            forged = base64.b64encode(pickle.dumps(_Marker(marker)))
+            store.set(C10dRendezvousBackend(store, "leave-test")._key, forged)
+            try:
+                code = p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                code = None
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            out = p.stdout.read()
+            p.stdout.close()
+        self.assertFalse(os.path.exists(marker), "the agent ran the forged state's code (the marker exists):\n" + out[-3000:])
+        self.assertNotEqual(code, None, "the agent went on after the forged state:\n" + out[-3000:])
+        self.assertIn("which is not torch's rendezvous data: refused", out, out[-3000:])
+
+    def test_torchs_own_states_load(self):
+        # the restricted reader takes what torch writes: aware and naive
+        # datetimes, nodes in every field, on this torch
+        now = datetime.now(timezone.utc)
+        st = dr._RendezvousState()
+        node = dr._NodeDesc(*(["h", 7, 0]))
+        st.round, st.complete, st.deadline, st.closed = 3, True, now, False
+        st.participants[node] = 0
+        st.wait_list.add(dr._NodeDesc("g", 8, 1))
+        st.last_heartbeats[node] = datetime.utcnow()
+        for name in ("redundancy_list",):
+            if hasattr(st, name):
+                getattr(st, name).add(dr._NodeDesc("r", 9, 2))
+        got = torchrun._state_loads(pickle.dumps(st))
+        self.assertEqual(vars(got), vars(st))
+        with self.assertRaisesRegex(pickle.UnpicklingError, "names (builtins|io).open"):
+            torchrun._state_loads(pickle.dumps(_Marker("/nonexistent/x")))
+        with self.assertRaisesRegex(pickle.UnpicklingError, "is a dict, not"):
+            torchrun._state_loads(pickle.dumps({"round": 1}))
+
+    test_told_to_leave_while_waiting = None
+
+
 @unittest.skipIf(dr is None, "needs torch")
 class RoundLostTest(unittest.TestCase):
     """Real torchrun agents on one real store (min 2, max 4): a node of a round
