@@ -76,6 +76,11 @@ const (
 	EnvStoreSilenceSeconds    = "ETJOB_STORE_SILENCE_SECONDS"
 	EnvCheckpointFlushSeconds = "ETJOB_CHECKPOINT_FLUSH_SECONDS"
 	EnvSyncChunkMB            = "ETJOB_SYNC_CHUNK_MB"
+	// EnvReplicaMismatch is what etjob.elastic does when its replica check
+	// finds the ranks' states differ after the first commit: "fail" fails
+	// the job; anything else (the default) says so loudly and every rank
+	// takes rank 0's commit.
+	EnvReplicaMismatch = "ETJOB_REPLICA_MISMATCH"
 	// EnvRendezvousID names etjob.elastic's rendezvous where torchrun's
 	// PET_RDZV_ID is not set (a job run by hand).
 	EnvRendezvousID = "ETJOB_RDZV_ID"

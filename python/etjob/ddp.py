@@ -47,14 +47,19 @@ How:
   leave, a join), brings every rank to the newest commit (a joiner's state
   by broadcast, as tensors) and gives DDP the new group.
 
-The step is the library's: a skipped step is yielded again. A learning rate
-set from the step (or a scheduler stepped only when `opt.step()` returns
-True) stays right; anything else the loop changes per step is not rolled
-back when a step is skipped.
+The step is the library's: a skipped step is yielded again, and leaves
+nothing behind: its gradients are dropped, and the state's small objects
+(LR schedulers, a GradScaler: `opt.register(...)`) are put back as they
+were when the step began, whatever the loop did to them after `step()`
+returned False. A scheduler or a scaler that steps with the optimizer but
+is not registered is refused by name (a joiner would start it from
+scratch). Modules registered with the state (an EMA model) are not copied
+per step: update them only when `opt.step()` returns True.
 """
 
 import collections
 import os
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -68,6 +73,14 @@ from etjob import elastic
 
 _MOD = 2**61 - 1  # the bucket layout's hash stays an int64
 _DDP_ARGS = _TorchDDP.__init__.__code__.co_varnames
+
+
+def _copy_state(sd):
+    """_copy_state is a deep copy of a small object's state_dict (its
+    tensors cloned), which its load_state_dict can take back."""
+    from etjob import state
+
+    return state._clone(sd)
 
 
 class _Item:
@@ -426,6 +439,9 @@ class Optimizer(torch.optim.Optimizer):
         self.optimizer = optimizer
         self.model = model
         self._state = elastic.State._live_state(model=model.module, optimizer=optimizer, step=0, **state)
+        object.__setattr__(self._state, "_wrappers", (self,))  # a scheduler over this wrapper is the state's too
+        self._undo = None     # the small objects' state when this step began (put back if it is skipped)
+        self._skipped = False
         self._ctx = None
         self._meet = True     # a new generation is needed before the next step
         self._survivor = False
@@ -461,7 +477,43 @@ class Optimizer(torch.optim.Optimizer):
     def add_param_group(self, param_group):
         self.optimizer.add_param_group(param_group)
 
+    def register(self, **state):
+        """register adds to the state what exists only once this Optimizer
+        does: an LR scheduler over it (or over the optimizer it wraps), a
+        GradScaler, an EMA model, plain values. A joiner gets them, a
+        checkpoint holds them, a skipped step puts the small ones back.
+        Before the first step, on every rank."""
+        for name in ("model", "optimizer", "step"):
+            if name in state:
+                raise TypeError("etjob.elastic.Optimizer.register: %r is a name of etjob's state" % name)
+        self._state.register(**state)
+
     # -- the steps --------------------------------------------------------
+
+    def _small_objects(self):
+        """The state's objects a step's rollback copies: neither the model
+        nor an optimizer (unchanged by a skipped step), nor a module (an EMA
+        model: too large to copy per step), nor one that commits itself (an
+        ElasticSampler)."""
+        st = self._state
+        return {k: o for k, o in st._objects.items()
+                if o is not st._objects["model"] and not isinstance(o, (torch.optim.Optimizer, nn.Module))
+                and not callable(getattr(o, "commit", None))}
+
+    def _undo_skipped(self):
+        """A skipped step is undone: its gradients dropped (a script that
+        zeroes them after step() would add them to the retried step's), the
+        small objects put back as the step found them (a scaler's update, a
+        scheduler stepped whatever step() returned)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        for k, o in self._small_objects().items():
+            if self._undo is not None and k in self._undo:
+                o.load_state_dict(self._undo[k])
+        self._skipped = False
+
+    def _keep_start(self):
+        """The small objects' state as this step begins (_undo_skipped)."""
+        self._undo = {k: _copy_state(o.state_dict()) for k, o in self._small_objects().items()}
 
     @property
     def step_count(self):
@@ -476,10 +528,12 @@ class Optimizer(torch.optim.Optimizer):
 
     def steps(self, total):
         """steps yields the agreed step until total: each step once it is
-        this rank's turn to do it, again when it was skipped (a failure).
-        Between two steps it meets the others in a new generation when one
-        is needed."""
+        this rank's turn to do it, again when it was skipped (a failure, and
+        then undone: _undo_skipped). Between two steps it meets the others in
+        a new generation when one is needed."""
         while True:
+            if self._skipped:
+                self._undo_skipped()  # before the generation's sync, which may bring a newer commit
             if self._acting is not None:
                 flags, self._acting = self._acting, None
                 try:
@@ -493,6 +547,7 @@ class Optimizer(torch.optim.Optimizer):
                 self.model._unbind()
                 self._ctx.finished()  # a newcomer still waiting to join leaves (exit 0)
                 return
+            self._keep_start()
             yield step
 
     def _ballot(self, buckets, g):
@@ -525,6 +580,7 @@ class Optimizer(torch.optim.Optimizer):
         exits 75 there: its last step's loop body runs to its end)."""
         if closure is not None:
             raise TypeError("etjob.elastic.Optimizer.step: a closure is not supported (the vote is one per step)")
+        self._check_caller()
         state, ctx = self._state, self._ctx
         if ctx is None or ctx.group is None or self._meet:
             raise RuntimeError("etjob.elastic.Optimizer.step outside `for step in opt.steps(total)`")
@@ -547,7 +603,7 @@ class Optimizer(torch.optim.Optimizer):
                 votes.append(flags)
         except elastic.CollectiveError as e:
             elastic._log("step %d skipped: %s" % (state.step_of(), e))
-            self._meet = True
+            self._meet, self._skipped = True, True
             return False
         finally:
             if buckets is not None:
@@ -560,7 +616,7 @@ class Optimizer(torch.optim.Optimizer):
             # the next generation's sync brings it to the newest commit)
             if failed:
                 elastic._log("step %d skipped: %s" % (state.step_of(), buckets.failed))
-            self._meet = True
+            self._meet, self._skipped = True, True
             return False
         if any(int(v[x + 1]) != -int(v[x + 2]) for v in votes):
             ctx.end(g.gen, "the ranks' DDP buckets differ")
@@ -578,6 +634,27 @@ class Optimizer(torch.optim.Optimizer):
             # next (steps), once the loop's body has finished this one
             self._acting = flags[:x]
         return True
+
+    def _check_caller(self):
+        """_check_caller refuses a GradScaler (torch.amp's, or any object
+        with scale/unscale_/update and a state) that steps this optimizer
+        but is not registered: its scale and growth tracker would start from
+        scratch on a joiner. One frame read a step."""
+        # GradScaler.step -> _maybe_opt_step -> (a scheduler's step counter) -> here
+        f, caller = sys._getframe(2), None
+        for _ in range(3):
+            if f is None:
+                return
+            c = f.f_locals.get("self")
+            if c is not None and c is not self and all(hasattr(c, a) for a in ("unscale_", "update", "state_dict")):
+                caller = c
+                break
+            f = f.f_back
+        if caller is None:
+            return
+        if not any(o is caller for o in self._state._objects.values()):
+            raise TypeError("etjob.elastic.Optimizer: the %s that steps it is not part of the state: a joiner would "
+                            "start its scale from scratch. Register it: opt.register(scaler=scaler)" % type(caller).__name__)
 
     # -- disk -------------------------------------------------------------
 

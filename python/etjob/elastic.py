@@ -182,6 +182,7 @@ def _meet(ctx, state, survivor, changed):
     the newest commit any member holds (State._sync), again until a sync
     succeeds; it returns the generation. survivor and changed are
     Context.rendezvous's."""
+    state._check_registered()  # a scheduler left out is refused by name, before any rank trains with it
     while True:
         began = time.monotonic()
         try:

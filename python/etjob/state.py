@@ -3,16 +3,19 @@ its transfer to the ranks behind (as tensors, etjob.stateio) and its
 checkpoints (one concern of etjob.elastic)."""
 
 import copy
+import gc
 import os
 import threading
 import time
+import types
+import zlib
 
 import torch
 import torch.distributed as dist
 
 from etjob import contract, stateio
 from etjob import torch as etorch
-from etjob.generations import CollectiveError, MembershipChanged, _env_float, _log
+from etjob.generations import CollectiveError, MembershipChanged, _env_float, _fatal, _log
 
 _writers = set()  # background checkpoint threads (State.checkpoint_async); flushed at exit
 
@@ -39,11 +42,47 @@ def _too_big(nbytes):
     return ""
 
 
+def _steppers(optimizers):
+    """_steppers are the objects that step with one of optimizers: those
+    that hold it as their `optimizer` and have a state (torch's LR
+    schedulers, SWALR, ReduceLROnPlateau, a user's own). Found through the
+    garbage collector's referrers, once a generation (tens of ms)."""
+    found, seen = [], set()
+    for o in optimizers:
+        for ref in gc.get_referrers(o):
+            # an instance's attributes: the instance itself (Python 3.11's
+            # inline values) or its __dict__, whose owner refers to it
+            owners = [ref] if not isinstance(ref, dict) else \
+                [r for r in gc.get_referrers(ref) if getattr(r, "__dict__", None) is ref]
+            for owner in owners:
+                if id(owner) in seen or isinstance(owner, (type, types.ModuleType, torch.optim.Optimizer)) or \
+                        getattr(owner, "optimizer", None) is not o or not hasattr(owner, "state_dict"):
+                    continue
+                seen.add(id(owner))
+                found.append(owner)
+    return found
+
+
+def _digest(obj):
+    """_digest is a 31-bit checksum (CRC-32) of a state's layout and bytes:
+    equal on two ranks when their states are equal (the replica check)."""
+    header, tensors = stateio.flatten(obj)
+    crc = zlib.crc32(stateio.dumps(header))
+    for v in stateio.byte_views(tensors):
+        if v.numel():
+            crc = zlib.crc32(memoryview(v.cpu().numpy()), crc)
+    return crc & 0x7FFFFFFF
+
+
 class State:
     """State is what survives a failure in memory: objects with state_dict /
-    load_state_dict (a model, an optimizer, an ElasticSampler) and plain
-    values (the step), read and written as attributes. commit() keeps a copy;
-    a rollback (after a failed collective) restores it."""
+    load_state_dict (a model, an optimizer, an LR scheduler, a GradScaler,
+    an ElasticSampler) and plain values (the step, an epoch), read and
+    written as attributes. commit() keeps a copy; a rollback (after a
+    failed collective) restores it. The library counts the commits itself
+    (`commits`: it travels with the state to a joiner and into a
+    checkpoint), so a state without a `step` (Horovod's `epoch`, `batch`)
+    syncs a joiner too."""
 
     def __init__(self, **items):
         self._init(items, live=False)
@@ -60,11 +99,45 @@ class State:
         object.__setattr__(self, "_dir", None)
         object.__setattr__(self, "_saving", None)
         object.__setattr__(self, "_received", 0)  # bytes of state the last sync brought this rank
+        object.__setattr__(self, "_wrappers", ())  # an etjob Optimizer over the state's optimizer (_check_registered)
         # live: the objects themselves are the commit (etjob.elastic's
         # Optimizer changes them only once every rank agreed to step), so a
         # commit copies nothing and a rollback restores nothing
         object.__setattr__(self, "_live", live)
         self._keep()
+
+    def register(self, **items):
+        """register adds objects (an LR scheduler, a GradScaler, an EMA
+        model) or plain values to the state after it was made: a scheduler
+        wraps the optimizer, so it exists only after it. Before the first
+        generation only: every rank's state has one layout."""
+        if self._ctx is not None and self._ctx.group is not None:
+            raise RuntimeError("etjob.elastic: register(%s) after training began: register before the first step, "
+                               "on every rank" % ", ".join(sorted(items)))
+        taken = sorted(k for k in items if k in self._objects or k in self._values or k in ("commits", "step"))
+        if taken:
+            raise TypeError("etjob.elastic: register: %s is a name of the state already" % ", ".join(taken))
+        for k, v in items.items():
+            if hasattr(v, "state_dict") and hasattr(v, "load_state_dict"):
+                self._objects[k] = v
+            else:
+                self._values[k] = v
+        self._keep()
+
+    def _check_registered(self):
+        """_check_registered refuses, by name, an object that steps with an
+        optimizer of the state (or with the etjob Optimizer that wraps it)
+        but is not part of the state: a joiner would start it
+        from scratch and a rollback would leave it stepped, and the ranks'
+        updates would differ with nothing to say so."""
+        held = {id(o) for o in self._objects.values()}
+        opts = [o for o in self._objects.values() if isinstance(o, torch.optim.Optimizer)] + list(self._wrappers)
+        missing = [o for o in _steppers(opts) if id(o) not in held]
+        if missing:
+            names = ", ".join("%s (%s.%s)" % (type(o).__name__, type(o).__module__, type(o).__qualname__) for o in missing)
+            raise TypeError("etjob.elastic: %s steps with the optimizer but is not part of the state: a joiner "
+                            "would start it from scratch and the ranks would train apart. Register it: "
+                            "opt.register(scheduler=...) (the DDP API) or State(..., scheduler=...)" % names)
 
     @classmethod
     def _live_state(cls, **items):
@@ -105,13 +178,15 @@ class State:
 
     def _snapshot(self):
         return {"objects": {k: _clone(o.state_dict()) for k, o in self._objects.items()},
-                "values": _clone(self._values)}
+                "values": _clone(self._values), "commits": self.commits}
 
     def _load(self, snap, copy=True):
         for k, o in self._objects.items():
             o.load_state_dict(_clone(snap["objects"][k]) if copy else snap["objects"][k])
         self._values.clear()
         self._values.update(_clone(snap["values"]))
+        # a checkpoint of etjob before the library counted commits: its step
+        object.__setattr__(self, "commits", int(snap.get("commits", snap["values"].get("step", 0))))
 
     def _keep(self):
         # the old commit goes before the new one is copied: two copies of
@@ -124,7 +199,8 @@ class State:
         """_committed is the last commit: the kept copy, or (live) the
         objects' own state dicts, not copied."""
         if self._live:
-            return {"objects": {k: o.state_dict() for k, o in self._objects.items()}, "values": dict(self._values)}
+            return {"objects": {k: o.state_dict() for k, o in self._objects.items()}, "values": dict(self._values),
+                    "commits": self.commits}
         return self._kept
 
     def restore(self):
@@ -133,14 +209,16 @@ class State:
             self._load(self._kept)
 
     def step_of(self):
-        return int(self._values.get("step", 0))
+        """step_of is the state's step: its `step` value, else the number of
+        commits (a state without a step: Horovod's epoch and batch)."""
+        return _step_in(self._values, self.commits)
 
     def commit(self):
         """commit keeps this step in memory and agrees with the others on who
         leaves and who joins. It raises MembershipChanged when the membership
         changes here (run handles it); a leaver exits 75 inside it."""
-        self._keep()
         self.commits += 1
+        self._keep()
         ctx = self._ctx
         if ctx is None or ctx.group is None:
             return
@@ -256,7 +334,7 @@ class State:
         # live, the objects change at the next step: the writer gets a copy
         # (the only one; training waits for that copy, never for the disk)
         kept, gen = (_clone(self._committed()) if self._live else self._kept), self.generation
-        step = int(kept["values"].get("step", 0))
+        step = _step_in(kept["values"], kept["commits"])
 
         def fence():
             if ctx is not None and ctx.group is not None and ctx.group.gen == gen and ctx.ended(gen):
@@ -304,7 +382,7 @@ class State:
         if ctx is not None and ctx.group is not None and ctx.group.rank != 0:
             return None
         state = dict(self._committed())
-        state["step"] = int(state["values"].get("step", 0))
+        state["step"] = _step_in(state["values"], state["commits"])
         state["generation"] = self.generation
 
         def fence():
@@ -349,14 +427,20 @@ class State:
         already current wait in one small all-reduce whose deadline counts
         those bytes."""
         ctx, g = self._ctx, self._ctx.group
+        # the library's commit count, not the script's step: a state
+        # without a step (epoch, batch) syncs a joiner too
         steps = torch.full((g.size,), -1, dtype=torch.int64)
-        steps[g.rank] = self.step_of()
+        steps[g.rank] = self.commits
         ctx.allreduce(steps, dist.ReduceOp.MAX, "sync")
         newest = int(steps.max())
         if int(steps.min()) == newest:
-            return None
-        src = int((steps == newest).nonzero()[0])
-        current = int(steps[g.rank]) == newest
+            src = self._compare_replicas(ctx, g, newest)
+            if src is None:
+                return None
+            current = g.rank == src  # the others take src's state whole
+        else:
+            src = int((steps == newest).nonzero()[0])
+            current = int(steps[g.rank]) == newest
         mine = None
         if g.rank == src or current:
             header, tensors = stateio.flatten(self._committed())
@@ -422,6 +506,38 @@ class State:
             object.__setattr__(self, "_received", total)
         return src
 
+    def _compare_replicas(self, ctx, g, commits):
+        """_compare_replicas is the replica check of a sync where every rank
+        holds the same number of commits: one small all-reduce of each part
+        of the state's digest (etjob.state._digest, as itself and negated:
+        the largest and the smallest). Equal everywhere: None. Otherwise the
+        ranks differ: at commit 0 (ranks that built their models from
+        different seeds; Horovod's broadcast from rank 0 at the start) rank
+        0's state is everyone's, quietly; later it is a divergence, said
+        loudly, naming the parts that differ, and rank 0's commit is
+        everyone's again ($ETJOB_REPLICA_MISMATCH=fail: the job fails
+        instead). Returns the rank whose state the others take."""
+        snap = self._committed()
+        names = sorted(snap["objects"]) + ["values"]
+        digests = torch.tensor([_digest(snap["objects"][k]) for k in names[:-1]] + [_digest(snap["values"])],
+                               dtype=torch.int64)
+        both = torch.cat([digests, -digests])
+        ctx.allreduce(both, dist.ReduceOp.MAX, "replica check")
+        n = len(names)
+        differ = [names[i] for i in range(n) if int(both[i]) != -int(both[n + i])]
+        if not differ:
+            return None
+        if commits:
+            msg = ("replica check: after %d commits the ranks' %s differ (generation %d): a divergence; every rank "
+                   "takes rank 0's commit" % (commits, ", ".join(differ), g.gen))
+            _log(msg)
+            if os.environ.get(contract.ENV_REPLICA_MISMATCH, "") == "fail":
+                _fatal(msg.replace("every rank takes rank 0's commit", "the job fails ($%s=fail)" %
+                                   contract.ENV_REPLICA_MISMATCH))
+        elif g.rank == 0:
+            _log("the ranks start from different states (%s): rank 0's is everyone's" % ", ".join(differ))
+        return 0
+
     @staticmethod
     def _move(ctx, src, tensors, total):
         """_move broadcasts the state's bytes from src over ctx's group,
@@ -444,3 +560,8 @@ class State:
             ctx.broadcast(part, src, what)
             if g.rank != src:
                 stateio.unpack(views, start, end, part)
+
+
+def _step_in(values, commits):
+    """_step_in is a state's step: its `step` value, else its commits."""
+    return int(values["step"]) if "step" in values else int(commits)

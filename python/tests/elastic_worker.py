@@ -19,7 +19,19 @@ END_EVERY=K: rank 0 ends its generation every K steps (as a failure would)
 and prints `resources gen=G threads=T fds=F rss_mb=M` at each new one.
 API=vote (FAKE_NCCL=1: with tests/fake_nccl.py's transport) trains the same model through etjob.elastic.DistributedDataParallel
 and Optimizer (torch's DDP, vote then step) instead of `run` and State:
-the same step lines, the same final model."""
+the same step lines, the same final model.
+Script shapes users bring (the vote API): SCHED=1 a StepLR over the etjob
+Optimizer, registered, stepped when opt.step() returns True
+(SCHED=unregistered: over the wrapped optimizer, not registered);
+SCALER=1 a GradScaler (torch.amp's on CPU; on torch 1.13, which has none
+for the CPU, FakeGradScaler below: a named fake), registered;
+ZERO_AFTER=1 gradients zeroed after a step that stepped, not before each
+(with FAIL_LAST_BUCKET_AT=S every rank's last DDP bucket fails once at step
+S, the others completing: two buckets a step, one parameter each). These
+print `extras lr=... scale=...` before `done`. HVD_STATE=1 (the `run` API):
+Horovod's state shape, State(model, optimizer, sampler, epoch=0, batch=0)
+with no step; SEED seeds this rank's model (a joiner with another seed
+starts from other weights)."""
 
 import faulthandler
 import os
@@ -74,7 +86,7 @@ def main():
         inject_fault(os.environ["FAULT_AT"])
     total = int(os.environ.get("STEPS", "120"))
     pause = float(os.environ.get("STEP_SLEEP", "0.02"))
-    torch.manual_seed(0)
+    torch.manual_seed(int(os.environ.get("SEED", "0")))
     torch.set_num_threads(1)
     n, batch = 96, 8
     x = torch.randn(n, 4, generator=torch.Generator().manual_seed(1))
@@ -104,6 +116,8 @@ def main():
     every = int(os.environ.get("CHECKPOINT_EVERY", "25"))  # 0: only the library's own (a stop below min)
     if os.environ.get("API") == "vote":
         return vote(model, opt, sampler, x, y, batch, total, pause, ckdir, every, background)
+    if os.environ.get("HVD_STATE") == "1":
+        return horovod_state(model, opt, sampler, x, y, batch, total, pause)
     if ckdir:
         state.load_checkpoint(ckdir)
 
@@ -146,6 +160,79 @@ def main():
     print("done step=%d pid=%d weight=%s" % (state.step, os.getpid(), ",".join("%.6f" % v for v in w)), flush=True)
 
 
+class FakeGradScaler:
+    """A named fake of torch.amp.GradScaler for torch 1.13, which has no
+    GradScaler for the CPU: the same surface and the same state (a scale
+    that grows by 2 every growth_interval steps without an overflow), and
+    step() calls the optimizer's step() as torch's does (from a method of
+    the scaler, which is how etjob.elastic finds a scaler that steps it)."""
+
+    def __init__(self, init_scale=2.0 ** 10, growth_interval=10):
+        self.scale_, self.growth_interval, self.tracker = init_scale, growth_interval, 0
+
+    def scale(self, loss):
+        return loss * self.scale_
+
+    def unscale_(self, optimizer):
+        for g in optimizer.param_groups:
+            for p in g["params"]:
+                if p.grad is not None:
+                    p.grad.div_(self.scale_)
+
+    def step(self, optimizer):
+        self.unscale_(optimizer)
+        return self._maybe_opt_step(optimizer)
+
+    def _maybe_opt_step(self, optimizer):
+        return optimizer.step()
+
+    def update(self):
+        self.tracker += 1
+        if self.tracker == self.growth_interval:
+            self.scale_, self.tracker = self.scale_ * 2, 0
+
+    def get_scale(self):
+        return self.scale_
+
+    def state_dict(self):
+        return {"scale": self.scale_, "growth_tracker": self.tracker}
+
+    def load_state_dict(self, sd):
+        self.scale_, self.tracker = sd["scale"], sd["growth_tracker"]
+
+
+def grad_scaler():
+    """torch.amp's GradScaler on the CPU where this torch has one (2.x),
+    else the named fake."""
+    amp = getattr(torch, "amp", None)
+    if amp is not None and hasattr(amp, "GradScaler"):
+        return amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=10)
+    return FakeGradScaler()
+
+
+def fail_last_bucket_at(step):
+    """Every rank's last DDP bucket fails once, at the step `step` (the
+    first completed: its gradients are in), as a lost peer would make it."""
+    from etjob import ddp
+
+    hook, fired = ddp._Buckets.hook, []
+
+    def failing(self, state, bucket):
+        if bucket.is_last() and not fired and _step["now"] == step:
+            fired.append(1)
+            end = time.monotonic() + 10
+            while self._pending and time.monotonic() < end:  # the first bucket's all-reduce completed
+                time.sleep(0.001)
+            self._fail("FAIL_LAST_BUCKET_AT=%d" % step, end=True)
+            sys.stderr.write("fault: last bucket failed at step %d\n" % step)
+        return hook(self, state, bucket)
+
+    ddp._Buckets.hook = failing
+
+
+_step = {"now": -1}
+
+
 def vote(model, opt, sampler, x, y, batch, total, pause, ckdir, every, background):
     """The same training through DDP and the vote-then-step Optimizer
     (FAKE_NCCL=1: its buckets through the fake NCCL transport)."""
@@ -154,24 +241,54 @@ def vote(model, opt, sampler, x, y, batch, total, pause, ckdir, every, backgroun
 
         fake_nccl.install()
         elastic.init_process_group("fake-nccl")
-    ddp = elastic.DistributedDataParallel(model)
+    zero_after = os.environ.get("ZERO_AFTER") == "1"
+    kw = {}
+    if zero_after:  # a bucket a parameter: the first completes, the last may fail
+        import torch.distributed as dist
+
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 1
+        kw["bucket_cap_mb"] = 1e-6
+        if os.environ.get("FAIL_LAST_BUCKET_AT"):
+            fail_last_bucket_at(int(os.environ["FAIL_LAST_BUCKET_AT"]))
+    ddp = elastic.DistributedDataParallel(model, **kw)
+    inner = opt
     opt = elastic.Optimizer(opt, ddp, sampler=sampler)
+    sched = scaler = None
+    if os.environ.get("SCHED") == "1":
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=20, gamma=0.5)
+        opt.register(scheduler=sched)
+    elif os.environ.get("SCHED") == "unregistered":
+        sched = torch.optim.lr_scheduler.StepLR(inner, step_size=20, gamma=0.5)
+    if os.environ.get("SCALER") == "1":
+        scaler = grad_scaler()
+        opt.register(scaler=scaler)
     if ckdir:
         opt.load_checkpoint(ckdir)
     for step in opt.steps(total):
+        _step["now"] = step
         rank, world = elastic.rank(), elastic.size()
         idx = sampler.batch(rank, world)
-        opt.zero_grad()
+        if not zero_after:
+            opt.zero_grad()
         # DDP averages over the ranks: each rank's share of the global
         # batch's sum, times the world, is the run API's gradient
         # ACCUM=k: k backward passes a step, on parts of the batch (the
         # vote then goes with the last part's buckets and once more in step())
         for part in torch.as_tensor(idx).chunk(int(os.environ.get("ACCUM", "1"))):
             loss = ((ddp(x[part]).squeeze(1) - y[part]) ** 2).sum() * world / batch
-            loss.backward()
+            (scaler.scale(loss) if scaler is not None else loss).backward()
         time.sleep(pause)
-        if not opt.step():
+        if scaler is not None:
+            stepped = scaler.step(opt)
+            scaler.update()
+        else:
+            stepped = opt.step()
+        if not stepped:
             continue
+        if sched is not None:
+            sched.step()
+        if zero_after:
+            opt.zero_grad()
         sys.stdout.write("step=%d rank=%d world=%d gen=%d pid=%d t=%.3f\n" % (
             step + 1, rank, world, elastic._ctx.group.gen if elastic._ctx.group else 0, os.getpid(), time.time()))
         sys.stdout.flush()
@@ -185,7 +302,40 @@ def vote(model, opt, sampler, x, y, batch, total, pause, ckdir, every, backgroun
     print("ledger ok" if not problems else "ledger problems=%s" % "; ".join(problems), flush=True)
     w = model.weight.detach().reshape(-1).tolist()
     print("votes late=%d" % opt._late_votes, flush=True)
+    print("extras lr=%.8f scale=%s" % (opt.param_groups[0]["lr"], scaler.get_scale() if scaler is not None else "-"), flush=True)
     print("done step=%d pid=%d weight=%s" % (opt.step_count, os.getpid(), ",".join("%.6f" % v for v in w)), flush=True)
+
+
+def horovod_state(model, opt, sampler, x, y, batch, total, pause):
+    """Horovod's state shape on the run API: epoch and batch, no step (the
+    library counts the commits). The same updates as main's loop."""
+    per_epoch = 12
+    state = elastic.State(model=model, optimizer=opt, sampler=sampler, epoch=0, batch=0)
+
+    @elastic.run
+    def train(state):
+        while state.epoch * per_epoch + state.batch < total:
+            idx = state.sampler.batch(state.rank, state.world)
+            opt.zero_grad()
+            loss = ((model(x[idx]).squeeze(1) - y[idx]) ** 2).sum() / batch
+            loss.backward()
+            time.sleep(pause)
+            elastic.allreduce_gradients(model)
+            opt.step()
+            state.sampler.commit()
+            state.batch += 1
+            if state.batch == per_epoch:
+                state.epoch, state.batch = state.epoch + 1, 0
+            sys.stdout.write("step=%d rank=%d world=%d gen=%d pid=%d t=%.3f\n" % (
+                state.epoch * per_epoch + state.batch, state.rank, state.world, state.generation, os.getpid(), time.time()))
+            sys.stdout.flush()
+            state.commit()
+
+    train(state)
+    problems = etorch.check_ledger(state.sampler.ledger, len(y), batch)
+    print("ledger ok" if not problems else "ledger problems=%s" % "; ".join(problems), flush=True)
+    w = model.weight.detach().reshape(-1).tolist()
+    print("done step=%d pid=%d weight=%s" % (state.epoch * per_epoch + state.batch, os.getpid(), ",".join("%.6f" % v for v in w)), flush=True)
 
 
 if __name__ == "__main__":

@@ -289,13 +289,15 @@ class Undisturbed:
     depend on the world size)."""
 
     STEPS = 150
+    ENV = {}  # the script's shape (elastic_worker.py), for the undisturbed run and every job of the class
 
     @classmethod
     def setUpClass(cls):
-        job = Job(cls, 2, "2:4", steps=cls.STEPS)
+        job = Job(cls, 2, "2:4", steps=cls.STEPS, env=dict(cls.ENV))
         codes = job.wait_exit(["w0", "w1"])
         assert codes == {"w0": 0, "w1": 0}, job.dump()
         cls.want = job.done("w0")[1]
+        cls.want_extras = [l for l in job.lines("w0") if l.startswith("extras")]
         job.close()
 
     @classmethod
@@ -308,6 +310,7 @@ class Undisturbed:
             fn()
 
     def job(self, n, nnodes, **kw):
+        kw["env"] = dict(self.ENV, **(kw.get("env") or {}))
         j = Job(self, n, nnodes, **kw)
         return j
 
@@ -323,6 +326,9 @@ class Undisturbed:
                 self.assertAlmostEqual(g, w, delta=1e-4, msg="%s ended with another model (%s) than the undisturbed run (%s)" % (n, weight, self.want))
             weights.add(weight)
         self.assertEqual(len(weights), 1, "the replicas differ at the end: %s" % weights)
+        for n in names:  # what else shapes the update (the learning rate, a GradScaler's scale)
+            got = [l for l in job.lines(n) if l.startswith("extras")]
+            self.assertEqual(got, self.want_extras, "%s ended with other extras than the undisturbed run" % n)
 
     def assert_survivors_kept_their_process(self, job, names, pids):
         for n in names:

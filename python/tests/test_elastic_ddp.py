@@ -17,6 +17,8 @@ import test_elastic as te
 
 @unittest.skipIf(te.dist is None, "needs torch")
 class VoteRecoveryTest(te.Undisturbed, unittest.TestCase):
+    ENV = {"API": "vote"}  # the undisturbed run too: its extras line is the vote API's
+
     def job(self, n, nnodes, **kw):
         kw["env"] = dict(kw.get("env") or {}, API="vote")
         return te.Job(self, n, nnodes, **kw)
@@ -50,6 +52,104 @@ class VoteRecoveryTest(te.Undisturbed, unittest.TestCase):
             job.close()
 
 
+def joiner_at_step_31(test):
+    """Three members, a fourth held until they trained 30 steps, then let
+    join: every rank ends with the undisturbed run's model and extras."""
+    job = test.job(3, "2:4", env={"STEP_SLEEP": "0.1"})
+    name = job.start(held=True)
+    job.wait_step(30, names=["w0", "w1", "w2"])
+    job.release(name)
+    job.wait_step(1, names=[name])
+    codes = job.wait_exit(list(job.procs))
+    test.assertEqual(set(codes.values()), {0}, job.dump())
+    test.assertGreater(job.steps(name)[0][0], 30, "the joiner did not start from the others' state")
+    test.assert_finished_like_undisturbed(job, list(job.procs))
+    return job
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class SchedulerTest(te.Undisturbed, unittest.TestCase):
+    """A StepLR over the etjob Optimizer, registered (opt.register), stepped
+    when opt.step() returns True: a joiner gets its state; one that steps
+    with the optimizer unregistered is refused by name. Before: the joiner's
+    learning rate and weights differed, every rank exited 0."""
+
+    ENV = {"API": "vote", "SCHED": "1"}
+
+    def test_a_joiner_gets_the_schedulers_state(self):
+        joiner_at_step_31(self)
+
+    def test_an_unregistered_scheduler_is_refused_by_name(self):
+        job = self.job(2, "2:4", env={"SCHED": "unregistered"})
+        codes = job.wait_exit(["w0", "w1"])
+        self.assertEqual(codes, {"w0": 1, "w1": 1}, job.dump())
+        for n in ("w0", "w1"):
+            self.assertIn("StepLR (torch.optim.lr_scheduler.StepLR) steps with the optimizer but is not part of the "
+                          "state", "\n".join(job.lines(n, "err")))
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class ScalerTest(te.Undisturbed, unittest.TestCase):
+    """A GradScaler (torch.amp's on the CPU on torch 2.x; on torch 1.13,
+    which has none for the CPU, the worker's FakeGradScaler: a named fake),
+    registered, its scale growing every 10 steps: a joiner gets it."""
+
+    ENV = {"API": "vote", "SCALER": "1"}
+
+    def test_a_joiner_gets_the_scalers_state(self):
+        joiner_at_step_31(self)
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class SkippedStepTest(te.Undisturbed, unittest.TestCase):
+    """Gradients zeroed after a step that stepped (not before each), two
+    buckets a step: at step 20 every rank's last bucket fails, the first
+    having completed. The retried step must not add the failed step's
+    gradients to its own. Before: the replicas ended with another model."""
+
+    ENV = {"API": "vote", "ZERO_AFTER": "1"}
+
+    def test_a_skipped_step_leaves_no_gradient(self):
+        job = self.job(2, "2:4", env={"FAIL_LAST_BUCKET_AT": "20"})
+        codes = job.wait_exit(["w0", "w1"])
+        self.assertEqual(codes, {"w0": 0, "w1": 0}, job.dump())
+        for n in ("w0", "w1"):
+            self.assertIn("fault: last bucket failed at step 20", job.lines(n, "err"), job.dump())
+        self.assert_finished_like_undisturbed(job, ["w0", "w1"])
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class HorovodStateTest(te.Undisturbed, unittest.TestCase):
+    """Horovod's state shape on the run API, State(model, optimizer,
+    sampler, epoch=0, batch=0) with no step: a joiner that built its model
+    from another seed gets the members' state (the library counts the
+    commits). Before: it trained on its own weights."""
+
+    ENV = {"HVD_STATE": "1"}
+
+    def test_a_joiner_without_a_step_is_synced(self):
+        job = self.job(2, "2:4", env={"STEP_SLEEP": "0.1"})
+        job.env["SEED"] = "7"
+        name = job.start(held=True)
+        job.wait_step(30, names=["w0", "w1"])
+        job.release(name)
+        job.wait_step(1, names=[name])
+        codes = job.wait_exit(list(job.procs))
+        self.assertEqual(set(codes.values()), {0}, job.dump())
+        self.assert_finished_like_undisturbed(job, list(job.procs))
+
+    def test_ranks_that_start_apart_take_rank_0s_state(self):
+        # every rank seeds its model differently: the first sync makes rank
+        # 0's everyone's (Horovod's broadcast at the start)
+        job = self.job(2, "2:4", env={"SEED": "11"})
+        job.env["SEED"] = "12"
+        job.start()
+        codes = job.wait_exit(list(job.procs))
+        self.assertEqual(set(codes.values()), {0}, job.dump())
+        weights = {job.done(n)[1] for n in job.procs}
+        self.assertEqual(len(weights), 1, "the replicas differ at the end: %s" % weights)
+
+
 @unittest.skipIf(te.dist is None, "needs torch")
 class FakeNCCLTest(te.Undisturbed, unittest.TestCase):
     """The buckets through tests/fake_nccl.py's transport (a fake NCCL on
@@ -58,6 +158,8 @@ class FakeNCCLTest(te.Undisturbed, unittest.TestCase):
     undisturbed run (they diverge when the library trusts wait()), and a
     hard kill aborts the old communicator and makes a new one, in the same
     processes."""
+
+    ENV = {"API": "vote"}
 
     def job(self, n, nnodes, **kw):
         kw["env"] = dict(kw.get("env") or {}, API="vote", FAKE_NCCL="1")
