@@ -13,8 +13,8 @@ job's launcher and workers.
 A client (etjob.elastic's store clients, etjob.torchrun's rendezvous) talks
 to the front through a tunnel in its own process: c10d's client connects to
 the tunnel on 127.0.0.1, and the tunnel opens a connection to the front for
-each one, proves the secret, and then moves the bytes of c10d's own protocol,
-unchanged, both ways. A connection to the front that goes unanswered for
+each one, proves the secret, and then moves the bytes of c10d's own protocol
+both ways, in records (below). A connection to the front that goes unanswered for
 $ETJOB_STORE_SILENCE_SECONDS (30) ends (bound_silence): a store whose node
 vanished is found in that time, and its clients connect again.
 
@@ -27,9 +27,20 @@ The handshake (fixed sizes, HMAC-SHA256 with the secret as its key):
 Each side proves the secret over the other's fresh nonce, so neither a
 replayed handshake nor a store that does not hold the secret passes. The
 client speaks first, as c10d's own clients do: one without the secret (a
-plain TCPStore client) is closed on its first bytes and reads nothing. It
-authenticates the peer of a connection, not each byte after it: what a
-member of the job sends is trusted as a member's (docs/security.md).
+plain TCPStore client) is closed on its first bytes and reads nothing.
+
+After the handshake every byte moves in records, each direction with a key
+of its own derived from the secret and both nonces:
+
+    length (4 bytes, big-endian, 1..RECORD), payload, TAG bytes of
+    HMAC-SHA256(key_dir, sequence number (8 bytes) + length + payload)
+
+The sequence number counts that direction's records from 0 and is never
+sent. A record whose tag does not verify (bytes a relay injected, changed,
+replayed or reordered after relaying the handshake: an impostor that
+resolved as the store) ends the connection, and nothing of it reaches the
+store or the client. What a member of the job sends is still trusted as a
+member's (docs/security.md).
 The front bounds what unauthenticated clients cost: a handshake must finish
 in HANDSHAKE_SECONDS, and at most MAX_PENDING wait at once (the oldest is
 closed for a new one).
@@ -49,9 +60,11 @@ import time
 
 from etjob import contract
 
-MAGIC = b"ETJOB-STORE-1\n"
+MAGIC = b"ETJOB-STORE-2\n"  # 2: records with a tag after the handshake
 NONCE = 32
 MAC = 32
+TAG = 16          # bytes of a record's HMAC-SHA256 kept
+RECORD = 65536    # a record's payload, at most
 HANDSHAKE_SECONDS = 5.0
 MAX_PENDING = 256
 MIN_SECRET = 16
@@ -97,6 +110,63 @@ def write_secret(path):
 
 def _mac(key, label, a, b):
     return hmac.new(key, label + a + b, hashlib.sha256).digest()
+
+
+def session_keys(key, nonce_c, nonce_f):
+    """session_keys are a connection's record keys, (client to front, front
+    to client), from the secret and the handshake's nonces."""
+    return _mac(key, b"etjob-store c2f", nonce_c, nonce_f), _mac(key, b"etjob-store f2c", nonce_c, nonce_f)
+
+
+def _tag(key, seq, head, payload):
+    return hmac.new(key, seq.to_bytes(8, "big") + head + payload, hashlib.sha256).digest()[:TAG]
+
+
+class RecordError(RuntimeError):
+    """A record that does not verify: its connection ends."""
+
+
+class Sealer:
+    """Sealer writes one direction's records (seal)."""
+
+    def __init__(self, key):
+        self.key, self.seq = key, 0
+
+    def seal(self, data):
+        """seal is data as records (RECORD bytes of payload each at most)."""
+        out = bytearray()
+        for i in range(0, len(data), RECORD):
+            payload = bytes(data[i:i + RECORD])
+            head = len(payload).to_bytes(4, "big")
+            out += head + payload + _tag(self.key, self.seq, head, payload)
+            self.seq += 1
+        return bytes(out)
+
+
+class Opener:
+    """Opener reads one direction's records (open): bytes in, the payloads
+    of the records they complete out; a record that does not verify raises
+    RecordError."""
+
+    def __init__(self, key):
+        self.key, self.seq, self.buf = key, 0, bytearray()
+
+    def open(self, data):
+        self.buf += data
+        out = bytearray()
+        while len(self.buf) >= 4:
+            n = int.from_bytes(self.buf[:4], "big")
+            if not 0 < n <= RECORD:
+                raise RecordError("a record of %d bytes (1 to %d)" % (n, RECORD))
+            if len(self.buf) < 4 + n + TAG:
+                break
+            head, payload, tag = bytes(self.buf[:4]), bytes(self.buf[4:4 + n]), bytes(self.buf[4 + n:4 + n + TAG])
+            if not hmac.compare_digest(tag, _tag(self.key, self.seq, head, payload)):
+                raise RecordError("record %d does not carry this connection's tag" % self.seq)
+            del self.buf[:4 + n + TAG]
+            self.seq += 1
+            out += payload
+        return bytes(out)
 
 
 def _log(who, msg):
@@ -159,12 +229,13 @@ class _End:
     written to it; events, what the selector watches it for (0: not
     registered, as a side that ended and has nothing to write)."""
 
-    __slots__ = ("sock", "peer", "out", "eof", "shut", "closed", "events", "cb")
+    __slots__ = ("sock", "peer", "out", "eof", "shut", "closed", "events", "cb", "opener", "sealer")
 
     def __init__(self, sock):
         self.sock, self.peer, self.out = sock, None, bytearray()
         self.eof = self.shut = self.closed = False
         self.events, self.cb = 0, None
+        self.opener = self.sealer = None  # the records of a sealed side: what it reads, what it is written
 
 
 class Loop:
@@ -181,6 +252,7 @@ class Loop:
         self._calls = collections.deque()
         self._timers = []  # (deadline, fn): few, scanned
         self.pairs = 0
+        self.forged = 0  # connections ended on a record that did not verify
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
 
@@ -230,11 +302,15 @@ class Loop:
         on the loop's thread)."""
         self._timers.append((time.monotonic() + seconds, fn))
 
-    def relay(self, a, b):
+    def relay(self, a, b, records=None):
         """relay moves bytes between connected sockets a and b until both
-        sides ended (call it on the loop's thread)."""
+        sides ended (call it on the loop's thread). records, (Opener,
+        Sealer): a speaks in records, read with the opener and written with
+        the sealer; b in plain bytes."""
         ea, eb = _End(a), _End(b)
         ea.peer, eb.peer = eb, ea
+        if records is not None:
+            ea.opener, ea.sealer = records
         for e in (ea, eb):
             e.sock.setblocking(False)
             _nodelay(e.sock)
@@ -255,6 +331,10 @@ class Loop:
             if mask & selectors.EVENT_READ and not e.eof:
                 data = e.sock.recv(65536)
                 if data:
+                    if e.opener is not None:
+                        data = e.opener.open(data)
+                    if e.peer.sealer is not None and data:
+                        data = e.peer.sealer.seal(data)
                     e.peer.out += data
                     self._flush(e.peer)
                 else:
@@ -267,6 +347,12 @@ class Loop:
                     x.peer.sock.shutdown(socket.SHUT_WR)
         except (BlockingIOError, InterruptedError):
             pass
+        except RecordError as err:
+            self.forged += 1
+            _log("etjob.storeauth", "a connection's record did not verify (%s): closed, nothing of it passed on; "
+                 "something between this process and its peer changed or injected bytes (%d so far)" % (err, self.forged))
+            self._close(e)
+            return
         except OSError:
             self._close(e)
             return
@@ -410,7 +496,8 @@ class Front:
             _end(s)
             return
         self.accepted += 1
-        self.loop.relay(s, up)
+        c2f, f2c = session_keys(self.key, nonce_c, nonce_f)
+        self.loop.relay(s, up, (Opener(c2f), Sealer(f2c)))
 
     def _drop(self, s, count):
         try:
@@ -462,8 +549,9 @@ CLOSED_GRACE = 2.0
 
 def handshake(sock, key, where):
     """handshake proves the secret to the front on sock (connected,
-    blocking, with a timeout) once the front proved it. It raises
-    HandshakeError saying which side failed."""
+    blocking, with a timeout) once the front proved it, and returns the
+    connection's records, (Opener, Sealer). It raises HandshakeError saying
+    which side failed."""
     nonce_c = os.urandom(NONCE)
     sock.sendall(MAGIC + nonce_c)
     try:
@@ -479,6 +567,8 @@ def handshake(sock, key, where):
         raise HandshakeError("the store at %s does not hold this pod's secret ($%s): the launcher and the workers "
                              "must mount the same job's secret" % (where, ENV))
     sock.sendall(_mac(key, b"etjob-store client", nonce_f, nonce_c))
+    c2f, f2c = session_keys(key, nonce_c, nonce_f)
+    return Opener(f2c), Sealer(c2f)
 
 
 def _closed(sock):
@@ -533,15 +623,16 @@ class Tunnel:
 
     def connect(self):
         """connect returns a socket to the front that passed the
-        handshake (blocking), or raises OSError or HandshakeError."""
+        handshake (blocking) and its records (handshake), or raises OSError
+        or HandshakeError."""
         where = "%s:%d" % (self.host, self.port)
         up = socket.create_connection((self.host, self.port), timeout=self.timeout)
         bound_silence(up)
         try:
             up.settimeout(min(self.timeout, HANDSHAKE_SECONDS))
-            handshake(up, self.key, where)
+            records = handshake(up, self.key, where)
             up.settimeout(None)
-            return up
+            return up, records
         except BaseException:
             up.close()
             raise
@@ -557,7 +648,7 @@ class Tunnel:
         began, delay, closing = time.monotonic(), 0.05, None
         while True:
             try:
-                up = self.connect()
+                up, records = self.connect()
                 break
             except HandshakeClosed as e:
                 # a front starting or stopping closes one and serves the
@@ -581,7 +672,7 @@ class Tunnel:
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
         self.last_error = ""
-        self.loop.call_soon(lambda: self.loop.relay(local, up))
+        self.loop.call_soon(lambda: self.loop.relay(up, local, records))
 
     def _give_up(self, local, why):
         """_give_up ends a client's connection that no store accepted, and

@@ -24,9 +24,10 @@ except ImportError:  # pragma: no cover
     dist = None
 
 
-def echo_server():
+def echo_server(heard=None):
     """echo_server is an upstream that writes back what it reads, on
-    127.0.0.1; it returns its port."""
+    127.0.0.1; it returns its port. heard (a bytearray): what it read is
+    added to it too."""
     ls = socket.create_server(("127.0.0.1", 0))
 
     def serve(c):
@@ -35,6 +36,8 @@ def echo_server():
                 d = c.recv(65536)
                 if not d:
                     return
+                if heard is not None:
+                    heard.extend(d)
                 c.sendall(d)
 
     def accept():
@@ -195,8 +198,9 @@ class FrontTest(unittest.TestCase):
         c.sendall(storeauth.MAGIC + nonce_c)
         nonce_f = recv_all(c, storeauth.NONCE + storeauth.MAC)[:storeauth.NONCE]
         c.sendall(storeauth._mac(self.KEY, b"etjob-store client", nonce_f, nonce_c))
-        c.sendall(b"ping")
-        self.assertEqual(recv_all(c, 4), b"ping")
+        c2f, f2c = storeauth.session_keys(self.KEY, nonce_c, nonce_f)
+        c.sendall(storeauth.Sealer(c2f).seal(b"ping"))
+        self.assertEqual(storeauth.Opener(f2c).open(recv_all(c, 4 + 4 + storeauth.TAG)), b"ping")
         d = socket.create_connection(("127.0.0.1", self.front.port), timeout=10)
         self.addCleanup(d.close)
         d.sendall(storeauth.MAGIC + nonce_c)
@@ -222,6 +226,96 @@ class FrontTest(unittest.TestCase):
         print("a silent connection was closed after %.1f s" % (time.monotonic() - began))
         for s in silent:
             s.close()
+
+
+class RelayedImpostorTest(unittest.TestCase):
+    """Something between a tunnel and the front (an impostor that resolved
+    as the store and relays the handshake to the real one) injects bytes
+    after the handshake, in either direction: the connection ends and the
+    injected bytes reach neither the store nor the client (issue #42, C2).
+    Before records, both reached their target."""
+
+    KEY = b"k" * 32
+
+    def setUp(self):
+        self.heard = bytearray()
+        self.front = storeauth.Front("127.0.0.1", 0, ("127.0.0.1", echo_server(self.heard)), self.KEY, who="test front")
+        self.addCleanup(self.front.close)
+        self.inject = {"to_front": None, "to_client": None}
+        self.ls = socket.create_server(("127.0.0.1", 0))
+        self.addCleanup(self.ls.close)
+        threading.Thread(target=self._relay, daemon=True).start()
+
+    def _relay(self):
+        """A man in the middle: passes everything through, and once the
+        handshake went by (the client's proof), sends what the test asks,
+        in the direction it asks."""
+        c, _ = self.ls.accept()
+        f = socket.create_connection(("127.0.0.1", self.front.port))
+        hello = len(storeauth.MAGIC) + storeauth.NONCE
+
+        def pipe(src, dst, first, key):
+            seen = 0
+            while True:
+                try:
+                    d = src.recv(65536)
+                except OSError:
+                    d = b""
+                if not d:
+                    try:
+                        dst.shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
+                    return
+                try:
+                    dst.sendall(d)
+                except OSError:
+                    return
+                seen += len(d)
+                if seen >= first and self.inject[key] is not None:
+                    extra, self.inject[key] = self.inject[key], None
+                    try:
+                        dst.sendall(extra)
+                    except OSError:
+                        return
+
+        threading.Thread(target=pipe, args=(c, f, hello + storeauth.MAC, "to_front"), daemon=True).start()
+        pipe(f, c, storeauth.NONCE + storeauth.MAC, "to_client")
+
+    def client(self):
+        t = storeauth.Tunnel("127.0.0.1", self.ls.getsockname()[1], self.KEY, timeout=5)
+        c = socket.create_connection(("127.0.0.1", t.local_port), timeout=10)
+        self.addCleanup(c.close)
+        return c
+
+    def frame(self):
+        """A c10d frame a relay would inject: an add to a key that ends a generation."""
+        return b"\x02\x00\x00\x00\x00\x00\x00\x00\x0detjob/g1/end\x01\x00\x00\x00\x00\x00\x00\x00"
+
+    def test_a_frame_injected_toward_the_store_never_reaches_it(self):
+        self.inject["to_front"] = self.frame()
+        c = self.client()
+        c.sendall(b"ping")
+        try:
+            recv_all(c, 4)  # the echo, or the end: the record before the injected bytes may pass or not
+        except (ConnectionResetError, socket.timeout):
+            pass
+        end = time.monotonic() + 10
+        while not getattr(self.front.loop, "forged", 0) and self.frame() not in bytes(self.heard) and time.monotonic() < end:
+            time.sleep(0.01)
+        self.assertNotIn(self.frame(), bytes(self.heard), "the injected frame reached the store")
+        self.assertEqual(self.front.loop.forged, 1, "the front did not refuse the injected record")
+
+    def test_bytes_injected_toward_the_client_never_reach_it(self):
+        self.inject["to_client"] = b"\x00\x00\x00\x04fake" + b"\x00" * 16  # a record's shape, a forged tag
+        c = self.client()
+        c.sendall(b"ping")
+        try:
+            got = recv_all(c, 8)
+        except (ConnectionResetError, socket.timeout):
+            got = b""
+        self.assertNotIn(b"fake", got, "the client read the relay's bytes")
+        self.assertEqual(got, b"", "the tunnel did not end the client's connection")
 
 
 class ForkTest(unittest.TestCase):
@@ -277,7 +371,7 @@ nonce_c = recv(len(storeauth.MAGIC) + storeauth.NONCE)[len(storeauth.MAGIC):]
 nonce_f = os.urandom(storeauth.NONCE)
 c.sendall(nonce_f + storeauth._mac(key, b"etjob-store server", nonce_c, nonce_f))
 recv(storeauth.MAC)
-c.sendall(b"hi")
+c.sendall(storeauth.Sealer(storeauth.session_keys(key, nonce_c, nonce_f)[1]).seal(b"hi"))
 sys.stdin.readline()
 c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00")
 c.close()
