@@ -81,6 +81,9 @@ const (
 	// the job; anything else (the default) says so loudly and every rank
 	// takes rank 0's commit.
 	EnvReplicaMismatch = "ETJOB_REPLICA_MISMATCH"
+	// EnvReplicaCheckSteps is how often (in steps; 0: never) the DDP API's
+	// vote carries a digest of each rank's model, compared across ranks.
+	EnvReplicaCheckSteps = "ETJOB_REPLICA_CHECK_STEPS"
 	// EnvRendezvousID names etjob.elastic's rendezvous where torchrun's
 	// PET_RDZV_ID is not set (a job run by hand).
 	EnvRendezvousID = "ETJOB_RDZV_ID"

@@ -69,18 +69,11 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
-from etjob import elastic
+from etjob import contract, elastic
+from etjob import state as state_module
 
 _MOD = 2**61 - 1  # the bucket layout's hash stays an int64
 _DDP_ARGS = _TorchDDP.__init__.__code__.co_varnames
-
-
-def _copy_state(sd):
-    """_copy_state is a deep copy of a small object's state_dict (its
-    tensors cloned), which its load_state_dict can take back."""
-    from etjob import state
-
-    return state._clone(sd)
 
 
 class _Item:
@@ -442,6 +435,8 @@ class Optimizer(torch.optim.Optimizer):
         object.__setattr__(self._state, "_wrappers", (self,))  # a scheduler over this wrapper is the state's too
         self._undo = None     # the small objects' state when this step began (put back if it is skipped)
         self._skipped = False
+        self._check_every = int(elastic._env_float(contract.ENV_REPLICA_CHECK_STEPS, "100"))
+        self._digested = (-1, 0)  # (step, the model's digest at it)
         self._ctx = None
         self._meet = True     # a new generation is needed before the next step
         self._survivor = False
@@ -513,7 +508,7 @@ class Optimizer(torch.optim.Optimizer):
 
     def _keep_start(self):
         """The small objects' state as this step begins (_undo_skipped)."""
-        self._undo = {k: _copy_state(o.state_dict()) for k, o in self._small_objects().items()}
+        self._undo = {k: state_module._clone(o.state_dict()) for k, o in self._small_objects().items()}
 
     @property
     def step_count(self):
@@ -555,12 +550,27 @@ class Optimizer(torch.optim.Optimizer):
         checkpoint), then whether its buckets failed and their layout (as
         itself and negated: one MAX all-reduce finds the largest and the
         smallest)."""
-        flags = self._state._flags(g, extra=3)
+        flags = self._state._flags(g, extra=5)
         x = g.size + 2
         layout = buckets.layout if buckets is not None else 0
         flags[x] = 1 if buckets is not None and buckets.failed is not None else 0
         flags[x + 1], flags[x + 2] = layout, -layout
+        digest = self._replica_digest()
+        flags[x + 3], flags[x + 4] = digest, -digest
         return flags
+
+    def _replica_digest(self):
+        """_replica_digest is the replica check's part of a vote: every
+        $ETJOB_REPLICA_CHECK_STEPS steps (100; 0: never) a CRC-32 of the
+        model's state (parameters and buffers, before this step's update:
+        the same on every rank that is in step), else 0. Every rank is at
+        the same step in a generation, so all carry one or none."""
+        step = self._state.step_of()
+        if not self._check_every or step % self._check_every:
+            return 0
+        if self._digested[0] != step:  # once a step: a second vote of the step reuses it
+            self._digested = (step, state_module._digest(self.model.module.state_dict()))
+        return self._digested[1]
 
     def _generation(self):
         ctx = self._ctx
@@ -568,6 +578,7 @@ class Optimizer(torch.optim.Optimizer):
             ctx = self._ctx = elastic._context()
             object.__setattr__(self._state, "_ctx", ctx)
         self.model._unbind()  # the old generation's data group goes before the rendezvous
+        self._digested = (-1, 0)  # the sync may bring another model
         g = elastic._meet(ctx, self._state, self._survivor, self._changed)
         self._survivor, self._changed, self._meet = True, False, False
         self.model._bind(ctx, g)
@@ -622,6 +633,14 @@ class Optimizer(torch.optim.Optimizer):
             ctx.end(g.gen, "the ranks' DDP buckets differ")
             raise RuntimeError("etjob.elastic: the ranks' DDP buckets differ (parameters, their order or "
                                "bucket_cap_mb differ between ranks): their gradients cannot be averaged")
+        if any(int(v[x + 3]) != -int(v[x + 4]) for v in votes):
+            # a divergence: this step is not taken; the next generation's
+            # sync names what differs and makes rank 0's commit everyone's
+            # ($ETJOB_REPLICA_MISMATCH=fail: the job fails there)
+            elastic._log("replica check at step %d: the ranks' models differ (generation %d)" % (state.step_of(), g.gen))
+            ctx.end(g.gen, "replica check: the ranks' models differ")
+            self._meet, self._skipped = True, True
+            return False
         self.optimizer.step()
         for o in state._objects.values():
             if o is not self.optimizer and o is not state._objects["model"] and callable(getattr(o, "commit", None)):

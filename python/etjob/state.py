@@ -528,12 +528,11 @@ class State:
         if not differ:
             return None
         if commits:
-            msg = ("replica check: after %d commits the ranks' %s differ (generation %d): a divergence; every rank "
-                   "takes rank 0's commit" % (commits, ", ".join(differ), g.gen))
-            _log(msg)
+            msg = "replica check: after %d commits the ranks' %s differ (generation %d): a divergence; " % (
+                commits, ", ".join(differ), g.gen)
             if os.environ.get(contract.ENV_REPLICA_MISMATCH, "") == "fail":
-                _fatal(msg.replace("every rank takes rank 0's commit", "the job fails ($%s=fail)" %
-                                   contract.ENV_REPLICA_MISMATCH))
+                _fatal(msg + "the job fails ($%s=fail)" % contract.ENV_REPLICA_MISMATCH)
+            _log(msg + "every rank takes rank 0's commit")
         elif g.rank == 0:
             _log("the ranks start from different states (%s): rank 0's is everyone's" % ", ".join(differ))
         return 0

@@ -28,7 +28,9 @@ for the CPU, FakeGradScaler below: a named fake), registered;
 ZERO_AFTER=1 gradients zeroed after a step that stepped, not before each
 (with FAIL_LAST_BUCKET_AT=S every rank's last DDP bucket fails once at step
 S, the others completing: two buckets a step, one parameter each). These
-print `extras lr=... scale=...` before `done`. HVD_STATE=1 (the `run` API):
+print `extras lr=... scale=...` before `done`. PLANT=1 gives the model a
+buffer that shapes nothing (`planted`); PLANT_AT=S makes rank 1 add 1 to it
+after step S, once: a divergence for the replica check to find. HVD_STATE=1 (the `run` API):
 Horovod's state shape, State(model, optimizer, sampler, epoch=0, batch=0)
 with no step; SEED seeds this rank's model (a joiner with another seed
 starts from other weights)."""
@@ -250,6 +252,9 @@ def vote(model, opt, sampler, x, y, batch, total, pause, ckdir, every, backgroun
         kw["bucket_cap_mb"] = 1e-6
         if os.environ.get("FAIL_LAST_BUCKET_AT"):
             fail_last_bucket_at(int(os.environ["FAIL_LAST_BUCKET_AT"]))
+    if os.environ.get("PLANT") == "1":
+        model.register_buffer("planted", torch.zeros(4))
+    plant_at = int(os.environ.get("PLANT_AT", "-1"))
     ddp = elastic.DistributedDataParallel(model, **kw)
     inner = opt
     opt = elastic.Optimizer(opt, ddp, sampler=sampler)
@@ -289,6 +294,10 @@ def vote(model, opt, sampler, x, y, batch, total, pause, ckdir, every, backgroun
             sched.step()
         if zero_after:
             opt.zero_grad()
+        if step + 1 == plant_at and rank == 1:
+            plant_at = -1
+            model.planted += 1
+            sys.stderr.write("planted a divergence after step %d\n" % (step + 1))
         sys.stdout.write("step=%d rank=%d world=%d gen=%d pid=%d t=%.3f\n" % (
             step + 1, rank, world, elastic._ctx.group.gen if elastic._ctx.group else 0, os.getpid(), time.time()))
         sys.stdout.flush()

@@ -151,6 +151,34 @@ class HorovodStateTest(te.Undisturbed, unittest.TestCase):
 
 
 @unittest.skipIf(te.dist is None, "needs torch")
+class ReplicaCheckTest(te.Undisturbed, unittest.TestCase):
+    """The vote carries a digest of each rank's model every
+    ETJOB_REPLICA_CHECK_STEPS steps (10 here). Rank 1 changes a buffer of
+    its model that shapes nothing after step 23 (a divergence no loss
+    shows): found at step 30, said by name, and rank 0's state is
+    everyone's again; with ETJOB_REPLICA_MISMATCH=fail the job fails."""
+
+    ENV = {"API": "vote", "PLANT": "1", "ETJOB_REPLICA_CHECK_STEPS": "10"}
+
+    def test_a_planted_divergence_is_found_within_k_steps(self):
+        job = self.job(2, "2:4", env={"PLANT_AT": "23"})
+        codes = job.wait_exit(["w0", "w1"])
+        self.assertEqual(codes, {"w0": 0, "w1": 0}, job.dump())
+        err = "\n".join(job.lines("w0", "err") + job.lines("w1", "err"))
+        self.assertIn("planted a divergence after step 23", err, job.dump())
+        self.assertIn("replica check at step 30: the ranks' models differ", err, job.dump())
+        self.assertRegex(err, r"replica check: after \d+ commits the ranks' model differ", job.dump())
+        self.assert_finished_like_undisturbed(job, ["w0", "w1"])
+
+    def test_a_divergence_fails_the_job_when_asked(self):
+        job = self.job(2, "2:4", env={"PLANT_AT": "23", "ETJOB_REPLICA_MISMATCH": "fail"})
+        codes = job.wait_exit(["w0", "w1"])
+        self.assertNotIn(0, codes.values(), job.dump())
+        err = "\n".join(job.lines("w0", "err") + job.lines("w1", "err"))
+        self.assertIn("the job fails ($ETJOB_REPLICA_MISMATCH=fail)", err, job.dump())
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
 class FakeNCCLTest(te.Undisturbed, unittest.TestCase):
     """The buckets through tests/fake_nccl.py's transport (a fake NCCL on
     CPU: a communicator a generation, aborted when it ends; wait() returns
