@@ -177,16 +177,44 @@ def _run(fn, state, *args, **kwargs):
             return out
 
 
+def init():
+    """init forms this rank's first generation now, before the model is
+    built (Horovod's hvd.init(); init_process_group calls it): rank() and
+    size() are right from here on, so rank-0-only setup (logging, downloads,
+    trackers, a learning rate scaled by the world) works, and a checkpoint
+    is read by rank 0 alone (load_checkpoint) and sent to the others at the
+    first sync. The first sync itself comes with the first step (the state
+    exists only then). A rank that joins a running job waits here until the
+    members admit it, at one of their commits."""
+    ctx = _context()
+    if ctx.group is not None:
+        return
+    try:
+        g = ctx.rendezvous(False, False, 0)
+    except BelowMin:
+        # the job stopped below its minimum while this rank arrived: it
+        # holds nothing to save, and goes as the others do
+        _log("the job stopped below its minimum while this rank joined; it holds no state and leaves")
+        ctx.sup.exit_preempted()
+    ctx.eager = g
+    _log("generation %d rank %d/%d pid %d: formed at init, before the first step" % (g.gen, g.rank, g.size, os.getpid()))
+
+
 def _meet(ctx, state, survivor, changed):
     """_meet meets the others in a new generation and brings this rank to
     the newest commit any member holds (State._sync), again until a sync
     succeeds; it returns the generation. survivor and changed are
-    Context.rendezvous's."""
+    Context.rendezvous's. The generation init() formed is the first, unless
+    it ended meanwhile (a peer lost while the model was built): then this
+    rank, one of its members, meets the others in the next."""
     state._check_registered()  # a scheduler left out is refused by name, before any rank trains with it
+    eager, ctx.eager = ctx.eager, None
+    if eager is not None and (ctx.group is not eager or ctx.over(eager.gen)):
+        survivor, eager = True, None
     while True:
         began = time.monotonic()
         try:
-            g = ctx.rendezvous(survivor, changed, state.step_of())
+            g, eager = (eager, None) if eager is not None else (ctx.rendezvous(survivor, changed, state.step_of()), None)
         except BelowMin as stop:
             state._stop_below_min(ctx, stop)
         changed = False
@@ -261,19 +289,20 @@ def get_world_size():
 
 def init_process_group(backend="gloo", **kwargs):
     """init_process_group is torch.distributed's call, kept so that a DDP
-    script adopts etjob.elastic by its import line: it forms no group (the
-    ranks meet in Optimizer.steps, and again after every membership change)
-    and chooses the transport of DistributedDataParallel's buckets: gloo
-    (the generation's own group; CPU or CUDA tensors) or nccl (a
-    communicator of their own each generation; the votes, the state's sync
-    and the heartbeats stay on gloo and the store). Others are refused by
-    name."""
+    script adopts etjob.elastic by its import line: it forms the first
+    generation (init: rank() and size() are right from here on; the ranks
+    meet again in Optimizer.steps after every membership change) and
+    chooses the transport of DistributedDataParallel's buckets: gloo (the
+    generation's own group; CPU or CUDA tensors) or nccl (a communicator of
+    their own each generation; the votes, the state's sync and the
+    heartbeats stay on gloo and the store). Others are refused by name."""
     from etjob import ddp
 
     ddp.use(str(backend))
     unknown = set(kwargs) - {"init_method", "timeout", "world_size", "rank", "store", "group_name", "pg_options", "device_id"}
     if unknown:
         raise TypeError("etjob.elastic.init_process_group: unexpected %s" % ", ".join(sorted(unknown)))
+    init()
 
 
 def supervisor():
@@ -292,6 +321,6 @@ def __getattr__(name):
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
-__all__ = ["State", "run", "allreduce_", "broadcast_", "allreduce_gradients", "rank", "size", "supervisor",
+__all__ = ["State", "run", "init", "allreduce_", "broadcast_", "allreduce_gradients", "rank", "size", "supervisor",
            "get_rank", "get_world_size", "init_process_group",
            "DistributedDataParallel", "Optimizer", "CollectiveError", "MembershipChanged", "EXIT_CODE_PREEMPTED"]

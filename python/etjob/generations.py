@@ -229,6 +229,7 @@ class Context:
         self.max = max_size if max_size is not None else int(hi or lo or 1000000)
         self.sup = sup
         self.group = None
+        self.eager = None       # the group init() formed, until the first sync takes it (elastic._meet)
         self._over = -1         # the newest generation the watcher saw ended
         self._flight = {}       # collectives in flight: token -> when it began (begin_flight)
         self._tokens = itertools.count()

@@ -396,6 +396,16 @@ class State:
         checkpoint) and keeps it as the commit; False when there is none."""
         # every rank remembers the directory, a fresh run too: any may save a stop below min
         object.__setattr__(self, "_dir", directory)
+        from etjob import elastic
+
+        ctx = elastic._ctx
+        if ctx is not None and ctx.eager is not None and ctx.eager is ctx.group and ctx.group.rank != 0:
+            # the first generation formed at init: rank 0 reads the file and
+            # the first sync sends it to the others, once
+            found = etorch.latest_step(directory) is not None
+            if found:
+                _log("checkpoint in %s: read by rank 0, sent to this rank at the first sync" % directory)
+            return found
         got = etorch.load_checkpoint(directory)
         if got is None:
             return False

@@ -30,7 +30,9 @@ ZERO_AFTER=1 gradients zeroed after a step that stepped, not before each
 S, the others completing: two buckets a step, one parameter each). These
 print `extras lr=... scale=...` before `done`. PLANT=1 gives the model a
 buffer that shapes nothing (`planted`); PLANT_AT=S makes rank 1 add 1 to it
-after step S, once: a divergence for the replica check to find. HVD_STATE=1 (the `run` API):
+after step S, once: a divergence for the replica check to find. EAGER=1
+calls init_process_group before anything else and prints `setup rank=R
+world=W`: what rank-0-only setup would see. HVD_STATE=1 (the `run` API):
 Horovod's state shape, State(model, optimizer, sampler, epoch=0, batch=0)
 with no step; SEED seeds this rank's model (a joiner with another seed
 starts from other weights)."""
@@ -243,6 +245,10 @@ def vote(model, opt, sampler, x, y, batch, total, pause, ckdir, every, backgroun
 
         fake_nccl.install()
         elastic.init_process_group("fake-nccl")
+    elif os.environ.get("EAGER") == "1":
+        elastic.init_process_group("gloo")
+    if os.environ.get("EAGER") == "1":
+        print("setup rank=%d world=%d" % (elastic.get_rank(), elastic.get_world_size()), flush=True)
     zero_after = os.environ.get("ZERO_AFTER") == "1"
     kw = {}
     if zero_after:  # a bucket a parameter: the first completes, the last may fail

@@ -8,6 +8,7 @@ the undisturbed run's model)."""
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -176,6 +177,41 @@ class ReplicaCheckTest(te.Undisturbed, unittest.TestCase):
         self.assertNotIn(0, codes.values(), job.dump())
         err = "\n".join(job.lines("w0", "err") + job.lines("w1", "err"))
         self.assertIn("the job fails ($ETJOB_REPLICA_MISMATCH=fail)", err, job.dump())
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class EagerTest(te.Undisturbed, unittest.TestCase):
+    """init_process_group forms the first generation: rank and size are
+    right before the first step (the members' and a joiner's), and a
+    checkpoint is read by rank 0 and sent to the others. Before: every rank
+    saw rank 0 of a world of 1 until its first step."""
+
+    ENV = {"API": "vote", "EAGER": "1"}
+
+    def setups(self, job, name):
+        return [l for l in job.lines(name) if l.startswith("setup")]
+
+    def test_rank_and_size_are_right_before_the_first_step(self):
+        # what each rank saw before its first step is the rank and world of
+        # that step (the members', and the joiner's, admitted at step 31+)
+        job = joiner_at_step_31(self)
+        for n in job.procs:
+            first = job.steps(n)[0]
+            self.assertEqual(self.setups(job, n), ["setup rank=%d world=%d" % (first[1], first[2])], job.dump())
+        self.assertEqual(job.steps("w3")[0][2], 4)
+
+    def test_a_checkpoint_is_read_once_and_sent(self):
+        ckpt = tempfile.mkdtemp(prefix="etjob-eager-")
+        first = self.job(2, "2:4", steps=50, env={"ETJOB_CHECKPOINT_DIR": ckpt, "CHECKPOINT_EVERY": "25"})
+        self.assertEqual(first.wait_exit(["w0", "w1"]), {"w0": 0, "w1": 0}, first.dump())
+        again = self.job(2, "2:4", env={"ETJOB_CHECKPOINT_DIR": ckpt})
+        self.assertEqual(again.wait_exit(["w0", "w1"]), {"w0": 0, "w1": 0}, again.dump())
+        self.assertEqual(self.resumes(again)[0][1], 50, again.dump())
+        read = {n: "\n".join(again.lines(n, "err")) for n in ("w0", "w1")}
+        others = [n for n, err in read.items() if "read by rank 0, sent to this rank at the first sync" in err]
+        self.assertEqual(len(others), 1, again.dump("one rank read the checkpoint, the other took it at the sync:"))
+        self.assertRegex(read[others[0]], r"step 50 \(state from rank 0: [\d.]+ MB", again.dump())
+        self.assert_finished_like_undisturbed(again, ["w0", "w1"])
 
 
 @unittest.skipIf(te.dist is None, "needs torch")
