@@ -114,23 +114,72 @@ def dumps(header):
     return json.dumps(header, separators=(",", ":")).encode()
 
 
+#: How deep a state's tree may nest (a model's state_dict is 2 or 3 deep): a
+#: forged header nested deeper is refused, not a RecursionError.
+MAX_DEPTH = 64
+
+
 def loads(data):
-    """loads reads a header written by dumps and checks its format."""
+    """loads reads a header written by dumps and checks it whole: its
+    format, every tensor's dtype and shape (non-negative dimensions), and a
+    tree of at most MAX_DEPTH levels whose every node is one of T (a tensor
+    of the list), D, L, U or V (a JSON scalar). A forged header is a
+    FormatError, never another exception (a peer's state is refused, a
+    checkpoint falls back to an older one)."""
     try:
         header = json.loads(bytes(data).decode())
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise FormatError("the header is not JSON: %s" % e) from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise FormatError("not an %s header" % FORMAT)
     if header.get("version") != VERSION:
         raise FormatError("%s version %r; this etjob reads version %d" % (FORMAT, header.get("version"), VERSION))
-    for m in header.get("tensors", []):
-        _dtype(m["dtype"])
+    metas = header.get("tensors")
+    if not isinstance(metas, list):
+        raise FormatError("the header's tensors are not a list")
+    for i, m in enumerate(metas):
+        if not isinstance(m, dict) or not isinstance(m.get("shape"), list) or \
+                not all(type(d) is int and d >= 0 for d in m["shape"]) or len(m["shape"]) > MAX_DEPTH:
+            raise FormatError("tensor %d: not a dtype and a shape of non-negative dimensions" % i)
+        _dtype(m.get("dtype"))
+    if type(header.get("nbytes")) is not int or header["nbytes"] != sum(_nbytes(m) for m in metas):
+        raise FormatError("the header's nbytes is not its tensors' bytes")
+    _check_tree(header.get("tree"), len(metas))
     return header
 
 
+def _check_tree(root, ntensors):
+    """_check_tree checks a header's tree without recursion (a forged one
+    may nest as deep as its bytes allow)."""
+    todo = [(root, 0)]
+    while todo:
+        node, depth = todo.pop()
+        if depth > MAX_DEPTH:
+            raise FormatError("the state's tree nests deeper than %d" % MAX_DEPTH)
+        if not isinstance(node, dict) or len(node) != 1:
+            raise FormatError("a node of the header's tree is not one of T, D, L, U, V")
+        (kind, v), = node.items()
+        if kind == "T":
+            if type(v) is not int or not 0 <= v < ntensors:
+                raise FormatError("a tensor node names tensor %r of %d" % (v, ntensors))
+        elif kind == "D":
+            if not isinstance(v, list) or not all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], _KEYS)
+                                                  for x in v):
+                raise FormatError("a dict node is not a list of [key, node] pairs")
+            todo.extend((x[1], depth + 1) for x in v)
+        elif kind in ("L", "U"):
+            if not isinstance(v, list):
+                raise FormatError("a list node is not a list")
+            todo.extend((x, depth + 1) for x in v)
+        elif kind == "V":
+            if not (v is None or isinstance(v, (bool, int, float, str))):
+                raise FormatError("a value node holds a %s" % type(v).__name__)
+        else:
+            raise FormatError("a node of the header's tree is none of T, D, L, U, V: %r" % (kind,))
+
+
 def _dtype(name):
-    dt = getattr(torch, str(name), None)
+    dt = getattr(torch, name, None) if isinstance(name, str) and name.isidentifier() else None
     if not isinstance(dt, torch.dtype):
         raise FormatError("unknown dtype %r" % (name,))
     return dt

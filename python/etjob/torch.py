@@ -189,9 +189,15 @@ def load_checkpoint(directory, map_location=None):
     try:
         with open(path) as f:
             named = json.load(f)["file"]
+        if not isinstance(named, str) or named not in _checkpoints(directory):
+            # only a checkpoint file of this directory: never a path that
+            # leads out of it ("../..", an absolute path), which a forged
+            # `latest` could name
+            raise ValueError("it names %r, not a checkpoint file of the directory" % (named,))
     except FileNotFoundError:
         pass
-    except (ValueError, KeyError, TypeError, OSError) as e:
+    except (ValueError, KeyError, TypeError, OSError, RecursionError) as e:
+        named = None
         _warn("%s is unreadable (%s): taking the newest checkpoint file" % (path, e))
     state = None
     if named is not None:
