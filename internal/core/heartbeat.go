@@ -92,8 +92,9 @@ type stallVerdict struct {
 // members (reporting) and the time alone: a member whose heartbeat step has
 // not advanced for HeartbeatStale while another member's did is stuck
 // (MemberStuck); when the members that train have done so in different
-// rounds or world sizes for SplitAfter, those outside the largest world are
-// split off (Split: the newest round among equal worlds is kept). Stuck
+// rounds or world sizes for SplitAfter, those outside the group most of
+// them report are split off (Split: among groups as large, the largest
+// world, then the newest round, is kept). Stuck
 // members come first: a split is judged without them.
 func judgeHeartbeats(ws []*podView, now time.Time) stallVerdict {
 	var v stallVerdict
@@ -180,7 +181,15 @@ func splitOff(ws, stuck []*podView, now time.Time) ([]*podView, string, time.Tim
 	for k := range groups {
 		keys = append(keys, k)
 	}
+	// The group most members report is kept, then the largest world, then
+	// the newest round: honest members of a world of W are W reports, so the
+	// count agrees with the world for them, and one member that claims a
+	// world or a round of its own (a rooted node's heartbeat, issue #42 M3)
+	// is outnumbered instead of making the others look split off.
 	sort.Slice(keys, func(i, j int) bool {
+		if a, b := len(groups[keys[i]]), len(groups[keys[j]]); a != b {
+			return a > b
+		}
 		if keys[i].world != keys[j].world {
 			return keys[i].world > keys[j].world
 		}
