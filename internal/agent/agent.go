@@ -98,19 +98,23 @@ type Options struct {
 // client holds one for at most ReadTimeout or IdleTimeout (UntrustedIdle
 // while none of its requests carried an accepted pod token), and at most
 // MaxConnections are open at once: a new one closes an untrusted connection
-// that waits (connGate.evictable), or is refused.
+// that waits (connGate.evictable), or is refused. A pod holds at most
+// TrustedPerPod trusted connections (its oldest closes for a new one).
 type Limits struct {
 	ReadTimeout    time.Duration
 	WriteTimeout   time.Duration
 	IdleTimeout    time.Duration
 	UntrustedIdle  time.Duration
 	MaxConnections int
+	TrustedPerPod  int
 }
 
 // DefaultLimits are the endpoint's limits unless Options.Limits says
-// otherwise: workers poll every ~100 ms with small requests.
+// otherwise: workers poll every ~100 ms with small requests; 16 trusted
+// connections a pod leave room for 8 ranks a pod, each polling while its
+// last poll's connection closes.
 var DefaultLimits = Limits{ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second,
-	UntrustedIdle: 2 * time.Second, MaxConnections: 256}
+	UntrustedIdle: 2 * time.Second, MaxConnections: 256, TrustedPerPod: 16}
 
 func (l Limits) orDefaults() Limits {
 	if l.ReadTimeout <= 0 {
@@ -127,6 +131,9 @@ func (l Limits) orDefaults() Limits {
 	}
 	if l.UntrustedIdle <= 0 {
 		l.UntrustedIdle = DefaultLimits.UntrustedIdle
+	}
+	if l.TrustedPerPod <= 0 {
+		l.TrustedPerPod = DefaultLimits.TrustedPerPod
 	}
 	return l
 }
@@ -264,7 +271,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	lim := a.o.Limits.orDefaults()
-	a.gate = newConnGate(l, lim.MaxConnections, lim.UntrustedIdle)
+	a.gate = newConnGate(l, lim.MaxConnections, lim.TrustedPerPod, lim.UntrustedIdle)
 	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: lim.ReadTimeout, ReadTimeout: lim.ReadTimeout,
 		WriteTimeout: lim.WriteTimeout, IdleTimeout: lim.IdleTimeout, MaxHeaderBytes: 16 << 10,
 		ConnState: a.gate.connState, ConnContext: connContext}

@@ -666,6 +666,94 @@ func TestAgentSignalFlood(t *testing.T) {
 	t.Logf("the worker heard its leave %s after it was told, during the flood (%d flood connections opened so far)", heard.Sub(told).Round(time.Millisecond), opened.Load())
 }
 
+// TestAgentTrustedFlood (issue #42, H1): another pod of the node, with its
+// own valid token, holds 256 keep-alive connections, each trusted by an
+// accepted request for its own signal (each closed one is opened again and
+// trusted again), at an agent with its default limits, while a worker is
+// told to leave. The worker is the real Go supervisor polling as the
+// Python one does, a new connection a poll: it hears the leave while the
+// flood goes on (an order: the flood stops only once it heard, or after a
+// minute, and that fails). Trust was per connection: every slot was the
+// flooding pod's, and the worker's new connections were refused.
+func TestAgentTrustedFlood(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := startAPIServer(t)
+	addr := runAgent(ctx, t, cs, agent.Options{})
+	ns := newNamespace(ctx, t, cs)
+	w0, tok0 := workerPod(ctx, t, cs, ns, "worker-0")
+	bad, badTok := workerPod(ctx, t, cs, ns, "flooder")
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(tok0), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ask := fmt.Sprintf("GET /v1/signal?namespace=%s&pod=%s HTTP/1.1\r\nHost: agent\r\nAuthorization: Bearer %s\r\n\r\n", ns, bad.Name, badTok)
+	testutil.Eventually(t, 20*time.Second, "the flooding pod is served", func() bool {
+		return getStatus(ctx, &http.Client{Timeout: 5 * time.Second}, fmt.Sprintf("http://%s/v1/signal?namespace=%s&pod=%s", addr, ns, bad.Name), badTok) == http.StatusOK
+	})
+
+	flood, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var trusted atomic.Int64
+	for range 256 {
+		wg.Add(1)
+		go func() { // a keep-alive connection trusted by an accepted request, opened again when closed
+			defer wg.Done()
+			for flood.Err() == nil {
+				c, err := net.DialTimeout("tcp", addr, time.Second)
+				if err != nil {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				stopped := context.AfterFunc(flood, func() { c.Close() })
+				for flood.Err() == nil { // asks again every 20 s: never idle for the agent's IdleTimeout
+					if _, err := c.Write([]byte(ask)); err != nil {
+						break
+					}
+					_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+					n, err := c.Read(make([]byte, 4096))
+					if n > 0 {
+						trusted.Add(1)
+					}
+					if err != nil {
+						break
+					}
+					_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+					if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+						break // the agent closed it
+					}
+				}
+				stopped()
+				c.Close()
+			}
+		}()
+	}
+	defer func() { stop(); wg.Wait() }()
+	testutil.Eventually(t, 60*time.Second, "the flooding pod was answered on 256 connections", func() bool { return trusted.Load() >= 256 })
+
+	sup := supervisor.New(supervisor.Options{AgentAddr: addr, Namespace: ns, Pod: w0.Name, TokenPath: tokenFile, NoSIGTERM: true,
+		Client: &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+		Exit:   func(int) {}, Log: func(string) {}}).Start(ctx)
+	defer sup.Close()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, etjobv1.AnnotationLeave, time.Now().UTC().Format(time.RFC3339), etjobv1.AnnotationLeaveReason, etjobv1.ReasonScaleIn)
+	told := time.Now()
+	if _, err := cs.CoreV1().Pods(ns).Patch(ctx, w0.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	heard := time.Time{}
+	// 30 s: less than the agent's IdleTimeout, which the flood never lets lapse
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end) && flood.Err() == nil; time.Sleep(10 * time.Millisecond) {
+		if !sup.CheckAlive() {
+			heard = time.Now()
+			break
+		}
+	}
+	if heard.IsZero() {
+		t.Fatalf("the worker did not hear its leave while another pod held trusted connections (%d answered)", trusted.Load())
+	}
+	t.Logf("the worker heard its leave %s after it was told, while another pod flooded (%d of its requests answered)", heard.Sub(told).Round(time.Millisecond), trusted.Load())
+}
+
 // blockedSource is a cloud source that has not answered yet (its metadata
 // service is slow after a restart).
 type blockedSource struct{ release chan struct{} }

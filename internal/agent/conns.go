@@ -14,7 +14,10 @@ import (
 // cannot tell an attacker from a worker; instead connections earn trust:
 //
 //   - a connection is trusted once it carried a request whose pod token was
-//     accepted (Agent.authorizePod marks it);
+//     accepted (Agent.authorizePod marks it), and a pod holds at most
+//     perPod trusted connections: its next one makes its oldest close
+//     (issue #42, H1: any pod has a valid token of its own, and with trust
+//     per connection one pod could hold every slot as a trusted one);
 //   - at most max connections are open; one that arrives when all are taken
 //     evicts an untrusted connection (evictable: an idle one first, then one
 //     that waited or has been in a request for longer than slowRequest, a
@@ -31,6 +34,7 @@ import (
 type connGate struct {
 	net.Listener
 	max         int
+	perPod      int
 	shortIdle   time.Duration
 	slowRequest time.Duration
 	now         func() time.Time
@@ -46,12 +50,15 @@ type gateConn struct {
 	state   http.ConnState
 	since   time.Time // when it entered state
 	trusted bool
+	pod     string    // namespace/name of the pod whose token trusted it
+	trustAt time.Time // when
 	idle    *time.Timer
 	closed  sync.Once
 }
 
-func newConnGate(l net.Listener, max int, shortIdle time.Duration) *connGate {
-	return &connGate{Listener: l, max: max, shortIdle: shortIdle, slowRequest: time.Second, now: time.Now, conns: map[*gateConn]struct{}{}}
+func newConnGate(l net.Listener, max, perPod int, shortIdle time.Duration) *connGate {
+	return &connGate{Listener: l, max: max, perPod: perPod, shortIdle: shortIdle, slowRequest: time.Second, now: time.Now,
+		conns: map[*gateConn]struct{}{}}
 }
 
 // Accept returns the next connection, after making room for it.
@@ -142,15 +149,35 @@ func (g *connGate) connState(c net.Conn, s http.ConnState) {
 	}
 }
 
-// trust marks the connection that carried r as trusted.
-func (g *connGate) trust(r *http.Request) {
+// trust marks the connection that carried r as trusted by pod
+// (namespace/name); the pod's oldest trusted connection closes when it
+// would hold more than perPod.
+func (g *connGate) trust(r *http.Request, pod string) {
 	gc, ok := r.Context().Value(connKey{}).(*gateConn)
 	if !ok {
 		return
 	}
+	var victim *gateConn
 	g.mu.Lock()
-	gc.trusted = true
+	if !gc.trusted {
+		n := 0
+		for c := range g.conns {
+			if c.trusted && c.pod == pod {
+				n++
+				if victim == nil || c.trustAt.Before(victim.trustAt) {
+					victim = c
+				}
+			}
+		}
+		if n < g.perPod {
+			victim = nil
+		}
+		gc.trusted, gc.pod, gc.trustAt = true, pod, g.now()
+	}
 	g.mu.Unlock()
+	if victim != nil {
+		_ = victim.Close()
+	}
 }
 
 // Close closes the connection once and forgets it.

@@ -309,7 +309,7 @@ func (a *Agent) authorizePod(w http.ResponseWriter, r *http.Request) (ns, name s
 		return "", "", false
 	}
 	if a.gate != nil {
-		a.gate.trust(r) // a worker's connection: never evicted, the usual idle timeout
+		a.gate.trust(r, ns+"/"+name) // a worker's connection: never evicted, the usual idle timeout
 	}
 	return ns, name, true
 }
