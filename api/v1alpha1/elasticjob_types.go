@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -191,6 +192,17 @@ type ElasticJobSpec struct {
 	// +kubebuilder:validation:MaxLength=4096
 	// +optional
 	CheckpointDir string `json:"checkpointDir,omitempty"`
+
+	// networkPeers are the peers, beyond the job's own pods, that may open
+	// connections to the job's pods (a metrics scraper, a notebook). The
+	// job's NetworkPolicy admits its own pods alone otherwise: the
+	// launcher's rendezvous store, torchrun's per-round bootstrap store and
+	// the gloo and NCCL ports of every worker. NetworkPolicies hold only where
+	// the cluster's network plugin enforces them.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	NetworkPeers []networkingv1.NetworkPolicyPeer `json:"networkPeers,omitempty"`
 
 	// spot configures running on spot / preemptible capacity.
 	// +optional

@@ -22,6 +22,7 @@ package v1alpha1
 
 import (
 	"k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -166,6 +167,13 @@ func (in *ElasticJobSpec) DeepCopyInto(out *ElasticJobSpec) {
 		in, out := &in.Suspend, &out.Suspend
 		*out = new(bool)
 		**out = **in
+	}
+	if in.NetworkPeers != nil {
+		in, out := &in.NetworkPeers, &out.NetworkPeers
+		*out = make([]networkingv1.NetworkPolicyPeer, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
 	}
 	if in.Spot != nil {
 		in, out := &in.Spot, &out.Spot

@@ -581,16 +581,21 @@ func Service(job *etjobv1.ElasticJob) *corev1.Service {
 	}
 }
 
-// NetworkPolicy builds the job's NetworkPolicy: its launcher, which serves
-// the rendezvous store (RendezvousPort: torchrun's c10d store, or etjob.rdzv
-// for etjob.elastic) and horovodrun's driver, admits connections from the
-// job's own pods only. The store authenticates no client (docs/security.md,
-// N1): this keeps the pods of other jobs and namespaces, a rooted node's
-// included, from reaching it where the cluster's network plugin enforces
-// NetworkPolicies (the local cluster has none). The workers' own ports are
-// not narrowed: their peers are the job's pods, whose addresses change with
-// every membership change.
+// NetworkPolicy builds the job's NetworkPolicy: every pod of the job (the
+// launcher, which serves the rendezvous store on RendezvousPort and
+// horovodrun's driver, and the workers, with torchrun's per-round bootstrap
+// store and the gloo and NCCL ports) admits connections from the job's own
+// pods and spec.networkPeers only (docs/security.md, issue #42 H3): the
+// pods of other jobs and namespaces, a rooted node's included, reach none of
+// them where the cluster's network plugin enforces NetworkPolicies (the
+// local cluster has none). Its name, <job>-launcher, is the one it had when
+// it covered the launcher alone: a job created before keeps one object.
 func NetworkPolicy(job *etjobv1.ElasticJob) *networkingv1.NetworkPolicy {
+	own := map[string]string{etjobv1.LabelJobName: job.Name}
+	from := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: own}}}
+	for _, p := range job.Spec.NetworkPeers {
+		from = append(from, *p.DeepCopy())
+	}
 	return &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: core.LauncherName(job.Name), Namespace: job.Namespace,
@@ -598,11 +603,9 @@ func NetworkPolicy(job *etjobv1.ElasticJob) *networkingv1.NetworkPolicy {
 			OwnerReferences: owner(job),
 		},
 		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{etjobv1.LabelJobName: job.Name, etjobv1.LabelRole: etjobv1.RoleLauncher}},
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{etjobv1.LabelJobName: job.Name}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{etjobv1.LabelJobName: job.Name}}}},
-			}},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: from}},
 		},
 	}
 }

@@ -266,8 +266,11 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 	launcher := render.Launcher(job)
 	worker := render.Worker(job, 0)
-	if !matches(np.Spec.PodSelector.MatchLabels, launcher.Labels) || matches(np.Spec.PodSelector.MatchLabels, worker.Labels) {
-		t.Errorf("selector %v: want the launcher (%v), not a worker (%v)", np.Spec.PodSelector.MatchLabels, launcher.Labels, worker.Labels)
+	// issue #42 H3: the workers' ports too (torchrun's bootstrap store, gloo,
+	// NCCL), not only the launcher's; another job's pods are not selected
+	if sel := np.Spec.PodSelector.MatchLabels; !matches(sel, launcher.Labels) || !matches(sel, worker.Labels) ||
+		matches(sel, render.Worker(MakeElasticJob("other", "ml").Obj(), 0).Labels) {
+		t.Errorf("selector %v: want the launcher (%v) and the workers (%v), not another job's", sel, launcher.Labels, worker.Labels)
 	}
 	if got := np.Spec.PolicyTypes; !slices.Equal(got, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
 		t.Errorf("policy types %v, want Ingress", got)
@@ -280,6 +283,13 @@ func TestNetworkPolicy(t *testing.T) {
 	other := MakeElasticJob("other", "ml").Obj()
 	if !matches(from, worker.Labels) || !matches(from, launcher.Labels) || matches(from, render.Worker(other, 0).Labels) {
 		t.Errorf("from %v: want the job's workers and launcher, not another job's pods", from)
+	}
+	// spec.networkPeers, the opt-in: admitted beside the job's own pods
+	scraper := networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"name": "monitoring"}}}
+	job.Spec.NetworkPeers = []networkingv1.NetworkPolicyPeer{scraper}
+	got := render.NetworkPolicy(job).Spec.Ingress
+	if len(got) != 1 || len(got[0].From) != 2 || got[0].From[1].NamespaceSelector.MatchLabels["name"] != "monitoring" {
+		t.Errorf("ingress with a peer: %+v, want the job's pods and the peer", got)
 	}
 }
 
