@@ -644,26 +644,36 @@ func TestAgentSignalFlood(t *testing.T) {
 	defer func() { stop(); wg.Wait() }()
 	testutil.Eventually(t, 30*time.Second, "the flood holds 300 connections", func() bool { return opened.Load() >= 300 })
 
-	sup := supervisor.New(supervisor.Options{AgentAddr: addr, Namespace: ns, Pod: w0.Name, TokenPath: tokenFile, NoSIGTERM: true,
+	took, ok := tellToLeave(ctx, t, cs, addr, ns, w0.Name, tokenFile, time.Minute, flood)
+	if !ok {
+		t.Fatalf("the worker did not hear its leave while the flood went on (%d flood connections opened)", opened.Load())
+	}
+	t.Logf("the worker heard its leave %s after it was told, during the flood (%d flood connections opened so far)", took, opened.Load())
+}
+
+// tellToLeave starts the real Go supervisor for pod, polling the agent at
+// addr as the Python one does (a new connection a poll, a 1 s timeout),
+// tells the pod to leave (its leave annotation) and waits, for at most
+// within and while during lasts, until the supervisor heard it: how long
+// that took, and whether it did.
+func tellToLeave(ctx context.Context, t *testing.T, cs kubernetes.Interface, addr, ns, pod, tokenFile string,
+	within time.Duration, during context.Context) (time.Duration, bool) {
+	t.Helper()
+	sup := supervisor.New(supervisor.Options{AgentAddr: addr, Namespace: ns, Pod: pod, TokenPath: tokenFile, NoSIGTERM: true,
 		Client: &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 		Exit:   func(int) {}, Log: func(string) {}}).Start(ctx)
 	defer sup.Close()
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, etjobv1.AnnotationLeave, time.Now().UTC().Format(time.RFC3339), etjobv1.AnnotationLeaveReason, etjobv1.ReasonScaleIn)
 	told := time.Now()
-	if _, err := cs.CoreV1().Pods(ns).Patch(ctx, w0.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	if _, err := cs.CoreV1().Pods(ns).Patch(ctx, pod, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	heard := time.Time{}
-	for end := time.Now().Add(time.Minute); time.Now().Before(end) && flood.Err() == nil; time.Sleep(10 * time.Millisecond) {
+	for end := time.Now().Add(within); time.Now().Before(end) && during.Err() == nil; time.Sleep(10 * time.Millisecond) {
 		if !sup.CheckAlive() {
-			heard = time.Now()
-			break
+			return time.Since(told).Round(time.Millisecond), true
 		}
 	}
-	if heard.IsZero() {
-		t.Fatalf("the worker did not hear its leave while the flood went on (%d flood connections opened)", opened.Load())
-	}
-	t.Logf("the worker heard its leave %s after it was told, during the flood (%d flood connections opened so far)", heard.Sub(told).Round(time.Millisecond), opened.Load())
+	return 0, false
 }
 
 // TestAgentTrustedFlood (issue #42, H1): another pod of the node, with its
@@ -672,8 +682,9 @@ func TestAgentSignalFlood(t *testing.T) {
 // trusted again), at an agent with its default limits, while a worker is
 // told to leave. The worker is the real Go supervisor polling as the
 // Python one does, a new connection a poll: it hears the leave while the
-// flood goes on (an order: the flood stops only once it heard, or after a
-// minute, and that fails). Trust was per connection: every slot was the
+// flood goes on (an order: the flood stops only once it heard, or after 30
+// s, less than the agent's idle timeout, and that fails). Trust was per
+// connection: every slot was the
 // flooding pod's, and the worker's new connections were refused.
 func TestAgentTrustedFlood(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -731,27 +742,12 @@ func TestAgentTrustedFlood(t *testing.T) {
 	defer func() { stop(); wg.Wait() }()
 	testutil.Eventually(t, 60*time.Second, "the flooding pod was answered on 256 connections", func() bool { return trusted.Load() >= 256 })
 
-	sup := supervisor.New(supervisor.Options{AgentAddr: addr, Namespace: ns, Pod: w0.Name, TokenPath: tokenFile, NoSIGTERM: true,
-		Client: &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
-		Exit:   func(int) {}, Log: func(string) {}}).Start(ctx)
-	defer sup.Close()
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, etjobv1.AnnotationLeave, time.Now().UTC().Format(time.RFC3339), etjobv1.AnnotationLeaveReason, etjobv1.ReasonScaleIn)
-	told := time.Now()
-	if _, err := cs.CoreV1().Pods(ns).Patch(ctx, w0.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	heard := time.Time{}
 	// 30 s: less than the agent's IdleTimeout, which the flood never lets lapse
-	for end := time.Now().Add(30 * time.Second); time.Now().Before(end) && flood.Err() == nil; time.Sleep(10 * time.Millisecond) {
-		if !sup.CheckAlive() {
-			heard = time.Now()
-			break
-		}
-	}
-	if heard.IsZero() {
+	took, ok := tellToLeave(ctx, t, cs, addr, ns, w0.Name, tokenFile, 30*time.Second, flood)
+	if !ok {
 		t.Fatalf("the worker did not hear its leave while another pod held trusted connections (%d answered)", trusted.Load())
 	}
-	t.Logf("the worker heard its leave %s after it was told, while another pod flooded (%d of its requests answered)", heard.Sub(told).Round(time.Millisecond), trusted.Load())
+	t.Logf("the worker heard its leave %s after it was told, while another pod flooded (%d of its requests answered)", took, trusted.Load())
 }
 
 // blockedSource is a cloud source that has not answered yet (its metadata

@@ -78,6 +78,20 @@ def resources():
     return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd")), rss / 1024.0
 
 
+def run_step(model, opt, state, x, y, batch, pause):
+    """One step of the `run` API's loop: this rank's share of the global
+    batch, the gradients summed over the generation, the step, the batch
+    committed to the sampler's ledger."""
+    idx = state.sampler.batch(state.rank, state.world)
+    opt.zero_grad()
+    loss = ((model(x[idx]).squeeze(1) - y[idx]) ** 2).sum() / batch
+    loss.backward()
+    time.sleep(pause)
+    elastic.allreduce_gradients(model)
+    opt.step()
+    state.sampler.commit()
+
+
 def main():
     faulthandler.enable()  # a crash prints its thread's stack first (the test's report shows it whole)
     faulthandler.register(signal.SIGUSR1)
@@ -128,14 +142,7 @@ def main():
     @elastic.run
     def train(state):
         while state.step < total:
-            idx = state.sampler.batch(state.rank, state.world)
-            opt.zero_grad()
-            loss = ((model(x[idx]).squeeze(1) - y[idx]) ** 2).sum() / batch
-            loss.backward()
-            time.sleep(pause)
-            elastic.allreduce_gradients(model)
-            opt.step()
-            state.sampler.commit()
+            run_step(model, opt, state, x, y, batch, pause)
             state.step += 1
             # logged before the commit: a commit at which the membership
             # changes does not return
@@ -330,14 +337,7 @@ def horovod_state(model, opt, sampler, x, y, batch, total, pause):
     @elastic.run
     def train(state):
         while state.epoch * per_epoch + state.batch < total:
-            idx = state.sampler.batch(state.rank, state.world)
-            opt.zero_grad()
-            loss = ((model(x[idx]).squeeze(1) - y[idx]) ** 2).sum() / batch
-            loss.backward()
-            time.sleep(pause)
-            elastic.allreduce_gradients(model)
-            opt.step()
-            state.sampler.commit()
+            run_step(model, opt, state, x, y, batch, pause)
             state.batch += 1
             if state.batch == per_epoch:
                 state.epoch, state.batch = state.epoch + 1, 0

@@ -336,7 +336,9 @@ class LeaveWhileWaitingAgentTest(unittest.TestCase):
         got = C10dRendezvousBackend(store, "leave-test").get_state()
         return pickle.loads(got[0]) if got else None
 
-    def test_told_to_leave_while_waiting(self):
+    def start_agent(self):
+        """start_agent runs a real etjob.torchrun agent (min 2 nodes) and
+        waits until it waits in the round alone, syncing the state."""
         script = os.path.join(tempfile.mkdtemp(), "noop.py")
         with open(script, "w") as f:
             f.write("print('trained')\n")
@@ -346,15 +348,20 @@ class LeaveWhileWaitingAgentTest(unittest.TestCase):
              "--rdzv_endpoint=127.0.0.1:%d" % self.port, "--rdzv_id=leave-test",
              "--rdzv_conf=is_host=false,join_timeout=600,last_call_timeout=3", script],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 120
+        while True:
+            st = self.state()
+            if st is not None and len(st.participants) == 1:
+                return p
+            if time.time() > deadline or p.poll() is not None:
+                p.kill()
+                out = p.communicate()[0]
+                self.fail("the agent never joined the round:\n" + out[-3000:])
+            time.sleep(0.2)
+
+    def test_told_to_leave_while_waiting(self):
+        p = self.start_agent()
         try:
-            deadline = time.time() + 120
-            while True:
-                st = self.state()
-                if st is not None and len(st.participants) == 1:
-                    break
-                self.assertLess(time.time(), deadline, "the agent never joined the round")
-                self.assertIsNone(p.poll(), p.stdout.read() if p.poll() is not None else "")
-                time.sleep(0.2)
             self.agent.answer = {"action": "leave", "reason": "ReclaimNotice(test)", "deadline": "", "source": "aws"}
             code = p.wait(timeout=60)
             out = p.stdout.read()
@@ -403,26 +410,9 @@ class StatePickleTest(LeaveWhileWaitingAgentTest):
 
         from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 
-        d = tempfile.mkdtemp(prefix="etjob-pickle-")
-        marker = os.path.join(d, "marker")
-        script = os.path.join(d, "noop.py")
-        with open(script, "w") as f:
-            f.write("print('trained')\n")
-        env = dict(self.env, ETJOB_AGENT_ADDR=self.agent.addr, ETJOB_NAMESPACE="ns", ETJOB_POD_NAME="w-0")
-        p = subprocess.Popen(
-            [sys.executable, "-m", "etjob.torchrun", "--nnodes=2:3", "--nproc_per_node=1", "--rdzv_backend=c10d",
-             "--rdzv_endpoint=127.0.0.1:%d" % self.port, "--rdzv_id=leave-test",
-             "--rdzv_conf=is_host=false,join_timeout=600,last_call_timeout=3", script],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        marker = os.path.join(tempfile.mkdtemp(prefix="etjob-pickle-"), "marker")
+        p = self.start_agent()  # it waits in the round (min 2: it alone came), syncing the state
         try:
-            deadline = time.time() + 120
-            while True:  # the agent waits in the round (min 2: it alone came), syncing the state
-                st = self.state()
-                if st is not None and len(st.participants) == 1:
-                    break
-                self.assertLess(time.time(), deadline, "the agent never joined the round")
-                self.assertIsNone(p.poll(), p.stdout.read() if p.poll() is not None else "")
-                time.sleep(0.2)
             store = self.client()
             forged = base64.b64encode(pickle.dumps(_Marker(marker)))
             store.set(C10dRendezvousBackend(store, "leave-test")._key, forged)
