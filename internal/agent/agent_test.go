@@ -379,20 +379,7 @@ func TestAgentTokenFlood(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg := startAPIServerConfig(t)
-	var reviews atomic.Int64
-	counted := rest.CopyConfig(cfg)
-	counted.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripper(func(r *http.Request) (*http.Response, error) {
-			if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/tokenreviews") {
-				reviews.Add(1)
-			}
-			return rt.RoundTrip(r)
-		})
-	}
-	cs, err := kubernetes.NewForConfig(counted)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, reviews := reviewCounting(t, cfg)
 	base := "http://" + runAgent(ctx, t, cs, agent.Options{})
 	ns := newNamespace(ctx, t, cs)
 	w0, tok0 := workerPod(ctx, t, cs, ns, "worker-0")
@@ -822,10 +809,7 @@ func TestAgentAudience(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg := startAPIServerConfig(t)
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, reviews := reviewCounting(t, cfg)
 	addr := runAgent(ctx, t, cs, agent.Options{Authenticator: agent.NewTokenReviewAuthenticator(cs, []string{etjobv1.AgentTokenAudience}, time.Minute, nil)})
 	ns := newNamespace(ctx, t, cs)
 	w0, apiToken := workerPod(ctx, t, cs, ns, "worker-0")
@@ -850,8 +834,13 @@ func TestAgentAudience(t *testing.T) {
 	}
 	var code int
 	testutil.Eventually(t, 20*time.Second, "the agent takes the agent-audience token", func() bool { code = signal(agentToken); return code == http.StatusOK })
+	before := reviews.Load()
 	if code := signal(apiToken); code != http.StatusUnauthorized {
 		t.Errorf("the pod's API-audience token at the agent: %d, want 401", code)
+	}
+	// issue #42, M1: refused on its aud claim, before any review
+	if n := reviews.Load() - before; n != 0 {
+		t.Errorf("the API-audience token cost %d TokenReviews, want 0", n)
 	}
 	leaked := rest.AnonymousClientConfig(cfg)
 	leaked.BearerToken = agentToken
@@ -966,4 +955,25 @@ func TestAgentRedetects(t *testing.T) {
 	if code, body := ready(); code != http.StatusOK {
 		t.Errorf("/readyz = %d %q after the cloud was found", code, body)
 	}
+}
+
+// reviewCounting is a clientset of cfg that counts the TokenReviews it
+// creates.
+func reviewCounting(t *testing.T, cfg *rest.Config) (kubernetes.Interface, *atomic.Int64) {
+	t.Helper()
+	var reviews atomic.Int64
+	counted := rest.CopyConfig(cfg)
+	counted.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/tokenreviews") {
+				reviews.Add(1)
+			}
+			return rt.RoundTrip(r)
+		})
+	}
+	cs, err := kubernetes.NewForConfig(counted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, &reviews
 }

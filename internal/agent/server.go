@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -86,6 +87,10 @@ func NewTokenReviewAuthenticator(client kubernetes.Interface, audiences []string
 		all: rate.NewLimiter(ReviewsPerSecond, ReviewBurst), perPod: map[string]*rate.Limiter{}}
 }
 
+// Audiences are the audiences tokens are reviewed for (nil: the API
+// server's own).
+func (t *TokenReviewAuthenticator) Audiences() []string { return t.audiences }
+
 // Authenticate reviews token, from the cache when it was reviewed within the TTL.
 func (t *TokenReviewAuthenticator) Authenticate(ctx context.Context, token string) (authnv1.UserInfo, bool, error) {
 	return t.AuthenticateFor(ctx, token, "")
@@ -120,7 +125,10 @@ func (t *TokenReviewAuthenticator) AuthenticateFor(ctx context.Context, token, p
 	if err != nil {
 		return authnv1.UserInfo{}, false, fmt.Errorf("TokenReview: %w", err)
 	}
-	r = reviewResult{user: review.Status.User, ok: review.Status.Authenticated && review.Status.Error == "", expires: now.Add(t.ttl)}
+	// with audiences asked for, the review answers those the token is valid
+	// for: none of them is no authentication here (issue #42, low)
+	forUs := len(t.audiences) == 0 || slices.ContainsFunc(review.Status.Audiences, func(a string) bool { return slices.Contains(t.audiences, a) })
+	r = reviewResult{user: review.Status.User, ok: review.Status.Authenticated && review.Status.Error == "" && forUs, expires: now.Add(t.ttl)}
 	t.mu.Lock()
 	for k, old := range t.cache { // bounded: answers go once even a stale one is of no use
 		if !now.Before(old.expires.Add(staleFor)) {
@@ -363,6 +371,8 @@ type podAuthenticator interface {
 // tokenClaims are the claims of a pod-bound service-account token that the
 // agent reads, unverified, before it spends a review on the token.
 type tokenClaims struct {
+	Exp        int64    `json:"exp"`
+	Aud        audience `json:"aud"`
 	Kubernetes struct {
 		Namespace string `json:"namespace"`
 		Pod       struct {
@@ -372,11 +382,31 @@ type tokenClaims struct {
 	} `json:"kubernetes.io"`
 }
 
+// audience is a JWT's aud claim: one string or a list of them.
+type audience []string
+
+func (a *audience) UnmarshalJSON(b []byte) error {
+	var one string
+	if json.Unmarshal(b, &one) == nil {
+		*a = audience{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return err
+	}
+	*a = many
+	return nil
+}
+
 // plausibleFor checks, without verifying it, that token is a JWT whose
 // claims name pod ns/name (pod "" for any) and, when uid is known, that pod's
-// UID: junk and tokens of other pods, or of an earlier pod of that name, are
-// refused without a TokenReview. code is the HTTP status to answer.
-func plausibleFor(token, ns, name, uid string) (code int, err error) {
+// UID, that it has not expired at now, and that it is for one of audiences
+// (when the agent names some): junk, tokens of other pods or of an earlier
+// pod of that name, expired tokens and tokens for another audience (a pod's
+// API token) are refused without a TokenReview (issue #42, M1). code is the
+// HTTP status to answer.
+func plausibleFor(token, ns, name, uid string, now time.Time, audiences []string) (code int, err error) {
 	parts := strings.Split(token, ".")
 	if len(parts) != 3 {
 		return http.StatusUnauthorized, errors.New("the token is not a service-account token (a JWT)")
@@ -396,7 +426,22 @@ func plausibleFor(token, ns, name, uid string) (code int, err error) {
 	if uid != "" && c.Kubernetes.Pod.UID != uid {
 		return http.StatusForbidden, fmt.Errorf("the token is bound to another pod %s/%s (uid %q, this one is %s)", ns, name, c.Kubernetes.Pod.UID, uid)
 	}
+	if c.Exp == 0 || !now.Before(time.Unix(c.Exp, 0)) {
+		return http.StatusUnauthorized, fmt.Errorf("the token expired (exp %d) or has no expiry: use the pod's projected token, which the kubelet renews", c.Exp)
+	}
+	if len(audiences) > 0 && !slices.ContainsFunc(c.Aud, func(a string) bool { return slices.Contains(audiences, a) }) {
+		return http.StatusUnauthorized, fmt.Errorf("the token is for %v, not the agent's audience %v (use the projected token at $ETJOB_AGENT_TOKEN_PATH)", []string(c.Aud), audiences)
+	}
 	return 0, nil
+}
+
+// audiencesOf are the audiences an Authenticator reviews tokens for (nil:
+// any, or unknown).
+func audiencesOf(a Authenticator) []string {
+	if x, ok := a.(interface{ Audiences() []string }); ok {
+		return x.Audiences()
+	}
+	return nil
 }
 
 // authenticate checks the request's token for pod ns/name (name "" for
@@ -410,7 +455,7 @@ func (a *Agent) authenticate(w http.ResponseWriter, r *http.Request, ns, name, u
 		httpError(w, http.StatusUnauthorized, "Authorization: Bearer <service-account token> is required")
 		return authnv1.UserInfo{}, false
 	}
-	if code, err := plausibleFor(token, ns, name, uid); err != nil {
+	if code, err := plausibleFor(token, ns, name, uid, a.o.Now(), audiencesOf(a.o.Authenticator)); err != nil {
 		httpError(w, code, err.Error())
 		return authnv1.UserInfo{}, false
 	}
