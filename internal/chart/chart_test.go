@@ -63,7 +63,8 @@ func TestValues(t *testing.T) {
 		"namespaces": map[string]any{"create": false},
 		"controller": map[string]any{"namespace": "ml-system", "replicas": 3, "listenOnPodIP": true,
 			"image": map[string]any{"digest": "sha256:0123"}, "resources": map[string]any{"limits": map[string]any{"memory": nil}},
-			"extraArgs": []any{"--concurrency=8"}, "watchNamespaces": []any{"team-a", "team-b"}},
+			"extraArgs": []any{"--concurrency=8"}, "watchNamespaces": []any{"team-a", "team-b"},
+			"trustedNodeLabel": "node-restriction.kubernetes.io/etjob-trusted=true"},
 		"agent": map[string]any{"namespace": "ml-agent", "metadataURL": "http://$(NODE_IP):8775", "azureVMName": "vm-1",
 			"criticalPodQuota": map[string]any{"enabled": true}},
 		"dashboard": map[string]any{"enabled": false},
@@ -95,10 +96,16 @@ func TestValues(t *testing.T) {
 	}
 	args := strings.Join(toStrings(ctl["args"]), " ")
 	for _, want := range []string{"--metrics-bind-address=$(POD_IP):8443", "--leader-election-namespace=ml-system", "--concurrency=8",
-		"--namespaces=team-a,team-b"} {
+		"--namespaces=team-a,team-b", "--launcher-node-label=node-restriction.kubernetes.io/etjob-trusted=true"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("controller args %q lack %q", args, want)
 		}
+	}
+	// issue #42 H2: the controller's replicas require the admin's label too
+	terms, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "affinity", "nodeAffinity",
+		"requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+	if len(terms) != 1 || !strings.Contains(fmt.Sprint(terms[0]), "map[key:node-restriction.kubernetes.io/etjob-trusted operator:In values:[true]]") {
+		t.Errorf("the controller's required terms %v lack the trusted node label", terms)
 	}
 	if strings.Contains(args, "--memory-limit") {
 		t.Errorf("controller args %q: no memory limit, no --memory-limit", args)
@@ -135,11 +142,12 @@ func toStrings(v any) []string {
 // TestBadValues: the chart's schema refuses a bad value, naming it.
 func TestBadValues(t *testing.T) {
 	for field, values := range map[string]map[string]any{
-		"replicas":     {"controller": map[string]any{"replicas": 0}},
-		"provider":     {"agent": map[string]any{"provider": "oracle"}},
-		"pollInterval": {"agent": map[string]any{"pollInterval": "soon"}},
-		"replcas":      {"controller": map[string]any{"replcas": 2}},
-		"digest":       {"agent": map[string]any{"image": map[string]any{"digest": "latest"}}},
+		"replicas":         {"controller": map[string]any{"replicas": 0}},
+		"provider":         {"agent": map[string]any{"provider": "oracle"}},
+		"pollInterval":     {"agent": map[string]any{"pollInterval": "soon"}},
+		"replcas":          {"controller": map[string]any{"replcas": 2}},
+		"digest":           {"agent": map[string]any{"image": map[string]any{"digest": "latest"}}},
+		"trustedNodeLabel": {"controller": map[string]any{"trustedNodeLabel": "no value at all"}},
 	} {
 		_, err := chart.Objects(values)
 		if err == nil || !strings.Contains(err.Error(), field) {

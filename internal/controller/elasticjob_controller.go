@@ -47,7 +47,10 @@ type ElasticJobReconciler struct {
 	// Decisions, when set, records every Decide call (--record-decisions).
 	Decisions *DecisionRecorder
 	// Prices is the admin's price table (--price-table); nil: none.
-	Prices       *PriceTables
+	Prices *PriceTables
+	// LauncherNode is the node label every launcher requires
+	// (--launcher-node-label); zero: none.
+	LauncherNode NodeLabel
 	expectations *Expectations
 }
 
@@ -226,7 +229,11 @@ func (r *ElasticJobReconciler) apply(ctx context.Context, job *etjobv1.ElasticJo
 	}
 	var pods []*corev1.Pod
 	if plan.CreateLauncher {
-		pods = append(pods, render.Launcher(withStatus(job, plan)))
+		l := render.Launcher(withStatus(job, plan))
+		if r.LauncherNode.Key != "" {
+			render.RequireNodeLabel(&l.Spec, r.LauncherNode.Key, r.LauncherNode.Value)
+		}
+		pods = append(pods, l)
 	}
 	for _, i := range plan.CreateWorkers {
 		pods = append(pods, render.PlannedWorker(withStatus(job, plan), plan, i))

@@ -37,6 +37,7 @@ func Main(args []string, version string) int {
 		memoryLimit   = fs.String("memory-limit", "", "the container's memory limit (the chart passes limits.memory): the Go heap is held to 90% of it (GOMEMLIMIT), so the garbage collector works harder before the kernel kills; GOMEMLIMIT, when set, wins")
 		gcPercent     = fs.Int("gc-percent", 0, "the Go garbage collector's target (GOGC): the heap may grow this many percent over the live heap before a collection; lower holds less memory for more CPU (0: the runtime's, 100 or $GOGC)")
 		priceTable    = fs.String("price-table", "", "NAMESPACE/NAME of the ConfigMap with the platform admin's node prices (its key \"prices\": lines of <instance type> <capacity type> <US dollars an hour>); where set, a node's own etjob.dev/price-per-hour may only raise its row's price, and a node the table does not list costs its dearest (docs/security.md, N7). Empty, or the ConfigMap absent: every node's own price is trusted")
+		launcherNode  = fs.String("launcher-node-label", "", "KEY=VALUE: every launcher (it holds its job's store secret, a horovod one exec rights into its namespace) requires nodes with this label; use a key under node-restriction.kubernetes.io/, which a kubelet cannot set on its own Node, and label the nodes you trust (docs/security.md, H2). Empty: launchers avoid spot capacity by its labels, which a rooted kubelet may rewrite")
 		decisionsFile = fs.String("record-decisions", "", "append every decision (snapshot, time, plan) as JSON lines to this file, for `etjob-local chaos --replay`")
 	)
 	var logOpts logging.Options
@@ -90,6 +91,14 @@ func Main(args []string, version string) int {
 		log.Error(err, "--price-table")
 		return 2
 	}
+	launcherLabel, warning, err := ParseNodeLabel(*launcherNode)
+	if err != nil {
+		log.Error(err, "--launcher-node-label")
+		return 2
+	}
+	if warning != "" {
+		log.Info("--launcher-node-label: " + warning)
+	}
 	var decisions *DecisionRecorder
 	if *decisionsFile != "" {
 		if decisions, err = NewDecisionRecorder(*decisionsFile); err != nil {
@@ -97,7 +106,7 @@ func Main(args []string, version string) int {
 			return 1
 		}
 	}
-	if err := Setup(context.Background(), mgr, *concurrency, decisions, prices); err != nil {
+	if err := Setup(context.Background(), mgr, *concurrency, decisions, prices, launcherLabel); err != nil {
 		log.Error(err, "setting up the controller")
 		return 1
 	}

@@ -91,8 +91,10 @@ func ManagerOptions(o Options) ctrl.Options {
 
 // Setup registers indexes and the reconciler with the manager; decisions,
 // when not nil, records every Decide call of the job reconciler; prices
-// names the admin's price table ConfigMap (PriceTables; empty: none).
-func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *DecisionRecorder, prices types.NamespacedName) error {
+// names the admin's price table ConfigMap (PriceTables; empty: none);
+// launcherNode is the node label every launcher requires (zero: none).
+func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *DecisionRecorder, prices types.NamespacedName,
+	launcherNode NodeLabel) error {
 	if err := SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
@@ -100,6 +102,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *De
 	r.APIReader = mgr.GetAPIReader()
 	r.Decisions = decisions
 	r.Prices = &PriceTables{Reader: mgr.GetAPIReader(), Key: prices, Clock: clock.RealClock{}}
+	r.LauncherNode = launcherNode
 	if err := r.SetupWithManager(mgr, concurrency); err != nil {
 		return err
 	}

@@ -301,3 +301,58 @@ func TestOwnOrReplace(t *testing.T) {
 		t.Errorf("another group's Service: %v, want it kept", err)
 	}
 }
+
+// TestReconcileLauncherNodeLabel (issue #42, H2): with --launcher-node-label
+// the launcher the controller creates requires that label in each of its
+// required terms, beside a spot job's NotIn on spot labels (which a rooted
+// kubelet may rewrite; NodeRestriction keeps it from writing the label).
+func TestReconcileLauncherNodeLabel(t *testing.T) {
+	job := MakeElasticJob("j", "ns").Replicas(2).Min(1).Max(3).Obj()
+	job.Spec.Spot = &etjobv1.SpotSpec{Enabled: true}
+	r, c := newReconcileTest(t, interceptor.Funcs{}, job)
+	r.LauncherNode = NodeLabel{Key: NodeRestrictionPrefix + "/etjob-trusted", Value: "true"}
+	if err := reconcileJob(r); err != nil {
+		t.Fatal(err)
+	}
+	launcher := &corev1.Pod{}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "j-launcher"}, launcher); err != nil {
+		t.Fatalf("the launcher was not created: %v", err)
+	}
+	terms := launcher.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) == 0 {
+		t.Fatal("the launcher requires no node")
+	}
+	for i, term := range terms {
+		var trusted, offSpot bool
+		for _, req := range term.MatchExpressions {
+			trusted = trusted || req.Key == r.LauncherNode.Key && req.Operator == corev1.NodeSelectorOpIn && len(req.Values) == 1 && req.Values[0] == "true"
+			offSpot = offSpot || req.Operator == corev1.NodeSelectorOpNotIn
+		}
+		if !trusted || !offSpot {
+			t.Errorf("term %d %+v: want %s=true and the spot labels' NotIn", i, term.MatchExpressions, r.LauncherNode.Key)
+		}
+	}
+}
+
+// TestParseNodeLabel: --launcher-node-label is KEY=VALUE, a valid label; a
+// key a kubelet may set is taken with a warning that says so.
+func TestParseNodeLabel(t *testing.T) {
+	for _, c := range []struct {
+		in      string
+		want    NodeLabel
+		warns   bool
+		invalid bool
+	}{
+		{in: ""},
+		{in: "node-restriction.kubernetes.io/etjob-trusted=true", want: NodeLabel{"node-restriction.kubernetes.io/etjob-trusted", "true"}},
+		{in: "pool=trusted", want: NodeLabel{"pool", "trusted"}, warns: true},
+		{in: "no-value", invalid: true},
+		{in: "bad key!=x", invalid: true},
+		{in: "k=bad value", invalid: true},
+	} {
+		got, warning, err := ParseNodeLabel(c.in)
+		if (err != nil) != c.invalid || got != c.want || (warning != "") != c.warns {
+			t.Errorf("%q: %+v, %q, %v; want %+v, warning %t, invalid %t", c.in, got, warning, err, c.want, c.warns, c.invalid)
+		}
+	}
+}

@@ -454,6 +454,23 @@ func requireOnDemand(spec *corev1.PodSpec) {
 	}
 }
 
+// RequireNodeLabel makes spec's pod require nodes labelled key=value, in
+// each term it already requires (terms are ORed: a term of its own would be
+// ORed away), or in a term of its own when it requires none. The controller
+// puts its launchers there when the platform admin names such a label
+// (--launcher-node-label, issue #42 H2): one that a kubelet cannot write on
+// its own Node (node-restriction.kubernetes.io/, under the NodeRestriction
+// admission plugin), so that no rooted node can attract a launcher and its
+// store secret or exec rights by relabelling itself.
+func RequireNodeLabel(spec *corev1.PodSpec, key, value string) {
+	sel := requiredNodeSelector(spec) // one empty term when it requires none
+	req := corev1.NodeSelectorRequirement{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{value}}
+	for i := range sel.NodeSelectorTerms {
+		t := &sel.NodeSelectorTerms[i]
+		t.MatchExpressions = append(t.MatchExpressions, req)
+	}
+}
+
 func hasToleration(ts []corev1.Toleration, t corev1.Toleration) bool {
 	for _, x := range ts {
 		if x.Operator == corev1.TolerationOpExists && x.Key == "" {

@@ -72,7 +72,7 @@ func run(m *testing.M) int {
 	defer cancel()
 	mgr, err := ctrl.NewManager(cfg, controller.ManagerOptions(controller.Options{MetricsAddr: "0", ProbeAddr: "0"}))
 	if err == nil {
-		err = controller.Setup(ctx, mgr, 2, nil, types.NamespacedName{})
+		err = controller.Setup(ctx, mgr, 2, nil, types.NamespacedName{}, controller.NodeLabel{})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "controller:", err)

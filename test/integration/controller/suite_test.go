@@ -184,7 +184,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "manager:", err)
 		return 1
 	}
-	if err := controller.Setup(ctx, mgr, 4, nil, types.NamespacedName{}); err != nil {
+	if err := controller.Setup(ctx, mgr, 4, nil, types.NamespacedName{}, controller.NodeLabel{}); err != nil {
 		fmt.Fprintln(os.Stderr, "setup:", err)
 		return 1
 	}
