@@ -802,8 +802,11 @@ def loopback_store(timeout):
     ls.close()
     try:
         kick = socket.create_connection(("127.0.0.1", wide))  # wakes the loop out of its poll on the old socket
-    except ConnectionRefusedError:
-        kick = None  # the loop was not in its poll: the old socket closed with the dup2, the next poll is on ours
+    except (ConnectionRefusedError, ConnectionResetError):
+        # the loop was not in its poll: the old socket closed with the dup2
+        # (refused), or while this connection was being accepted on it
+        # (reset: a CI run on a loaded machine), and the next poll is on ours
+        kick = None
     end = time.monotonic() + 10
     while _listening_fd(wide) is not None or _accepted(port) == 0:
         if time.monotonic() > end:
