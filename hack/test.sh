@@ -16,22 +16,24 @@ began=$SECONDS
 step() { printf '\n==> [%dm%02ds] %s\n' $(((SECONDS - began) / 60)) $(((SECONDS - began) % 60)) "$*"; }
 # worker_tests runs the worker library's tests with one interpreter (the
 # tests start their workers with that same interpreter, sys.executable) in
-# four shards at once: test_elastic, test_elastic_faults, test_elastic_ddp
-# and the other modules. Their workers mostly wait (steps that sleep, timeouts), and
-# are forked from a process that imported torch once (python/tests/worker_zygote.py):
+# five shards at once: test_elastic, test_elastic_faults, test_elastic_ddp,
+# test_elastic_shapes and the other modules. Their workers mostly wait
+# (steps that sleep, timeouts), and are forked from a process that imported
+# torch once (python/tests/worker_zygote.py):
 # alone here the torch 1.13 lane took 143 s, the torch 2.15 lane 189 s (310 s
 # when each worker imported torch itself). Each shard's log is printed whole
 # once all are done.
 worker_tests() {
   local py=$1 shards rc=0 pids=() m
   shards=$(mktemp -d)
-  for m in test_elastic test_elastic_faults test_elastic_ddp; do
+  for m in test_elastic test_elastic_faults test_elastic_ddp test_elastic_shapes; do
     ( PYTHONPATH="$PWD/python:$PWD/python/tests" "$py" -m unittest "$m" > "$shards/$m.log" 2>&1 ) &
     pids+=($!)
   done
   PYTHONPATH="$PWD/python:$PWD/python/tests" "$py" -m unittest discover -s python/tests -t python/tests -p 'test_[!e]*.py' > "$shards/rest.log" 2>&1 || rc=1
   for m in "${pids[@]}"; do wait "$m" || rc=1; done
-  cat "$shards/rest.log" "$shards/test_elastic.log" "$shards/test_elastic_faults.log" "$shards/test_elastic_ddp.log"
+  cat "$shards/rest.log" "$shards/test_elastic.log" "$shards/test_elastic_faults.log" "$shards/test_elastic_ddp.log" \
+    "$shards/test_elastic_shapes.log"
   rm -rf "$shards"
   return $rc
 }
@@ -49,7 +51,7 @@ if [ "$mode" = fast ]; then
   go test -count=1 ./hack/...
   step "unit tests, -short (the process-node and agent tests start the control plane: built once into the cache)"
   go test -short -count=1 ./api/... ./config/... ./internal/... ./pkg/... ./cmd/...
-  step "worker library tests on Debian's torch 1.13 (test_elastic, test_elastic_faults and test_elastic_ddp beside the rest: all mostly wait)"
+  step "worker library tests on Debian's torch 1.13 (test_elastic, test_elastic_faults, test_elastic_ddp and test_elastic_shapes beside the rest: all mostly wait)"
   worker_tests /usr/bin/python3 || { echo "worker library tests failed (above)"; exit 1; }
   step "done"
   exit 0
@@ -99,7 +101,7 @@ setsid bash -c 'echo 19 > /proc/self/autogroup 2>/dev/null; exec nice -n 19 "$@"
 fuzz=$!
 trap 'kill -- -"$fuzz" 2>/dev/null || true; rm -f "$fuzz_log"' EXIT
 for lane in 1.13:/usr/bin/python3 "2.15:$TORCH2/bin/python3"; do
-  step "worker library tests on torch ${lane%%:*} (Python stdlib unittest; real torchrun, real gloo groups; four shards at once)"
+  step "worker library tests on torch ${lane%%:*} (Python stdlib unittest; real torchrun, real gloo groups; five shards at once)"
   t0=$SECONDS
   worker_tests "${lane#*:}" || { echo "worker library tests on torch ${lane%%:*} failed (above)"; exit 1; }
   echo "lane torch ${lane%%:*}: $((SECONDS - t0)) s"

@@ -1,0 +1,178 @@
+"""Script shapes users bring to etjob.elastic (issue #41), each against an
+undisturbed run of the same shape: every rank's final weights, learning
+rate and GradScaler scale equal to it, or the library refuses the script by
+name. The same worker as test_elastic (elastic_worker.py), the same real
+gloo groups and authenticated store: an LR scheduler and a GradScaler
+registered after the optimizer, an unregistered scheduler, gradients zeroed
+after the step with a failed bucket, Horovod's State(epoch=, batch=), the
+replica check, and the first generation at init_process_group."""
+
+import tempfile
+import unittest
+
+import test_elastic as te
+
+
+def joiner_at_step_31(test):
+    """Three members, a fourth held until they trained 30 steps, then let
+    join: every rank ends with the undisturbed run's model and extras."""
+    job = test.job(3, "2:4", env={"STEP_SLEEP": "0.1"})
+    name = job.start(held=True)
+    job.wait_step(30, names=["w0", "w1", "w2"])
+    job.release(name)
+    job.wait_step(1, names=[name])
+    codes = job.wait_exit(list(job.procs))
+    test.assertEqual(set(codes.values()), {0}, job.dump())
+    test.assertGreater(job.steps(name)[0][0], 30, "the joiner did not start from the others' state")
+    test.assert_finished_like_undisturbed(job, list(job.procs))
+    return job
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class SchedulerTest(te.Undisturbed, unittest.TestCase):
+    """A StepLR over the etjob Optimizer, registered (opt.register), stepped
+    when opt.step() returns True: a joiner gets its state; one that steps
+    with the optimizer unregistered is refused by name. Before: the joiner's
+    learning rate and weights differed, every rank exited 0."""
+
+    ENV = {"API": "vote", "SCHED": "1"}
+
+    def test_a_joiner_gets_the_schedulers_state(self):
+        joiner_at_step_31(self)
+
+    def test_an_unregistered_scheduler_is_refused_by_name(self):
+        job = self.job(2, "2:4", env={"SCHED": "unregistered"})
+        codes = job.wait_exit(["w0", "w1"])
+        self.assertEqual(codes, {"w0": 1, "w1": 1}, job.dump())
+        for n in ("w0", "w1"):
+            self.assertIn("StepLR (torch.optim.lr_scheduler.StepLR) steps with the optimizer but is not part of the "
+                          "state", "\n".join(job.lines(n, "err")))
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class ScalerTest(te.Undisturbed, unittest.TestCase):
+    """A GradScaler (torch.amp's on the CPU on torch 2.x; on torch 1.13,
+    which has none for the CPU, the worker's FakeGradScaler: a named fake),
+    registered, its scale growing every 10 steps: a joiner gets it."""
+
+    ENV = {"API": "vote", "SCALER": "1"}
+
+    def test_a_joiner_gets_the_scalers_state(self):
+        joiner_at_step_31(self)
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class SkippedStepTest(te.Undisturbed, unittest.TestCase):
+    """Gradients zeroed after a step that stepped (not before each), two
+    buckets a step: at step 20 every rank's last bucket fails, the first
+    having completed. The retried step must not add the failed step's
+    gradients to its own. Before: the replicas ended with another model."""
+
+    ENV = {"API": "vote", "ZERO_AFTER": "1"}
+
+    def test_a_skipped_step_leaves_no_gradient(self):
+        job = self.job(2, "2:4", env={"FAIL_LAST_BUCKET_AT": "20"})
+        codes = job.wait_exit(["w0", "w1"])
+        self.assertEqual(codes, {"w0": 0, "w1": 0}, job.dump())
+        for n in ("w0", "w1"):
+            self.assertIn("fault: last bucket failed at step 20", job.lines(n, "err"), job.dump())
+        self.assert_finished_like_undisturbed(job, ["w0", "w1"])
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class HorovodStateTest(te.Undisturbed, unittest.TestCase):
+    """Horovod's state shape on the run API, State(model, optimizer,
+    sampler, epoch=0, batch=0) with no step: a joiner that built its model
+    from another seed gets the members' state (the library counts the
+    commits). Before: it trained on its own weights."""
+
+    ENV = {"HVD_STATE": "1"}
+
+    def test_a_joiner_without_a_step_is_synced(self):
+        job = self.job(2, "2:4", env={"STEP_SLEEP": "0.1"})
+        job.env["SEED"] = "7"
+        name = job.start(held=True)
+        job.wait_step(30, names=["w0", "w1"])
+        job.release(name)
+        job.wait_step(1, names=[name])
+        codes = job.wait_exit(list(job.procs))
+        self.assertEqual(set(codes.values()), {0}, job.dump())
+        self.assert_finished_like_undisturbed(job, list(job.procs))
+
+    def test_ranks_that_start_apart_take_rank_0s_state(self):
+        # every rank seeds its model differently: the first sync makes rank
+        # 0's everyone's (Horovod's broadcast at the start)
+        job = self.job(2, "2:4", env={"SEED": "11"})
+        job.env["SEED"] = "12"
+        job.start()
+        codes = job.wait_exit(list(job.procs))
+        self.assertEqual(set(codes.values()), {0}, job.dump())
+        weights = {job.done(n)[1] for n in job.procs}
+        self.assertEqual(len(weights), 1, "the replicas differ at the end: %s" % weights)
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class ReplicaCheckTest(te.Undisturbed, unittest.TestCase):
+    """The vote carries a digest of each rank's model every
+    ETJOB_REPLICA_CHECK_STEPS steps (10 here). Rank 1 changes a buffer of
+    its model that shapes nothing after step 23 (a divergence no loss
+    shows): found at step 30, said by name, and rank 0's state is
+    everyone's again; with ETJOB_REPLICA_MISMATCH=fail the job fails."""
+
+    ENV = {"API": "vote", "PLANT": "1", "ETJOB_REPLICA_CHECK_STEPS": "10"}
+
+    def test_a_planted_divergence_is_found_within_k_steps(self):
+        job = self.job(2, "2:4", env={"PLANT_AT": "23"})
+        codes = job.wait_exit(["w0", "w1"])
+        self.assertEqual(codes, {"w0": 0, "w1": 0}, job.dump())
+        err = "\n".join(job.lines("w0", "err") + job.lines("w1", "err"))
+        self.assertIn("planted a divergence after step 23", err, job.dump())
+        self.assertIn("replica check at step 30: the ranks' models differ", err, job.dump())
+        self.assertRegex(err, r"replica check: after \d+ commits the ranks' model differ", job.dump())
+        self.assert_finished_like_undisturbed(job, ["w0", "w1"])
+
+    def test_a_divergence_fails_the_job_when_asked(self):
+        job = self.job(2, "2:4", env={"PLANT_AT": "23", "ETJOB_REPLICA_MISMATCH": "fail"})
+        codes = job.wait_exit(["w0", "w1"])
+        self.assertNotIn(0, codes.values(), job.dump())
+        err = "\n".join(job.lines("w0", "err") + job.lines("w1", "err"))
+        self.assertIn("the job fails ($ETJOB_REPLICA_MISMATCH=fail)", err, job.dump())
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class EagerTest(te.Undisturbed, unittest.TestCase):
+    """init_process_group forms the first generation: rank and size are
+    right before the first step (the members' and a joiner's), and a
+    checkpoint is read by rank 0 and sent to the others. Before: every rank
+    saw rank 0 of a world of 1 until its first step."""
+
+    ENV = {"API": "vote", "EAGER": "1"}
+
+    def setups(self, job, name):
+        return [l for l in job.lines(name) if l.startswith("setup")]
+
+    def test_rank_and_size_are_right_before_the_first_step(self):
+        # what each rank saw before its first step is the rank and world of
+        # that step (the members', and the joiner's, admitted at step 31+)
+        job = joiner_at_step_31(self)
+        for n in job.procs:
+            first = job.steps(n)[0]
+            self.assertEqual(self.setups(job, n), ["setup rank=%d world=%d" % (first[1], first[2])], job.dump())
+        self.assertEqual(job.steps("w3")[0][2], 4)
+
+    def test_a_checkpoint_is_read_once_and_sent(self):
+        ckpt = tempfile.mkdtemp(prefix="etjob-eager-")
+        first = self.job(2, "2:4", steps=50, env={"ETJOB_CHECKPOINT_DIR": ckpt, "CHECKPOINT_EVERY": "25"})
+        self.assertEqual(first.wait_exit(["w0", "w1"]), {"w0": 0, "w1": 0}, first.dump())
+        again = self.job(2, "2:4", env={"ETJOB_CHECKPOINT_DIR": ckpt})
+        self.assertEqual(again.wait_exit(["w0", "w1"]), {"w0": 0, "w1": 0}, again.dump())
+        self.assertEqual(self.resumes(again)[0][1], 50, again.dump())
+        read = {n: "\n".join(again.lines(n, "err")) for n in ("w0", "w1")}
+        others = [n for n, err in read.items() if "read by rank 0, sent to this rank at the first sync" in err]
+        self.assertEqual(len(others), 1, again.dump("one rank read the checkpoint, the other took it at the sync:"))
+        self.assertRegex(read[others[0]], r"step 50 \(state from rank 0: [\d.]+ MB", again.dump())
+        self.assert_finished_like_undisturbed(again, ["w0", "w1"])
+
+
+if __name__ == "__main__":
+    unittest.main()
