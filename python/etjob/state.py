@@ -63,6 +63,11 @@ def _steppers(optimizers):
     return found
 
 
+#: The replica check's slots for the parts of a state (one each; the parts
+#: past the last share it).
+_SLOTS = 16
+
+
 def _digest(obj):
     """_digest is a 31-bit checksum (CRC-32) of a state's layout and bytes:
     equal on two ranks when their states are equal (the replica check)."""
@@ -529,12 +534,24 @@ class State:
         instead). Returns the rank whose state the others take."""
         snap = self._committed()
         names = sorted(snap["objects"]) + ["values"]
-        digests = torch.tensor([_digest(snap["objects"][k]) for k in names[:-1]] + [_digest(snap["values"])],
-                               dtype=torch.int64)
-        both = torch.cat([digests, -digests])
+        # a fixed size whatever the state holds (ranks whose states differ
+        # in layout must still meet in one all-reduce): slot 0 the parts'
+        # names, then a slot a part, the parts past _SLOTS sharing the last
+        digests = [0] * (_SLOTS + 1)
+        digests[0] = zlib.crc32(",".join(names).encode()) & 0x7FFFFFFF
+        for i, k in enumerate(names):
+            d = _digest(snap["values"] if k == "values" and i == len(names) - 1 else snap["objects"][k])
+            j = 1 + min(i, _SLOTS - 1)
+            digests[j] = (digests[j] * 1000003 + d) % (1 << 62)
+        t = torch.tensor(digests, dtype=torch.int64)
+        both = torch.cat([t, -t])
         ctx.allreduce(both, dist.ReduceOp.MAX, "replica check")
-        n = len(names)
-        differ = [names[i] for i in range(n) if int(both[i]) != -int(both[n + i])]
+        n = _SLOTS + 1
+        if int(both[0]) != -int(both[n]):
+            differ = ["layout (the parts: %s here)" % ", ".join(names)]
+        else:
+            differ = [names[i] if i < _SLOTS - 1 else "the parts from %s on" % names[i]
+                      for i in range(min(len(names), _SLOTS)) if int(both[1 + i]) != -int(both[n + 1 + i])]
         if not differ:
             return None
         if commits:
