@@ -67,6 +67,11 @@ func ManagerOptions(o Options) ctrl.Options {
 		// once instead of leaving the other to wait out its duration; Main
 		// returns as soon as the manager stopped.
 		LeaderElectionReleaseOnCancel: true,
+		// Secrets are never cached, listed or watched: the controller reads
+		// each job's store Secret by its name, from the API server (RBAC: get,
+		// create, delete; issue #42 M6), so its token cannot enumerate the
+		// cluster's Secrets.
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 		Cache: cache.Options{
 			DefaultNamespaces: namespaces(o.Namespaces),
 			// Nothing here reads managedFields (one entry per writer of an
@@ -81,8 +86,6 @@ func ManagerOptions(o Options) ctrl.Options {
 				&corev1.ServiceAccount{}:      {Label: sel},
 				&rbacv1.RoleBinding{}:         {Label: sel},
 				&networkingv1.NetworkPolicy{}: {Label: sel},
-				// Only the jobs' own store Secrets: RBAC grants list on all, the cache holds etjob's.
-				&corev1.Secret{}: {Label: sel},
 				// Pod-level reclamation notices (ECI, ACS) arrive as Events on pods.
 				&corev1.Event{}: {Field: NoticeEventSelector(), Transform: SlimEvent},
 			}},

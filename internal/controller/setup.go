@@ -77,7 +77,6 @@ func (r *ElasticJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency in
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&networkingv1.NetworkPolicy{}).
-		Owns(&corev1.Secret{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodeChanged())).
 		Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.jobOfNoticeEvent), builder.WithPredicates(eventArrived())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).

@@ -163,7 +163,8 @@ func namespace(t *testing.T, prefix string) string {
 }
 
 // TestControllerIdentity (finding H1): the controller can bind the launcher
-// ClusterRole and nothing else, holds no pods/exec and creates no Roles.
+// ClusterRole and nothing else, holds no pods/exec and creates no Roles, and
+// reads Secrets by name only (issue #42, M6).
 func TestControllerIdentity(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, "tenant-")
@@ -180,6 +181,11 @@ func TestControllerIdentity(t *testing.T) {
 		{"bind", "clusterroles.rbac.authorization.k8s.io/admin", "", false},
 		{"create", "rolebindings.rbac.authorization.k8s.io", ns, true},
 		{"create", "pods", ns, true},
+		// issue #42 M6: a job's store Secret by its name, never the list
+		{"get", "secrets", ns, true},
+		{"create", "secrets", ns, true},
+		{"list", "secrets", ns, false},
+		{"watch", "secrets", "", false},
 	} {
 		if got := canI(t, controllerSA, c.ns, c.verb, c.resource); got != c.want {
 			t.Errorf("controller: can-i %s %s -n %q = %t, want %t", c.verb, c.resource, c.ns, got, c.want)
