@@ -5,6 +5,7 @@ import (
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
@@ -82,6 +83,13 @@ func TestIssuerKeys(t *testing.T) {
 		"an unknown key id":  jws(t, other, "r9"),
 		"not a JWT":          "junk",
 		"the EC key, as RSA": jws(t, rsaKey, "e1"),
+		// issue #42 (low): the classic confusions. alg "none" with no
+		// signature, and HS256 keyed with the issuer's public key (which
+		// anyone can fetch) over the same claims
+		"alg none":                unsigned("none", "r1", ""),
+		"alg none, empty sig":     unsigned("none", "r1", "."),
+		"HS256 with the RSA key":  hs256(rsaKey.N.Bytes(), "r1"),
+		"HS256 with the JWKS doc": hs256(jwksOf(rsaKey, ecKey), "r1"),
 	}
 	for name, tok := range bad {
 		if err := keys.Verify(ctx, tok); !errors.Is(err, ErrBadSignature) {
@@ -104,4 +112,21 @@ func TestIssuerKeys(t *testing.T) {
 	if none.Err() == nil {
 		t.Error("no key set served: Err() is nil, want the fetch's error (the agent logs it)")
 	}
+}
+
+// unsigned is a JWS whose header says alg over the test's claims, with
+// tail (no signature, or an empty one) after them.
+func unsigned(alg, kid, tail string) string {
+	head, _ := json.Marshal(map[string]string{"alg": alg, "kid": kid})
+	return b64(head) + "." + b64([]byte(`{"sub":"system:serviceaccount:ml:default"}`)) + tail
+}
+
+// hs256 is a JWS over the test's claims with an HMAC-SHA256 keyed with key:
+// what a forger makes of a public key when a verifier trusts the header's
+// alg.
+func hs256(key []byte, kid string) string {
+	signed := unsigned("HS256", kid, "")
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(signed))
+	return signed + "." + b64(m.Sum(nil))
 }
