@@ -47,6 +47,25 @@ class SamplerTest(unittest.TestCase):
         # contiguous ranges merged: one range an epoch, however many steps
         self.assertEqual([r[0] for r in s.ledger], list(range(s.epoch + (1 if s.consumed else 0))))
 
+    def test_one_permutation_an_epoch_the_same_batches(self):
+        # the epoch's order is computed once (issue #41: it was computed at
+        # every step), and the batches are what a fresh computation gives,
+        # across epochs and a restore into another epoch; a batch handed
+        # out is the caller's (changing it changes no later batch)
+        s = etorch.ElasticSampler(50, 8, seed=5)
+        fresh = lambda e, c: torch.randperm(50, generator=torch.Generator().manual_seed(5 * 1000003 + e))[c:c + 8]
+        saved = None
+        for step in range(20):
+            got = s.global_batch_indices()
+            self.assertEqual(got.tolist(), fresh(s.epoch, s.consumed).tolist(), "step %d" % step)
+            got.fill_(-1)
+            if step == 3:
+                saved = s.state_dict()
+            s.commit()
+        self.assertGreater(s.epoch, 1)
+        s.load_state_dict(saved)
+        self.assertEqual(s.global_batch_indices().tolist(), fresh(saved["epoch"], saved["consumed"]).tolist())
+
     def test_ledger_stays_small_as_the_run_grows(self):
         s = etorch.ElasticSampler(1000, 10, seed=1)
         for _ in range(10_000):
