@@ -562,14 +562,15 @@ class Optimizer(torch.optim.Optimizer):
     def _replica_digest(self):
         """_replica_digest is the replica check's part of a vote: every
         $ETJOB_REPLICA_CHECK_STEPS steps (100; 0: never) a CRC-32 of the
-        model's state (parameters and buffers, before this step's update:
-        the same on every rank that is in step), else 0. Every rank is at
-        the same step in a generation, so all carry one or none."""
+        model's parameters (before this step's update: the same on every
+        rank that is in step; buffers are each rank's own,
+        state._replica_part), else 0. Every rank is at the same step in a
+        generation, so all carry one or none."""
         step = self._state.step_of()
         if not self._check_every or step % self._check_every:
             return 0
         if self._digested[0] != step:  # once a step: a second vote of the step reuses it
-            self._digested = (step, state_module._digest(self.model.module.state_dict()))
+            self._digested = (step, state_module._digest(state_module._replica_part(self.model.module)))
         return self._digested[1]
 
     def _generation(self):

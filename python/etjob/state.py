@@ -68,6 +68,17 @@ def _steppers(optimizers):
 _SLOTS = 16
 
 
+def _replica_part(obj):
+    """_replica_part is what the replica check compares of a part of the
+    state: a module's parameters (its buffers, BatchNorm's running
+    statistics, are each rank's own: its forward passes see its share of the
+    batch, and DDP's buffers are not broadcast here), any other object's
+    state_dict, a plain value itself."""
+    if isinstance(obj, torch.nn.Module):
+        return {k: p.detach() for k, p in obj.named_parameters()}
+    return obj.state_dict() if hasattr(obj, "state_dict") else obj
+
+
 def _digest(obj):
     """_digest is a 31-bit checksum (CRC-32) of a state's layout and bytes:
     equal on two ranks when their states are equal (the replica check)."""
@@ -533,6 +544,7 @@ class State:
         everyone's again ($ETJOB_REPLICA_MISMATCH=fail: the job fails
         instead). Returns the rank whose state the others take."""
         snap = self._committed()
+        parts = dict(self._objects, values=self._values) if self._live else None
         names = sorted(snap["objects"]) + ["values"]
         # a fixed size whatever the state holds (ranks whose states differ
         # in layout must still meet in one all-reduce): slot 0 the parts'
@@ -540,7 +552,11 @@ class State:
         digests = [0] * (_SLOTS + 1)
         digests[0] = zlib.crc32(",".join(names).encode()) & 0x7FFFFFFF
         for i, k in enumerate(names):
-            d = _digest(snap["values"] if k == "values" and i == len(names) - 1 else snap["objects"][k])
+            last = k == "values" and i == len(names) - 1
+            if parts is not None:  # live: the objects themselves (a module's parameters)
+                d = _digest(_replica_part(parts["values"] if last else parts[k]))
+            else:  # the kept commit: a module's buffers left out of it
+                d = _digest(snap["values"] if last else self._without_buffers(k, snap["objects"][k]))
             j = 1 + min(i, _SLOTS - 1)
             digests[j] = (digests[j] * 1000003 + d) % (1 << 62)
         t = torch.tensor(digests, dtype=torch.int64)
@@ -563,6 +579,15 @@ class State:
         elif g.rank == 0:
             _log("the ranks start from different states (%s): rank 0's is everyone's" % ", ".join(differ))
         return 0
+
+    def _without_buffers(self, name, sd):
+        """_without_buffers is the kept state_dict sd of the part name with a
+        module's buffers left out (_replica_part)."""
+        o = self._objects.get(name)
+        if not isinstance(o, torch.nn.Module):
+            return sd
+        params = {k for k, _ in o.named_parameters()}
+        return {k: v for k, v in sd.items() if k in params}
 
     @staticmethod
     def _move(ctx, src, tensors, total):

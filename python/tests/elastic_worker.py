@@ -28,9 +28,12 @@ for the CPU, FakeGradScaler below: a named fake), registered;
 ZERO_AFTER=1 gradients zeroed after a step that stepped, not before each
 (with FAIL_LAST_BUCKET_AT=S every rank's last DDP bucket fails once at step
 S, the others completing: two buckets a step, one parameter each). These
-print `extras lr=... scale=...` before `done`. PLANT=1 gives the model a
-buffer that shapes nothing (`planted`); PLANT_AT=S makes rank 1 add 1 to it
-after step S, once: a divergence for the replica check to find. EAGER=1
+print `extras lr=... scale=...` before `done`. PLANT_AT=S makes rank 1 add
+1e-6 to its weights after step S, once: a divergence for the replica check
+to find (small enough that the averaged gradients it shapes until then
+leave the model within the tests' tolerance). PLANT=1 gives the model a
+buffer that only rank 1 changes, every step (as BatchNorm's running
+statistics differ between ranks): no divergence. EAGER=1
 calls init_process_group before anything else and prints `setup rank=R
 world=W`: what rank-0-only setup would see. HVD_STATE=1 (the `run` API):
 Horovod's state shape, State(model, optimizer, sampler, epoch=0, batch=0)
@@ -307,9 +310,12 @@ def vote(model, opt, sampler, x, y, batch, total, pause, ckdir, every, backgroun
             sched.step()
         if zero_after:
             opt.zero_grad()
+        if rank == 1 and os.environ.get("PLANT") == "1":
+            model.planted += 1  # a buffer of this rank's own
         if step + 1 == plant_at and rank == 1:
             plant_at = -1
-            model.planted += 1
+            with torch.no_grad():
+                model.weight.add_(1e-6)
             sys.stderr.write("planted a divergence after step %d\n" % (step + 1))
         sys.stdout.write("step=%d rank=%d world=%d gen=%d pid=%d t=%.3f\n" % (
             step + 1, rank, world, elastic._ctx.group.gen if elastic._ctx.group else 0, os.getpid(), time.time()))
