@@ -34,7 +34,7 @@ const (
 // ScaleOptions are the flags and argument of `etjob scale`, `etjob scaleout`
 // and `etjob scalein`. `scale` writes spec.replicas through the /scale
 // subresource; `scaleout` and `scalein` create ScaleOut / ScaleIn requests,
-// whose reconciler does (DESIGN.md: Desired size).
+// whose reconciler does (spec.replicas is the one desired size; docs/api.md).
 type ScaleOptions struct {
 	// Verb is scale, scaleout or scalein.
 	Verb string

@@ -30,7 +30,7 @@ import (
 // horovodWorkerIdle is what a horovod worker's container runs: horovodrun in
 // the launcher starts the training processes in it through kubexec.sh (no
 // sshd, unlike et-operator). A worker told to stop exits 75, the reserved
-// preemption code, never 0 (DESIGN.md: Horovod leavers never exit 0).
+// preemption code, never 0: horovodrun ends the whole job when any rank exits 0.
 const horovodWorkerIdle = `trap 'exit 75' TERM INT; while :; do sleep 3600 & wait $!; done`
 
 // unsupportedArenaFlags are Arena's etjob flags that cannot apply here, each

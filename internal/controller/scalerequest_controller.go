@@ -33,7 +33,7 @@ type scaleRequest interface {
 // ScaleRequestReconciler reconciles ScaleOuts (Out) or ScaleIns: it changes
 // the job's spec.replicas through /scale, as `kubectl scale` does, and
 // records the outcome in the request's status. The ElasticJob controller
-// never writes its own spec (DESIGN.md: Desired size).
+// never writes its own spec: spec.replicas is the user's (and an HPA's).
 type ScaleRequestReconciler struct {
 	client.Client
 	Clock clock.PassiveClock

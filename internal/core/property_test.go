@@ -245,8 +245,9 @@ func (w *world) trace() string {
 }
 
 // TestDecideProperties drives Decide through random event sequences and checks,
-// with computations independent of the code under test, DESIGN.md's running
-// invariant, a monotonic generation, no name created twice, never more than
+// with computations independent of the code under test, the running
+// invariant (while Running: min <= published members <= max, all ready and
+// none leaving), a monotonic generation, no name created twice, never more than
 // maxReplicas workers alive, backoffLimit, and finished jobs staying finished.
 func TestDecideProperties(t *testing.T) {
 	trainedThroughNotices = 0

@@ -372,7 +372,7 @@ func podIdentityEnv() []corev1.EnvVar {
 }
 
 // torchrunEnv configures the torchrun agents through PET_* variables, which
-// torch.distributed.run reads for every flag (DESIGN.md: torchrun).
+// torch.distributed.run reads for every flag (docs/design.md, Membership).
 func torchrunEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
 	s := job.Spec
 	return []corev1.EnvVar{
@@ -532,7 +532,7 @@ func ConfigMap(job *etjobv1.ElasticJob, m etjobv1.MembershipStatus) *corev1.Conf
 
 // DiscoverHostsScript is /etc/edl/discover_hosts.sh. It prints the published
 // members as host:slots. A mounted ConfigMap can lag a minute on a real
-// kubelet, longer than a 30 s spot notice (DESIGN.md: Horovod discovery), so
+// kubelet, longer than a 30 s spot notice (docs/design.md, Membership), so
 // it reads the live ConfigMap through the API with the launcher's own token,
 // and falls back to the mounted file.
 func DiscoverHostsScript(namespace, configMap string) string {

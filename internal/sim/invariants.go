@@ -12,7 +12,7 @@ import (
 	"github.com/etjob/etjob/internal/core"
 )
 
-// check holds a plan to DESIGN.md's rules, computed independently of the
+// check holds a plan to the design's rules (docs/design.md), computed independently of the
 // decision core: it only deletes and signals pods that exist; members are
 // ready workers on live nodes that were not told to leave and are not on a
 // noticed node, or that train through their notice until their stop time;

@@ -25,7 +25,7 @@ const (
 // trainer is the training model on top of the cluster model. It follows the
 // membership that Decide publishes: every change is a torchrun restart, which
 // etjob makes lossless by stopping at an agreed step and checkpointing first
-// (DESIGN.md, "Frameworks"); a member whose processes die before that
+// (docs/design.md, Membership); a member whose processes die before that
 // checkpoint is written is a hard loss, rolled back to the last completed
 // checkpoint. Periodic checkpoints guard against hard losses.
 type trainer struct {
