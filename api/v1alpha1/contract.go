@@ -13,6 +13,10 @@ const (
 	EnvNamespace = "ETJOB_NAMESPACE"
 	// EnvWorkerIndex is a worker's index (its pod is <job>-worker-<index>).
 	EnvWorkerIndex = "ETJOB_WORKER_INDEX"
+	// EnvArenaWorkers is Arena's `workers`: spec.replicas when the pod was
+	// made (a Horovod launcher's: its members). etjob.elastic's DataLoader
+	// makes its global batch for that many ranks (the state then keeps it).
+	EnvArenaWorkers = "workers"
 	// EnvFramework is spec.framework (torchrun or horovod).
 	EnvFramework = "ETJOB_FRAMEWORK"
 	// EnvSlotsPerWorker is the processes a worker runs (its GPUs, or 1).

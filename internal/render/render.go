@@ -255,7 +255,7 @@ func Launcher(job *etjobv1.ElasticJob) *corev1.Pod {
 		// are, which horovodrun finds at once, not spec.replicas, which it
 		// would wait for when capacity is short (a resume below replicas).
 		if n := len(job.Status.Membership.Hosts); n > 0 {
-			env[0] = corev1.EnvVar{Name: "workers", Value: strconv.Itoa(n)}
+			env[0] = corev1.EnvVar{Name: etjobv1.EnvArenaWorkers, Value: strconv.Itoa(n)}
 		}
 		// No per-pod identity: horovodrun copies the launcher's whole
 		// environment into every rank's command (env K=V ...), so an
@@ -342,7 +342,7 @@ func jobEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
 	env := []corev1.EnvVar{
 		// Arena's variables, set at creation: they go stale after a resize
 		// (docs/user-guide.md points to WORLD_SIZE for the live value).
-		{Name: "workers", Value: strconv.Itoa(int(s.Replicas))},
+		{Name: etjobv1.EnvArenaWorkers, Value: strconv.Itoa(int(s.Replicas))},
 		{Name: "minWorkers", Value: strconv.Itoa(int(s.MinReplicas))},
 		{Name: "maxWorkers", Value: strconv.Itoa(int(s.MaxReplicas))},
 		{Name: "gpus", Value: strconv.Itoa(int(etjobv1.GPUsPerWorker(&s)))},

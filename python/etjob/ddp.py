@@ -59,6 +59,7 @@ per step: update them only when `opt.step()` returns True.
 
 import collections
 import os
+import weakref
 import sys
 import threading
 import time
@@ -113,6 +114,9 @@ class _Buckets:
         self.pg, self.transport = pg, transport  # the data group the buckets cross (the generation's gloo group, or its own)
         self.failed = None
         self.layout = 0
+        # a bucket's weight: DDP's 1/W (None), or this rank's share of the
+        # step's global batch (etjob.data: shares that differ between ranks)
+        self.scale = None
         self._cv = threading.Condition()
         self._queue = collections.deque()  # launched, not yet waited for
         self._pending = []                 # not yet completed
@@ -132,7 +136,10 @@ class _Buckets:
             fut.set_result(torch.zeros_like(buf))
             return fut
         g = self.group
-        buf.div_(g.size)  # DDP's mean over the ranks
+        if self.scale is None:
+            buf.div_(g.size)  # DDP's mean over the ranks
+        else:
+            buf.mul_(self.scale)  # each rank's rows over the global batch's: the global batch's mean
         try:
             work = self.pg.allreduce([buf])
         except RuntimeError as e:
@@ -324,6 +331,12 @@ def use(backend):
 
 
 _local = {}
+_optimizers = weakref.WeakSet()
+
+
+def live_optimizers():
+    """The etjob Optimizers of this process (etjob.data finds its own)."""
+    return list(_optimizers)
 
 
 def _local_group():
@@ -443,6 +456,8 @@ class Optimizer(torch.optim.Optimizer):
         self._changed = False
         self._acting = None   # the last vote's leave or join, carried out before the next step
         self._late_votes = 0  # votes step() made itself (none went with the last bucket, or buckets came after it)
+        self._step_calls = 0  # step() calls (etjob.data: one a batch)
+        _optimizers.add(self)
 
     # torch.optim.Optimizer's attributes are the wrapped one's (schedulers read them)
     @property
@@ -527,23 +542,36 @@ class Optimizer(torch.optim.Optimizer):
         then undone: _undo_skipped). Between two steps it meets the others in
         a new generation when one is needed."""
         while True:
-            if self._skipped:
-                self._undo_skipped()  # before the generation's sync, which may bring a newer commit
-            if self._acting is not None:
-                flags, self._acting = self._acting, None
-                try:
-                    self._state._act(flags)  # a leaver exits 75 here, a stop below min too
-                except elastic.MembershipChanged:
-                    self._meet, self._changed = True, True
-            if self._meet:
-                self._generation()
+            self._between()
             step = self._state.step_of()
             if step >= total:
-                self.model._unbind()
-                self._ctx.finished()  # a newcomer still waiting to join leaves (exit 0)
+                self.finish()
                 return
             self._keep_start()
             yield step
+
+    def _between(self):
+        """_between is what comes between two steps: a skipped step put
+        back, an agreed leave or join carried out, a new generation met
+        when one is needed (steps, and etjob.data's DataLoader)."""
+        if self._skipped:
+            self._undo_skipped()  # before the generation's sync, which may bring a newer commit
+        if self._acting is not None:
+            flags, self._acting = self._acting, None
+            try:
+                self._state._act(flags)  # a leaver exits 75 here, a stop below min too
+            except elastic.MembershipChanged:
+                self._meet, self._changed = True, True
+        if self._meet:
+            self._generation()
+
+    def finish(self):
+        """finish ends training here: the generation's data group goes, and
+        a newcomer still waiting to join leaves (exit 0). steps calls it at
+        its end; destroy_process_group for a loop over a DataLoader."""
+        self.model._unbind()
+        if self._ctx is not None:
+            self._ctx.finished()
 
     def _ballot(self, buckets, g):
         """_ballot is this rank's vote: State's flags (leave, joins,
@@ -592,10 +620,12 @@ class Optimizer(torch.optim.Optimizer):
         exits 75 there: its last step's loop body runs to its end)."""
         if closure is not None:
             raise TypeError("etjob.elastic.Optimizer.step: a closure is not supported (the vote is one per step)")
+        self._step_calls += 1
         self._check_caller()
         state, ctx = self._state, self._ctx
         if ctx is None or ctx.group is None or self._meet:
-            raise RuntimeError("etjob.elastic.Optimizer.step outside `for step in opt.steps(total)`")
+            raise RuntimeError("etjob.elastic.Optimizer.step outside `for step in opt.steps(total)` and a batch of "
+                               "etjob.elastic.DataLoader")
         g = ctx.group
         buckets = self.model._buckets
         x = g.size + 2

@@ -305,22 +305,41 @@ def init_process_group(backend="gloo", **kwargs):
     init()
 
 
+def destroy_process_group(group=None):
+    """destroy_process_group is torch.distributed's call at the end of
+    training: the last generation's data group goes, and a rank still
+    waiting to join leaves (exit 0). The generation itself ends with the
+    process (gloo is never torn down: _end_without_teardown)."""
+    if group is not None:
+        raise TypeError("etjob.elastic.destroy_process_group: a group of its own is not supported")
+    from etjob import ddp
+
+    for opt in ddp.live_optimizers():
+        opt.finish()
+    if _ctx is not None and not ddp.live_optimizers():
+        _ctx.finished()
+
+
 def supervisor():
     """supervisor is this pod's etjob.supervisor.Supervisor (notices, progress)."""
     return _context().sup
 
 
-# DDP and the vote-then-step optimizer, under this module's name: etjob.ddp
-# imports this module, so they are looked up when first asked for (PEP 562),
-# and either module may be imported first.
+# DDP, the vote-then-step optimizer and the data path, under this module's
+# name: etjob.ddp and etjob.data import this module, so they are looked up
+# when first asked for (PEP 562), and either module may be imported first.
 def __getattr__(name):
     if name in ("DistributedDataParallel", "Optimizer"):
         from etjob import ddp
 
         return getattr(ddp, name)
+    if name in ("DataLoader", "DistributedSampler"):
+        from etjob import data
+
+        return getattr(data, name)
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 __all__ = ["State", "run", "init", "allreduce_", "broadcast_", "allreduce_gradients", "rank", "size", "supervisor",
-           "get_rank", "get_world_size", "init_process_group",
-           "DistributedDataParallel", "Optimizer", "CollectiveError", "MembershipChanged", "EXIT_CODE_PREEMPTED"]
+           "get_rank", "get_world_size", "init_process_group", "destroy_process_group",
+           "DistributedDataParallel", "Optimizer", "DataLoader", "DistributedSampler", "CollectiveError", "MembershipChanged", "EXIT_CODE_PREEMPTED"]

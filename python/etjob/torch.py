@@ -295,14 +295,17 @@ class ElasticSampler:
         self.ledger = [list(r) for r in state.get("ledger", [])]
 
 
-def check_ledger(ledger, size, global_batch):
+def check_ledger(ledger, size, global_batch, full=None):
     """check_ledger returns a list of problems: every complete epoch of the
-    ledger must cover [0, steps*global_batch) exactly once, in order."""
+    ledger must cover [0, full) exactly once, in order (full: the epoch's
+    whole global batches, steps*global_batch, unless given: an epoch whose
+    shorter last batch is trained covers all size samples)."""
     problems = []
     by_epoch = {}
     for epoch, start, end in ledger:
         by_epoch.setdefault(epoch, []).append((start, end))
-    full = (size // global_batch) * global_batch
+    if full is None:
+        full = (size // global_batch) * global_batch
     for epoch, ranges in sorted(by_epoch.items()):
         pos = 0
         for start, end in ranges:

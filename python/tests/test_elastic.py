@@ -92,7 +92,8 @@ class Job:
         env = dict(self.env, ETJOB_POD_NAME=name)
         if held:
             env["HOLD_FILE"] = os.path.join(self.dir, name + ".go")
-        script, out, err = os.path.join(HERE, "elastic_worker.py"), os.path.join(self.dir, name + ".out"), os.path.join(self.dir, name + ".err")
+        script = os.path.join(HERE, self.env.get("WORKER_SCRIPT", "elastic_worker.py"))  # loader_worker.py: the DataLoader's shape
+        out, err = os.path.join(self.dir, name + ".out"), os.path.join(self.dir, name + ".err")
         if os.environ.get("ETJOB_TEST_WORKER_START", "fork") == "exec":
             with open(out, "w") as o, open(err, "w") as e:
                 self.procs[name] = subprocess.Popen([sys.executable, script], env=env, stdout=o, stderr=e)

@@ -184,5 +184,69 @@ class EagerTest(te.Undisturbed, unittest.TestCase):
         self.assert_finished_like_undisturbed(again, ["w0", "w1"])
 
 
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class DataLoaderTest(te.Undisturbed, unittest.TestCase):
+    """The DDP tutorial's data path (loader_worker.py): an epoch loop over
+    etjob.elastic.DataLoader with 2 worker processes, set_epoch and the
+    tutorial's peek at a batch. Two members, a joiner let in at step 31
+    (a world of 3: a global batch of 8 splits 3, 3, 2), then a member's
+    hard kill: each sample is trained once an epoch, the joiner's loop
+    reaches the others' epoch by its number, every rank ends with the
+    undisturbed run's model. Before: no such loader (ElasticSampler could
+    not feed a DataLoader)."""
+
+    # workers: what etjob sets in every pod (spec.replicas), the global
+    # batch's world (a joiner would otherwise make it for its own)
+    ENV = {"WORKER_SCRIPT": "loader_worker.py", "LOADER_WORKERS": "2", "workers": "2"}
+    STEPS = 120
+
+    def seen(self, job, names):
+        """(epoch, step, rank, world, samples, loading workers) of each
+        committed step of names."""
+        out = []
+        for n in names:
+            for line in job.lines(n):
+                if line.startswith("seen "):
+                    f = dict(kv.split("=", 1) for kv in line.split()[1:])
+                    out.append((int(f["epoch"]), int(f["step"]), int(f["rank"]), int(f["world"]),
+                                [int(v) for v in f["idx"].split(",")], [int(v) for v in f["workers"].split(",")]))
+        return out
+
+    def test_a_resize_trains_each_sample_once_an_epoch(self):
+        job = self.job(2, "2:4", steps=self.STEPS, env={"STEP_SLEEP": "0.05"})
+        name = job.start(held=True)
+        job.wait_step(30, names=["w0", "w1"])
+        job.release(name)
+        job.wait_step(1, names=[name])
+        at = job.steps(name)[-1][0]
+        job.wait_step(at + 10, names=[name])
+        job.procs["w1"].kill()
+        codes = job.wait_exit(["w0", name])
+        self.assertEqual(codes, {"w0": 0, name: 0}, job.dump())
+        self.assertGreater(job.steps(name)[0][0], 30, "the joiner did not start from the others' state")
+        worlds = {s[2] for n in job.procs for s in job.steps(n)}
+        self.assertEqual(worlds, {2, 3}, job.dump())
+        # each logged share is its rank's rows of the step's global batch
+        # (the epoch's order, 8 samples a step), and every step of every
+        # epoch was logged: each sample once an epoch, whatever the world
+        from etjob.data import DistributedSampler
+
+        order = DistributedSampler(range(96), seed=3)
+        seen = self.seen(job, list(job.procs))
+        steps = set()
+        for epoch, step, rank, world, idx, _ in seen:
+            self.assertEqual(epoch, (step - 1) // 12, "step %d was trained in the loop's epoch %d" % (step, epoch))
+            at = (step - 1) % 12 * 8
+            want = order.order(epoch)[at:at + 8][rank::world].tolist()
+            self.assertEqual(idx, want, "step %d rank %d/%d trained other samples" % (step, rank, world))
+            steps.add(step)
+        self.assertEqual(steps, set(range(1, self.STEPS + 1)), "steps not trained: %s" % (set(range(1, self.STEPS + 1)) - steps))
+        self.assertTrue(any(w >= 0 for s in seen for w in s[5]), "no batch came from a DataLoader worker process")
+        self.assert_finished_like_undisturbed(job, ["w0", name])
+        joined = "\n".join(job.lines(name, "err"))
+        self.assertIn("epoch 0 batch", joined)
+
+
 if __name__ == "__main__":
     unittest.main()
