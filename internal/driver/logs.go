@@ -2,6 +2,7 @@ package driver
 
 import (
 	"bufio"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,12 +15,14 @@ import (
 // from any pod, with its wall time.
 type LogLine struct {
 	Pod  string
-	Kind string // step, resume, checkpoint, stop, final, ledger
+	Kind string // step, resume, checkpoint, stop, final, loss, ledger
 	Step int
 	Rank int
 	// World is the world size of a step or resume line.
 	World int
-	// Value is the accuracy of a final line, or the rest of a ledger line.
+	// Value is the accuracy of a final line, the held-out loss of a loss
+	// line (`final loss=L`, examples/ddp_tutorial), or the rest of a
+	// ledger line.
 	Value string
 	T     float64
 	// Pid and Gen are the process and the etjob.elastic generation of a
@@ -32,6 +35,7 @@ var (
 	eventRe = regexp.MustCompile(`^(resume|checkpoint|stop) step=(\d+)(?: world=(\d+))?.* t=([\d.]+)`)
 	finalRe = regexp.MustCompile(`^final accuracy=([\d.]+) steps=(\d+) t=([\d.]+)`)
 	ledgeRe = regexp.MustCompile(`^ledger (.*) t=([\d.]+)`)
+	lossRe  = regexp.MustCompile(`^final loss=([\d.]+)$`)
 )
 
 // ReadLogs reads every worker log of job under the cluster directory (process
@@ -61,8 +65,18 @@ func parseLog(path, pod string) ([]LogLine, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return parse(f, pod)
+}
+
+// ParseLines parses the lines of one process's output (a local run's).
+func ParseLines(text string) []LogLine {
+	lines, _ := parse(strings.NewReader(text), "")
+	return lines
+}
+
+func parse(r io.Reader, pod string) ([]LogLine, error) {
 	var out []LogLine
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<16), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
@@ -75,9 +89,19 @@ func parseLog(path, pod string) ([]LogLine, error) {
 			out = append(out, LogLine{Pod: pod, Kind: "final", Value: m[1], Step: atoi(m[2]), T: atof(m[3])})
 		} else if m := ledgeRe.FindStringSubmatch(line); m != nil {
 			out = append(out, LogLine{Pod: pod, Kind: "ledger", Value: m[1], T: atof(m[2])})
+		} else if m := lossRe.FindStringSubmatch(line); m != nil {
+			// no time of its own: it comes right after the final line
+			out = append(out, LogLine{Pod: pod, Kind: "loss", Value: m[1], T: lastT(out)})
 		}
 	}
 	return out, sc.Err()
+}
+
+func lastT(lines []LogLine) float64 {
+	if len(lines) == 0 {
+		return 0
+	}
+	return lines[len(lines)-1].T
 }
 
 // Resume is one (re)start of training and what it cost.
@@ -123,6 +147,17 @@ func Final(lines []LogLine) (accuracy float64, steps int, ok bool) {
 		}
 	}
 	return 0, 0, false
+}
+
+// FinalLoss returns the held-out loss of a `final loss=L` line, if
+// training finished (examples/ddp_tutorial prints one).
+func FinalLoss(lines []LogLine) (loss float64, ok bool) {
+	for _, l := range lines {
+		if l.Kind == "loss" {
+			return atof(l.Value), true
+		}
+	}
+	return 0, false
 }
 
 // LedgerOK reports whether the sampler ledger check passed at the end.

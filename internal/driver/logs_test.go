@@ -40,3 +40,16 @@ func TestParseLog(t *testing.T) {
 		t.Errorf("Resumes = %+v; want one from step 2 losing nothing", r)
 	}
 }
+
+func TestFinalLoss(t *testing.T) {
+	lines := ParseLines("ledger ok t=12.000\nfinal accuracy=0.6055 steps=192 t=12.500\nfinal loss=1.104059\n")
+	if loss, ok := FinalLoss(lines); !ok || loss != 1.104059 {
+		t.Errorf("FinalLoss = %v, %v; want 1.104059, true (lines %+v)", loss, ok, lines)
+	}
+	if acc, steps, ok := Final(lines); !ok || acc != 0.6055 || steps != 192 {
+		t.Errorf("Final = %v, %d, %v; want 0.6055, 192, true", acc, steps, ok)
+	}
+	if _, ok := FinalLoss(ParseLines("final accuracy=0.6 steps=1 t=1.0\n")); ok {
+		t.Error("FinalLoss found a loss in output without one")
+	}
+}

@@ -109,10 +109,18 @@ class DistributedSampler(tud.Sampler, ElasticSampler):
         self.requested = int(epoch)
 
     def order(self, epoch):
-        if self.shuffle:
-            return ElasticSampler.order(self, epoch)
-        if self._order[0] is None:
-            self._order = (-1, torch.arange(self.size))
+        """order is the epoch's order of the samples: torch's
+        DistributedSampler's (a permutation seeded with seed + epoch, or
+        the dataset's order), so that at the world the global batch was
+        made for, with whole batches, each rank trains the batches torch's
+        would have given it. Computed once an epoch."""
+        key = epoch if self.shuffle else -1
+        if self._order[0] != key:
+            if self.shuffle:
+                g = torch.Generator().manual_seed(self.seed + epoch)
+                self._order = (key, torch.randperm(self.size, generator=g))
+            else:
+                self._order = (key, torch.arange(self.size))
         return self._order[1]
 
     @property

@@ -238,9 +238,36 @@ class State:
         ctx = self._ctx
         if ctx is None or ctx.group is None:
             return
-        flags = self._flags(ctx.group)
+        g = ctx.group
+        flags = self._flags(g, extra=2)
+        x = g.size + 2
+        digest = self._periodic_digest()
+        flags[x], flags[x + 1] = digest, -digest
         ctx.allreduce(flags, dist.ReduceOp.MAX, "commit")
+        if int(flags[x]) != -int(flags[x + 1]):
+            # a divergence: the generation ends, run rolls back to this
+            # commit and the next generation's sync names what differs and
+            # makes rank 0's everyone's ($ETJOB_REPLICA_MISMATCH=fail: the
+            # job fails there)
+            _log("replica check at step %d: the ranks' models differ (generation %d)" % (self.step_of(), g.gen))
+            ctx.end(g.gen, "replica check: the ranks' models differ")
+            raise CollectiveError("replica check at step %d: the ranks' models differ" % self.step_of())
         self._act(flags)
+
+    def _periodic_digest(self):
+        """_periodic_digest is the replica check's part of a commit's vote
+        (the DDP API's vote carries the same): every
+        $ETJOB_REPLICA_CHECK_STEPS commits (100; 0: never) a CRC-32 of the
+        state's modules' parameters (buffers are each rank's own), else 0.
+        Every rank of a generation is at the same commit, so all carry one
+        or none."""
+        every = getattr(self, "_check_every", None)
+        if every is None:
+            every = int(_env_float(contract.ENV_REPLICA_CHECK_STEPS, "100"))
+            object.__setattr__(self, "_check_every", every)
+        if not every or self.commits % every:
+            return 0
+        return _digest({k: _replica_part(o) for k, o in self._objects.items() if isinstance(o, torch.nn.Module)})
 
     def _flags(self, g, extra=0):
         """_flags is this rank's part of a commit's vote: whether it leaves,

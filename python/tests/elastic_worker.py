@@ -141,6 +141,7 @@ def main():
         return horovod_state(model, opt, sampler, x, y, batch, total, pause)
     if ckdir:
         state.load_checkpoint(ckdir)
+    plant = {"at": int(os.environ.get("PLANT_AT", "-1"))}
 
     @elastic.run
     def train(state):
@@ -153,6 +154,11 @@ def main():
                 state.step, state.rank, state.world, state.generation, os.getpid(), time.time()))
             sys.stdout.flush()
             state.commit()
+            if state.step == plant["at"] and state.rank == 1:
+                plant["at"] = -1
+                with torch.no_grad():
+                    model.weight.add_(1e-6)
+                sys.stderr.write("planted a divergence after step %d\n" % state.step)
             if end_every and state.rank == 0:
                 if state.generation != gens["last"]:
                     gens["last"] = state.generation

@@ -150,6 +150,27 @@ class ReplicaCheckTest(te.Undisturbed, unittest.TestCase):
 
 
 @unittest.skipIf(te.dist is None, "needs torch")
+class ReplicaCheckRunTest(te.Undisturbed, unittest.TestCase):
+    """The `run` API's commits carry the same digest every
+    ETJOB_REPLICA_CHECK_STEPS commits (10 here): rank 1's planted 1e-6 after
+    step 23 is found at step 30, said by name, rolled back to that commit
+    and rank 0's state made everyone's. Before: only the DDP API's vote
+    checked, and the `run` API's replicas trained apart to the end."""
+
+    ENV = {"ETJOB_REPLICA_CHECK_STEPS": "10"}
+
+    def test_a_planted_divergence_is_found_within_k_steps(self):
+        job = self.job(2, "2:4", env={"PLANT_AT": "23"})
+        codes = job.wait_exit(["w0", "w1"])
+        self.assertEqual(codes, {"w0": 0, "w1": 0}, job.dump())
+        err = "\n".join(job.lines("w0", "err") + job.lines("w1", "err"))
+        self.assertIn("planted a divergence after step 23", err, job.dump())
+        self.assertIn("replica check at step 30: the ranks' models differ", err, job.dump())
+        self.assertRegex(err, r"replica check: after \d+ commits the ranks' model differ", job.dump())
+        self.assert_finished_like_undisturbed(job, ["w0", "w1"])
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
 class EagerTest(te.Undisturbed, unittest.TestCase):
     """init_process_group forms the first generation: rank and size are
     right before the first step (the members' and a joiner's), and a

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,18 +53,55 @@ func TestInProcessStory(t *testing.T) {
 
 // TestInProcessStoryTorch2 is the story on PyPI's torch 2.15 (the local
 // cluster's pytorch/pytorch:2* image, hack/install-torch2.sh's venv), where
-// gloo's groups are aborted rather than leaked: the hard kill and the
-// launcher's pod deleted, then the job to its end with the same checks (no
-// survivor restarted, at most one step done again, the ledger exact, no
-// failure, the launcher replaced alone). The join, the freeze and the
-// notice, whose code is the same on both torches, run on torch 1.13 only,
-// and so does the accuracy check against an undisturbed run.
+// gloo's groups are aborted rather than leaked, with the script a torch 2.x
+// DDP team brings: examples/ddp_tutorial, shaped like PyTorch's DDP tutorial
+// (an epoch loop over etjob.elastic.DataLoader with 2 loader workers a rank,
+// set_epoch, rank 0's snapshot). The hard kill, a join (the joiner's epoch
+// loop catches up with the others') and the launcher's pod deleted, then
+// the job to its end with the same checks (no survivor restarted, at most
+// one step done again, the ledger exact, no failure, the launcher replaced
+// alone), and the model the same as an undisturbed run's: its held-out loss
+// within 1e-4 of that of 2 local processes of the same script on the same
+// torch, run beside the story. The freeze and the notice, whose code is the
+// same on both torches, run on torch 1.13 only.
 func TestInProcessStoryTorch2(t *testing.T) {
-	if localcluster.Torch2Venv() == "" {
+	venv := localcluster.Torch2Venv()
+	if venv == "" {
 		t.Fatal("the torch 2.x venv is not installed: run hack/install-torch2.sh (make test does)")
 	}
+	const epochs = 10
+	tutorial := []string{"examples/ddp_tutorial/train_elastic.py", "--samples", "4096", "--epochs", strconv.Itoa(epochs)}
 	inProcessStory(t, inProcessRun{cluster: "etjob-e2e-inprocess2", name: "inproc2", image: "pytorch/pytorch:2.15.0",
-		torch: "2.15", epochs: 12})
+		torch: "2.15", epochs: epochs, join: true, env: []string{"SAMPLE_SLEEP=0.006"},
+		script: "python3 /opt/etjob/" + strings.Join(tutorial, " "),
+		undisturbedLoss: func(ctx context.Context, root string) (float64, error) {
+			return undisturbedLoss(ctx, root, filepath.Join(venv, "bin", "python3"), 4, tutorial)
+		}})
+}
+
+// undisturbedLoss runs script (a path in the repository, and its
+// arguments) as 2 local etjob.elastic processes of python with its global
+// batch made for workers ranks (as etjob's $workers makes it in a job's
+// pods), and returns the held-out loss it printed (`final loss=L`).
+func undisturbedLoss(ctx context.Context, root, python string, workers int, script []string) (float64, error) {
+	dir, err := os.MkdirTemp("", "etjob-undisturbed-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	args := append([]string{filepath.Join(root, "hack/elastic-local.py"), "2", filepath.Join(root, script[0])}, script[1:]...)
+	cmd := exec.CommandContext(ctx, python, append(args, "--snapshot", filepath.Join(dir, "snapshot.pt"))...)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "python"), etjobv1.EnvArenaWorkers+"="+strconv.Itoa(workers),
+		etjobv1.EnvCheckpointDir+"="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("the undisturbed run: %w\n%s", err, out)
+	}
+	loss, ok := driver.FinalLoss(driver.ParseLines(string(out)))
+	if !ok {
+		return 0, fmt.Errorf("the undisturbed run printed no final loss:\n%s", out)
+	}
+	return loss, nil
 }
 
 // inProcessRun is one run of the in-process story.
@@ -70,9 +110,17 @@ type inProcessRun struct {
 	torch                string   // the torch the image holds (major.minor), as the launcher's store says
 	env                  []string // more of the workers' environment (NAME=value)
 	epochs               int
+	// script is the workers' command (default: the digits example's
+	// train_elastic.py)
+	script string
 	// full: the join, the freeze and the notice too, and the accuracy
 	// against an undisturbed run of the same script
 	full bool
+	// join: the join without the rest of full
+	join bool
+	// undisturbedLoss, when set, is the held-out loss of an undisturbed run
+	// of script, which the job's final loss must equal (1e-4)
+	undisturbedLoss func(ctx context.Context, root string) (float64, error)
 }
 
 func inProcessStory(t *testing.T, o inProcessRun) {
@@ -80,10 +128,19 @@ func inProcessStory(t *testing.T, o inProcessRun) {
 	epochs := o.epochs
 	root := repoRoot(t)
 	undisturbed := func() (float64, error) { return 0, nil }
-	if o.full {
+	switch {
+	case o.full:
 		undisturbed = demo.Beside(ctx, func(ctx context.Context) (float64, error) {
 			return demo.UndisturbedElastic(ctx, root, epochs, 2)
 		})
+	case o.undisturbedLoss != nil:
+		undisturbed = demo.Beside(ctx, func(ctx context.Context) (float64, error) {
+			return o.undisturbedLoss(ctx, root)
+		})
+	}
+	script := o.script
+	if script == "" {
+		script = "python3 /opt/etjob/examples/digits/train_elastic.py"
 	}
 	e := startCluster(t, ctx, o.cluster, 4, 1)
 	repo, dir := e.repo, e.Dir
@@ -156,7 +213,7 @@ func inProcessStory(t *testing.T, o inProcessRun) {
 	for _, kv := range o.env {
 		args = append(args, "-e", kv)
 	}
-	run(e.bin, append(args, "python3 /opt/etjob/examples/digits/train_elastic.py")...)
+	run(e.bin, append(args, script)...)
 	waitTraining("the job started", 4, time.Time{})
 
 	// A hard kill: the node and every process on it gone, no notice.
@@ -168,7 +225,7 @@ func inProcessStory(t *testing.T, o inProcessRun) {
 	// A join: a node appears, the controller's replacement joins.
 	var join, frozen, noticed time.Duration
 	var noticedAt time.Time
-	if o.full {
+	if o.full || o.join {
 		addedAt := time.Now()
 		run(e.local, "cluster", "add-node", "--spot")
 		join = waitTraining("after the replacement joined", 4, addedAt)
@@ -282,7 +339,20 @@ func inProcessStory(t *testing.T, o inProcessRun) {
 			t.Errorf("final accuracy %.4f is not within 1 point of the undisturbed run's %.4f", acc, baseAcc)
 		}
 	}
-	t.Logf("in-process story (%s): hard kill → training again %.2fs after, join %.2fs, store lost %.2fs (%d steps meanwhile, training %.2fs after the new store listened), freeze %.2fs (collective timeout 5 s), notice %.2fs; %d pods, %d resumes, final accuracy %.4f after %d steps (undisturbed %.4f)",
+	if o.undisturbedLoss != nil {
+		loss, ok := driver.FinalLoss(lines)
+		switch {
+		case baseErr != nil:
+			t.Errorf("%v", baseErr)
+		case !ok:
+			t.Errorf("the job printed no final loss")
+		case math.Abs(loss-baseAcc) > 1e-4:
+			t.Errorf("final held-out loss %.6f is not the undisturbed run's %.6f: another model", loss, baseAcc)
+		default:
+			t.Logf("final held-out loss %.6f, the undisturbed run's %.6f", loss, baseAcc)
+		}
+	}
+	t.Logf("in-process story (%s): hard kill → training again %.2fs after, join %.2fs, store lost %.2fs (%d steps meanwhile, training %.2fs after the new store listened), freeze %.2fs (collective timeout 5 s), notice %.2fs; %d pods, %d resumes, final accuracy %.4f after %d steps (the undisturbed run's accuracy or held-out loss %.4f)",
 		o.image, hard.Seconds(), join.Seconds(), store.away.Seconds(), store.during, store.after.Seconds(), frozen.Seconds(), noticed.Seconds(), len(pids), len(resumes), acc, steps, baseAcc)
 	run(e.bin, "delete", o.name)
 }
