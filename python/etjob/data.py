@@ -248,14 +248,30 @@ class DataLoader:
         self.num_workers, self.drop_last = num_workers, sampler.drop_last
         self.optimizer = optimizer
         self._shards = _Shards(sampler)
+        self._own_generator = generator is None
+        self._generator = torch.Generator() if generator is None else generator
         kw = dict(num_workers=num_workers, collate_fn=collate_fn, pin_memory=pin_memory, timeout=timeout,
-                  worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context, generator=generator,
-                  persistent_workers=persistent_workers)
+                  worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
+                  generator=self._generator, persistent_workers=persistent_workers)
         if prefetch_factor is not None:
             kw["prefetch_factor"] = prefetch_factor
         if pin_memory_device and "pin_memory_device" in _LOADER_ARGS:
             kw["pin_memory_device"] = pin_memory_device
         self._torch = tud.DataLoader(dataset, batch_sampler=self._shards, **kw)
+
+    def _start(self, start):
+        """_start starts torch's iterator at start (epoch, consumed, rank,
+        world). torch draws its workers' base seed from the loader's
+        generator: etjob's own (unless one was given), seeded by the
+        position, so that a start again after a rollback or a resize takes
+        nothing from the process's random stream (a dropout mask of the
+        next step would differ from the undisturbed run's) and the workers'
+        seeds depend on where the epoch is, not on how often it started."""
+        self._shards.start = start
+        if self._own_generator:
+            epoch, consumed = start[0], start[1]
+            self._generator.manual_seed((self.sampler.seed * 1000003 + epoch) * 1000003 + consumed)
+        return iter(self._torch)
 
     def __len__(self):
         """The steps of an epoch (the same for every world)."""
@@ -321,8 +337,7 @@ class _Iterator:
                                "the largest world" % (s.epoch, n, g.size))
         here = (g.gen, s.epoch, s.consumed, g.rank, g.size)
         if self.at != here:
-            ld._shards.start = here[1:]
-            self.inner = iter(ld._torch)  # batches fetched ahead for another position or split are dropped
+            self.inner = ld._start(here[1:])  # batches fetched ahead for another position or split are dropped
         batch = next(self.inner)
         self.at = (g.gen, s.epoch, s.consumed + n, g.rank, g.size)
         self.handed = opt._step_calls

@@ -514,7 +514,8 @@ class Optimizer(torch.optim.Optimizer):
         """A skipped step is undone: its gradients dropped (a script that
         zeroes them after step() would add them to the retried step's), the
         small objects put back as the step found them (a scaler's update, a
-        scheduler stepped whatever step() returned)."""
+        scheduler stepped whatever step() returned), torch's random streams
+        too (state.RandomStreams: the retried step's dropout is its own)."""
         self.optimizer.zero_grad(set_to_none=True)
         for k, o in self._small_objects().items():
             if self._undo is not None and k in self._undo:

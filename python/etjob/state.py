@@ -79,6 +79,33 @@ def _replica_part(obj):
     return obj.state_dict() if hasattr(obj, "state_dict") else obj
 
 
+RNG = "_rng"  # the state's name of the process's random streams (RandomStreams)
+
+
+class RandomStreams:
+    """RandomStreams is the part of every State that is torch's random
+    streams: the CPU generator's state and, once CUDA is in use, each
+    device's. A step's dropout masks (and anything else drawn from torch's
+    default generators) come from them, so they are committed with the
+    rest: a rollback (the `run` API) and a skipped step (the DDP API) draw
+    again what the step drew, a joiner continues the stream of the rank it
+    takes the state from (the same stream on every rank when every rank
+    seeded alike, as DDP scripts do) and a checkpoint resumes it. The
+    replica check leaves it out: ranks may seed their streams apart."""
+
+    def state_dict(self):
+        out = {"cpu": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            out["cuda"] = torch.cuda.get_rng_state_all()
+        return out
+
+    def load_state_dict(self, state):
+        torch.set_rng_state(state["cpu"])
+        cuda = state.get("cuda")
+        if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+
+
 def _digest(obj):
     """_digest is a 31-bit checksum (CRC-32) of a state's layout and bytes:
     equal on two ranks when their states are equal (the replica check)."""
@@ -105,6 +132,7 @@ class State:
 
     def _init(self, items, live):
         objects = {k: v for k, v in items.items() if hasattr(v, "state_dict") and hasattr(v, "load_state_dict")}
+        objects.setdefault(RNG, RandomStreams())
         values = {k: v for k, v in items.items() if k not in objects}
         object.__setattr__(self, "_objects", objects)
         object.__setattr__(self, "_values", values)
@@ -198,6 +226,8 @@ class State:
 
     def _load(self, snap, copy=True):
         for k, o in self._objects.items():
+            if k == RNG and k not in snap["objects"]:
+                continue  # a checkpoint of etjob before the streams were state
             o.load_state_dict(_clone(snap["objects"][k]) if copy else snap["objects"][k])
         self._values.clear()
         self._values.update(_clone(snap["values"]))
@@ -220,7 +250,9 @@ class State:
         return self._kept
 
     def restore(self):
-        """restore rolls back to the last commit (nothing to do when live)."""
+        """restore rolls back to the last commit (nothing to do when live),
+        torch's random streams too (RandomStreams: the step done again draws
+        what it drew the first time, its dropout masks)."""
         if not self._live:
             self._load(self._kept)
 
@@ -572,7 +604,7 @@ class State:
         instead). Returns the rank whose state the others take."""
         snap = self._committed()
         parts = dict(self._objects, values=self._values) if self._live else None
-        names = sorted(snap["objects"]) + ["values"]
+        names = sorted(k for k in snap["objects"] if k != RNG) + ["values"]  # ranks may seed their streams apart
         # a fixed size whatever the state holds (ranks whose states differ
         # in layout must still meet in one all-reduce): slot 0 the parts'
         # names, then a slot a part, the parts past _SLOTS sharing the last

@@ -38,7 +38,8 @@ calls init_process_group before anything else and prints `setup rank=R
 world=W`: what rank-0-only setup would see. HVD_STATE=1 (the `run` API):
 Horovod's state shape, State(model, optimizer, sampler, epoch=0, batch=0)
 with no step; SEED seeds this rank's model (a joiner with another seed
-starts from other weights)."""
+starts from other weights). DROPOUT=1 drops 30 % of the inputs (both APIs):
+a step that depends on torch's random stream."""
 
 import faulthandler
 import os
@@ -81,13 +82,19 @@ def resources():
     return len(os.listdir("/proc/self/task")), len(os.listdir("/proc/self/fd")), rss / 1024.0
 
 
+def dropout(t):
+    """DROPOUT=1: a dropout of the inputs (the step then depends on torch's
+    random stream, which a retried step must draw again as it was)."""
+    return torch.nn.functional.dropout(t, 0.3) if os.environ.get("DROPOUT") == "1" else t
+
+
 def run_step(model, opt, state, x, y, batch, pause):
     """One step of the `run` API's loop: this rank's share of the global
     batch, the gradients summed over the generation, the step, the batch
     committed to the sampler's ledger."""
     idx = state.sampler.batch(state.rank, state.world)
     opt.zero_grad()
-    loss = ((model(x[idx]).squeeze(1) - y[idx]) ** 2).sum() / batch
+    loss = ((model(dropout(x[idx])).squeeze(1) - y[idx]) ** 2).sum() / batch
     loss.backward()
     time.sleep(pause)
     elastic.allreduce_gradients(model)
@@ -302,7 +309,7 @@ def vote(model, opt, sampler, x, y, batch, total, pause, ckdir, every, backgroun
         # ACCUM=k: k backward passes a step, on parts of the batch (the
         # vote then goes with the last part's buckets and once more in step())
         for part in torch.as_tensor(idx).chunk(int(os.environ.get("ACCUM", "1"))):
-            loss = ((ddp(x[part]).squeeze(1) - y[part]) ** 2).sum() * world / batch
+            loss = ((ddp(dropout(x[part])).squeeze(1) - y[part]) ** 2).sum() * world / batch
             (scaler.scale(loss) if scaler is not None else loss).backward()
         time.sleep(pause)
         if scaler is not None:

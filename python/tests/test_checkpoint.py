@@ -118,7 +118,7 @@ class CheckpointTest(unittest.TestCase):
     def test_a_wrong_object_is_named(self):
         got = cli("export", self.dir, os.path.join(self.dir, "x.pt"), "--object", "nope")
         self.assertNotEqual(got.returncode, 0)
-        self.assertIn("--object nope: the checkpoint holds model, optimizer, sampler, scheduler", got.stderr)
+        self.assertIn("--object nope: the checkpoint holds _rng, model, optimizer, sampler, scheduler", got.stderr)
 
 
 if __name__ == "__main__":

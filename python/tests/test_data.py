@@ -103,6 +103,26 @@ class EpochTest(unittest.TestCase):
 
 
 @unittest.skipIf(torch is None, "needs torch")
+class RandomStreamTest(unittest.TestCase):
+    def test_starting_torchs_iterator_again_draws_nothing_from_the_process(self):
+        # torch draws its workers' base seed from the loader's generator:
+        # etjob's own, seeded by the position; the process's stream (the
+        # next step's dropout) is left alone however often it starts again
+        ds = torch.utils.data.TensorDataset(torch.arange(8.0))
+        loader = data.DataLoader(ds, batch_size=2, sampler=data.DistributedSampler(ds, num_replicas=2))
+        before = torch.get_rng_state()
+        first = next(loader._start((0, 0, 0, 2)))
+        again = next(loader._start((0, 0, 0, 2)))
+        self.assertTrue(torch.equal(before, torch.get_rng_state()))
+        self.assertTrue(torch.equal(first[0], again[0]))
+        seeds = []
+        for _ in range(2):
+            loader._start((1, 4, 0, 2))
+            seeds.append(loader._generator.initial_seed())
+        self.assertEqual(seeds[0], seeds[1])
+
+
+@unittest.skipIf(torch is None, "needs torch")
 class RefusedTest(unittest.TestCase):
     def setUp(self):
         self.ds = torch.utils.data.TensorDataset(torch.zeros(8, 2))

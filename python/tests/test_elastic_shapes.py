@@ -80,6 +80,41 @@ class SkippedStepTest(te.Undisturbed, unittest.TestCase):
 
 
 @unittest.skipIf(te.dist is None, "needs torch")
+class DropoutSkipTest(te.Undisturbed, unittest.TestCase):
+    """A step that draws from torch's random stream (a dropout of the
+    inputs), on the DDP API: a skipped step draws again what it drew the
+    first time, so the model is the undisturbed run's. Before: the retried
+    step drew other masks, and the ranks ended with another model, every
+    rank exiting 0."""
+
+    ENV = {"DROPOUT": "1", "API": "vote", "ZERO_AFTER": "1"}
+
+    def test_a_skipped_step_draws_its_own_masks_again(self):
+        job = self.job(2, "2:4", env={"FAIL_LAST_BUCKET_AT": "20"})
+        codes = job.wait_exit(["w0", "w1"])
+        self.assertEqual(codes, {"w0": 0, "w1": 0}, job.dump())
+        for n in ("w0", "w1"):
+            self.assertIn("fault: last bucket failed at step 20", job.lines(n, "err"), job.dump())
+        self.assert_finished_like_undisturbed(job, ["w0", "w1"])
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class DropoutRollbackTest(te.Undisturbed, unittest.TestCase):
+    """The same on the `run` API: a rollback to the last commit puts torch's
+    random stream back too (rank 0 ends the generation every 40 steps, as a
+    failure would)."""
+
+    ENV = {"DROPOUT": "1"}
+
+    def test_a_rollback_draws_its_own_masks_again(self):
+        job = self.job(2, "2:4", env={"END_EVERY": "40"})
+        codes = job.wait_exit(["w0", "w1"])
+        self.assertEqual(codes, {"w0": 0, "w1": 0}, job.dump())
+        self.assertTrue(any("rolling back" in l for l in job.lines("w1", "err")), job.dump())
+        self.assert_finished_like_undisturbed(job, ["w0", "w1"])
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
 class HorovodStateTest(te.Undisturbed, unittest.TestCase):
     """Horovod's state shape on the run API, State(model, optimizer,
     sampler, epoch=0, batch=0) with no step: a joiner that built its model
