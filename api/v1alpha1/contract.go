@@ -85,9 +85,14 @@ const (
 	// the job; anything else (the default) says so loudly and every rank
 	// takes rank 0's commit.
 	EnvReplicaMismatch = "ETJOB_REPLICA_MISMATCH"
-	// EnvReplicaCheckSteps is how often (in steps; 0: never) the DDP API's
-	// vote carries a digest of each rank's model, compared across ranks.
+	// EnvReplicaCheckSteps is how often (in steps; 0: never) a vote (the
+	// DDP API's) or a commit (the run API's) carries a digest of each
+	// rank's model, compared across ranks.
 	EnvReplicaCheckSteps = "ETJOB_REPLICA_CHECK_STEPS"
+	// EnvShardedCheckpoints: "0" makes rank 0 write a checkpoint alone;
+	// otherwise (the default) every rank writes its part and rank 0 the
+	// manifest.
+	EnvShardedCheckpoints = "ETJOB_SHARDED_CHECKPOINTS"
 	// EnvRendezvousID names etjob.elastic's rendezvous where torchrun's
 	// PET_RDZV_ID is not set (a job run by hand).
 	EnvRendezvousID = "ETJOB_RDZV_ID"

@@ -567,9 +567,12 @@ class Optimizer(torch.optim.Optimizer):
             self._generation()
 
     def finish(self):
-        """finish ends training here: the generation's data group goes, and
+        """finish ends training here: a checkpoint whose parts are landing
+        lands (State._settle_saves), the generation's data group goes, and
         a newcomer still waiting to join leaves (exit 0). steps calls it at
         its end; destroy_process_group for a loop over a DataLoader."""
+        if self._ctx is not None and self._ctx.group is not None:
+            self._state._settle_saves()  # the last checkpoint's parts, its manifest
         self.model._unbind()
         if self._ctx is not None:
             self._ctx.finished()
@@ -580,7 +583,7 @@ class Optimizer(torch.optim.Optimizer):
         itself and negated: one MAX all-reduce finds the largest and the
         smallest)."""
         flags = self._state._flags(g, extra=5)
-        x = g.size + 2
+        x = self._state._extra_at(g)
         layout = buckets.layout if buckets is not None else 0
         flags[x] = 1 if buckets is not None and buckets.failed is not None else 0
         flags[x + 1], flags[x + 2] = layout, -layout
@@ -629,7 +632,7 @@ class Optimizer(torch.optim.Optimizer):
                                "etjob.elastic.DataLoader")
         g = ctx.group
         buckets = self.model._buckets
-        x = g.size + 2
+        x = state._extra_at(g)
         early = buckets.take_vote() if buckets is not None else None
         votes = []
         try:
@@ -680,6 +683,7 @@ class Optimizer(torch.optim.Optimizer):
         state._values["step"] = state.step_of() + 1
         state.commits += 1
         object.__setattr__(state, "checkpoint_wanted", bool(flags[g.size + 1]))
+        state._after_vote(flags, g)  # a checkpoint's parts, its manifest
         if int(flags[:g.size].sum()) or flags[g.size]:
             # a leave or a join: carried out between this step and the
             # next (steps), once the loop's body has finished this one

@@ -173,6 +173,7 @@ def _run(fn, state, *args, **kwargs):
         except MembershipChanged:
             changed = True
         else:
+            state._settle_saves()  # the last checkpoint's parts, its manifest
             ctx.finished()  # a newcomer still waiting to join leaves (exit 0)
             return out
 
@@ -235,6 +236,7 @@ def _meet(ctx, state, survivor, changed):
             how = " (state from rank %d: not needed here, %.3f s)" % (src, took)
         _log("generation %d rank %d/%d pid %d step %d%s rendezvous %.3f s" % (
             g.gen, g.rank, g.size, os.getpid(), state.step_of(), how, time.monotonic() - began))
+        state._new_generation(g)  # a checkpoint whose parts the last generation wrote is dropped
         if g.rank == 0:
             print("resume step=%d world=%d generation=%d t=%.3f" % (state.step_of(), g.size, g.gen, time.time()), flush=True)
         return g

@@ -13,7 +13,7 @@ import zlib
 import torch
 import torch.distributed as dist
 
-from etjob import contract, stateio
+from etjob import contract, sharded, stateio
 from etjob import torch as etorch
 from etjob.generations import CollectiveError, MembershipChanged, _env_float, _fatal, _log
 
@@ -142,6 +142,8 @@ class State:
         object.__setattr__(self, "commits", 0)
         object.__setattr__(self, "_dir", None)
         object.__setattr__(self, "_saving", None)
+        object.__setattr__(self, "_request", None)  # rank 0's save, until a vote carries it
+        object.__setattr__(self, "_pending", None)  # the sharded save whose parts are landing
         object.__setattr__(self, "_received", 0)  # bytes of state the last sync brought this rank
         object.__setattr__(self, "_wrappers", ())  # an etjob Optimizer over the state's optimizer (_check_registered)
         # live: the objects themselves are the commit (etjob.elastic's
@@ -272,7 +274,7 @@ class State:
             return
         g = ctx.group
         flags = self._flags(g, extra=2)
-        x = g.size + 2
+        x = self._extra_at(g)
         digest = self._periodic_digest()
         flags[x], flags[x + 1] = digest, -digest
         ctx.allreduce(flags, dist.ReduceOp.MAX, "commit")
@@ -284,6 +286,7 @@ class State:
             _log("replica check at step %d: the ranks' models differ (generation %d)" % (self.step_of(), g.gen))
             ctx.end(g.gen, "replica check: the ranks' models differ")
             raise CollectiveError("replica check at step %d: the ranks' models differ" % self.step_of())
+        self._after_vote(flags, g)
         self._act(flags)
 
     def _periodic_digest(self):
@@ -311,13 +314,20 @@ class State:
         # waits as a spare, and takes the place of the first that leaves.
         ctx = self._ctx
         joins = ctx._joins[1] if g.rank == 0 and ctx._joins[0] == g.gen and g.size < ctx.max else 0
-        flags = torch.zeros(g.size + 2 + extra, dtype=torch.int64)
+        flags = torch.zeros(self._extra_at(g) + extra, dtype=torch.int64)
         sup = ctx.sup
         flags[g.rank] = 0 if sup.check_alive() else 1
         sup.beat(self.step_of(), g.size, g.gen)  # the heartbeat the agent publishes (no store call, no I/O)
         flags[g.size] = joins
         flags[g.size + 1] = 1 if sup.should_checkpoint() else 0
+        self._save_flags(flags, g)
         return flags
+
+    @staticmethod
+    def _extra_at(g):
+        """Where a vote's slots for its caller begin: after who leaves, the
+        joins, the checkpoint wanted and the sharded saves' slots."""
+        return g.size + 2 + _SAVE_SLOTS
 
     def _act(self, flags):
         """_act carries out a vote every rank took part in (flags, reduced
@@ -402,27 +412,50 @@ class State:
         object.__setattr__(self, "_dir", directory)
         if ctx is not None and ctx.group is not None and ctx.group.rank != 0:
             return False
-        saving = self._saving
-        if saving is not None and saving.is_alive():
+        if self._busy():
             return False
-        object.__setattr__(self, "_dir", directory)
+        if ctx is None or ctx.group is None or ctx.group.size == 1 or not _sharding():
+            return self._write_whole(directory, done)
+        # every rank writes its part of the commit the next vote agrees
+        object.__setattr__(self, "_request", (directory, done, time.monotonic()))
+        return True
+
+    def _busy(self):
+        """Whether a save is in flight here (rank 0): a writer, a sharded
+        save whose parts are landing, or a request the next vote carries."""
+        saving = self._saving
+        return (saving is not None and saving.is_alive()) or self._pending is not None or self._request is not None
+
+    def _write_whole(self, directory, done, began=None):
+        """_write_whole is rank 0's background save of the whole last
+        commit (a world of one, sharding off, a vote that changes the
+        membership, or ranks that do not agree on the directory)."""
+        ctx = self._ctx
         # live, the objects change at the next step: the writer gets a copy
         # (the only one; training waits for that copy, never for the disk)
         kept, gen = (_clone(self._committed()) if self._live else self._kept), self.generation
         step = _step_in(kept["values"], kept["commits"])
+        began = time.monotonic() if began is None else began
+        return self._writer("checkpoint-%d" % step, step, directory, lambda: dict(kept, step=step, generation=gen),
+                            self._fence(ctx, gen, directory, step), done, began, None)
 
+    @staticmethod
+    def _fence(ctx, gen, directory, step):
         def fence():
             if ctx is not None and ctx.group is not None and ctx.group.gen == gen and ctx.ended(gen):
                 raise etorch.CheckpointError(0, "generation %d ended while this rank did not go on: fenced" % gen)
             latest = etorch.latest_step(directory)
             if latest is not None and latest > step:
                 raise etorch.CheckpointError(0, "latest is at step %d already: never moved back" % latest)
+        return fence
+
+    def _writer(self, what, step, directory, make, fence, done, began, name):
+        """_writer saves make() as a checkpoint in a thread of its own (the
+        state's one save in flight)."""
 
         def write():
-            began = time.monotonic()
             try:
-                state = dict(kept, step=step, generation=gen)
-                path = etorch.save_checkpoint(directory, state, before_commit=fence)
+                path = etorch.save_checkpoint(directory, make(), name=name, before_commit=fence)
             except Exception as e:  # noqa: BLE001 - a background save is never fatal
                 _log("checkpoint of step %d not written: %s" % (step, e))
                 return
@@ -432,11 +465,134 @@ class State:
                 except Exception as e:  # noqa: BLE001
                     _log("checkpoint of step %d written; its callback failed: %s" % (step, e))
 
-        t = threading.Thread(target=write, name="etjob-checkpoint-%d" % step, daemon=True)
+        t = threading.Thread(target=write, name="etjob-" + what, daemon=True)
         object.__setattr__(self, "_saving", t)
         _writers.add(t)
         t.start()
         return True
+
+    # -- sharded saves (etjob.sharded) -----------------------------------
+
+    def _dir_key(self):
+        """A checksum of the directory this rank would write its part to
+        (rank 0: the request's), 0 when it knows none: the vote agrees on
+        one directory before the ranks write."""
+        d = self._request[0] if self._request is not None else (self._dir or os.environ.get(contract.ENV_CHECKPOINT_DIR))
+        return zlib.crc32(os.path.abspath(d).encode()) & 0x7FFFFFFF if d else 0
+
+    def _save_flags(self, flags, g):
+        """A vote's slots for sharded saves: rank 0's request, this rank's
+        directory (as itself and negated: the largest and the smallest),
+        and the commit whose part this rank landed (negated: the smallest)."""
+        at = g.size + 2
+        if g.rank == 0 and self._request is not None:
+            flags[at] = 1
+        key = self._dir_key()
+        flags[at + 1], flags[at + 2] = key, -key
+        pend = self._pending
+        landed = pend is not None and pend["gen"] == g.gen and pend["landed"]
+        flags[at + 3] = -pend["commits"] if landed else 1
+
+    def _after_vote(self, flags, g):
+        """_after_vote carries out a vote's sharded saves (every rank took
+        part and its commit is made): rank 0 writes the manifest of a save
+        whose every part landed; a request starts every rank's part of this
+        commit (or rank 0's whole save, when the vote changes the membership
+        or the ranks do not agree on the directory)."""
+        at = g.size + 2
+        pend = self._pending
+        if pend is not None and pend["gen"] == g.gen and -int(flags[at + 3]) == pend["commits"]:
+            object.__setattr__(self, "_pending", None)
+            if g.rank == 0:
+                self._write_manifest(pend)
+        if not flags[at]:
+            return
+        request = self._request if g.rank == 0 else None
+        object.__setattr__(self, "_request", None)
+        key = int(flags[at + 1])
+        agreed = key > 0 and key == -int(flags[at + 2])
+        changing = int(flags[:g.size].sum()) or int(flags[g.size])
+        if not agreed or changing or self._pending is not None:
+            if request is not None:
+                _log("checkpoint of step %d written by rank 0 alone (%s)" % (self.step_of(), "the membership changes"
+                     if changing else "the ranks' checkpoint directories differ" if not agreed else "a save in flight"))
+                self._write_whole(request[0], request[1], request[2])
+            return
+        directory = request[0] if request is not None else (self._dir or os.environ.get(contract.ENV_CHECKPOINT_DIR))
+        self._write_part(g, directory, request)
+
+    def _write_part(self, g, directory, request):
+        """_write_part writes this rank's part of the last commit in the
+        background (live: a copy of the part first, the only wait)."""
+        snap = self._committed()
+        header, tensors = stateio.flatten(snap)
+        owner = sharded.owners(header, g.size)
+        mine = sharded.part_of(tensors, owner, g.rank)
+        if self._live:
+            mine = [t.clone() for t in mine]
+        step = _step_in(snap["values"], snap["commits"])
+        pend = {"gen": g.gen, "commits": self.commits, "step": step, "landed": False, "header": header,
+                "owner": owner, "world": g.size, "dir": directory, "request": request}
+        object.__setattr__(self, "_pending", pend)
+        name = sharded.part_name(step, g.rank, g.size)
+
+        def write():
+            try:
+                etorch.save_part(directory, name, {"tensors": mine, "step": step})
+            except Exception as e:  # noqa: BLE001 - the save is dropped: its manifest never comes
+                _log("part %d of the checkpoint of step %d not written: %s" % (g.rank, step, e))
+                return
+            pend["landed"] = True
+
+        t = threading.Thread(target=write, name="etjob-part-%d" % step, daemon=True)
+        pend["thread"] = t
+        _writers.add(t)
+        t.start()
+
+    def _write_manifest(self, pend):
+        """Rank 0: every part landed; the manifest, then `latest`."""
+        directory, step, request = pend["dir"], pend["step"], pend["request"]
+        done, began = (request[1], request[2]) if request is not None else (None, time.monotonic())
+        state = sharded.manifest(pend["header"], step, pend["world"], pend["owner"])
+        self._writer("manifest-%d" % step, step, directory, lambda: state,
+                     self._fence(self._ctx, pend["gen"], directory, step), done, began, "ckpt-%08d.etjob" % step)
+
+    def _settle_saves(self):
+        """At the end of training, on every rank at the same commit: a
+        sharded save whose parts are landing is finished (its parts waited
+        for, one small all-reduce says all landed, rank 0 writes the
+        manifest), and a request no vote carried is written by rank 0
+        whole. Bounded: a failure here drops the save, never the exit."""
+        ctx = self._ctx
+        g = ctx.group if ctx is not None else None
+        pend = self._pending
+        if g is not None and pend is not None and pend["gen"] == g.gen:
+            pend["thread"].join(_env_float(contract.ENV_CHECKPOINT_FLUSH_SECONDS, "600"))
+            t = torch.tensor([0 if pend["landed"] else 1], dtype=torch.int64)
+            try:
+                ctx.allreduce(t, dist.ReduceOp.MAX, "the last checkpoint's parts")
+            except CollectiveError as e:
+                _log("checkpoint of step %d dropped at the end: %s" % (pend["step"], e))
+                t[0] = 1
+            object.__setattr__(self, "_pending", None)
+            if not int(t[0]) and g.rank == 0:
+                self._write_manifest(pend)
+        object.__setattr__(self, "_pending", None)
+        request = self._request
+        object.__setattr__(self, "_request", None)
+        if request is not None:
+            self.flush()
+            self._write_whole(request[0], request[1], request[2])
+
+    def _new_generation(self, g):
+        """A save whose parts a generation was writing ends with it (its
+        ranks are not the next one's): dropped, said by rank 0."""
+        pend = self._pending
+        if pend is not None and pend["gen"] != g.gen:
+            object.__setattr__(self, "_pending", None)
+            if pend["request"] is not None:
+                _log("checkpoint of step %d dropped: generation %d ended before every part landed" % (
+                    pend["step"], pend["gen"]))
 
     def flush(self, timeout=None):
         """flush waits for the background save in flight, if any (True when
@@ -670,6 +826,15 @@ class State:
             ctx.broadcast(part, src, what)
             if g.rank != src:
                 stateio.unpack(views, start, end, part)
+
+
+_SAVE_SLOTS = 4  # a vote's slots for sharded saves (State._save_flags)
+
+
+def _sharding():
+    """Whether a checkpoint is written by every rank ($ETJOB_SHARDED_CHECKPOINTS,
+    1; 0: by rank 0 alone)."""
+    return os.environ.get(contract.ENV_SHARDED_CHECKPOINTS, "1") != "0"
 
 
 def _step_in(values, commits):

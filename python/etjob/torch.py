@@ -122,9 +122,23 @@ def _checkpoints(directory):
 
 def read_checkpoint(path):
     """read_checkpoint reads one checkpoint file (etjob.stateio's format):
-    nothing in it runs code. A torch.save pickle is refused with a
+    nothing in it runs code. A sharded checkpoint's manifest is read with
+    its parts (etjob.sharded). A torch.save pickle is refused with a
     CheckpointError that says so: a shared volume is written by every worker
     of the job, and unpickling runs whatever a rooted one put there."""
+    from etjob import sharded
+
+    state = _read_file(path)
+    if sharded.is_manifest(state):
+        try:
+            state = sharded.read(os.path.dirname(path), state, _read_file)
+        except stateio.FormatError as e:
+            raise CheckpointError(0, "%s: %s" % (path, e)) from None
+    return state
+
+
+def _read_file(path):
+    """_read_file reads one file of etjob.stateio's format."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         head = f.read(len(stateio.MAGIC))
@@ -140,12 +154,52 @@ def read_checkpoint(path):
 
 
 def _prune(directory, keep, current):
-    for n in _checkpoints(directory)[keep:]:
+    from etjob import sharded
+
+    names = _checkpoints(directory)
+    for n in names[keep:]:
         if n != current:
             try:
                 os.remove(os.path.join(directory, n))
             except OSError:
                 pass
+    # the parts of sharded checkpoints no longer kept, and of those that
+    # never landed (older than the newest kept); a newer one's are in flight
+    kept = {_step_of(n) for n in names[:keep]} | {_step_of(current)}
+    try:
+        others = os.listdir(directory)
+    except OSError:
+        return
+    for n in others:
+        step = sharded.part_step(n)
+        if step is not None and step not in kept and step < max(kept):
+            try:
+                os.remove(os.path.join(directory, n))
+            except OSError:
+                pass
+
+
+def save_part(directory, name, state):
+    """save_part writes one part of a sharded checkpoint (etjob.sharded):
+    a temp file, fsync, rename. Nothing points at it until rank 0 writes
+    the manifest. Raises CheckpointError."""
+    unique = "%d.%s" % (os.getpid(), os.urandom(4).hex())
+    tmp = os.path.join(directory, ".%s.%s.tmp" % (name, unique))
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(tmp, "wb") as f:
+            stateio.write(f, state)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(directory, name))
+        _fsync_dir(directory)
+    except OSError as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise CheckpointError(e.errno, "part %s in %s: %s" % (name, directory, e.strerror or e)) from e
+    return os.path.join(directory, name)
 
 
 def checkpoint_before_exit(directory, state, log=None):

@@ -304,5 +304,76 @@ class DataLoaderTest(te.Undisturbed, unittest.TestCase):
         self.assertIn("epoch 0 batch", joined)
 
 
+class _Sharded(te.Undisturbed):
+    """A background checkpoint is written by every rank: rank 0's request
+    rides the next vote, each of the 3 ranks writes its part of that
+    commit, and once every part landed rank 0 writes the manifest and
+    `latest`. A job of 2 resumes from it and ends with the undisturbed
+    run's model. Before: rank 0 wrote the whole state alone."""
+
+    def written(self, api):
+        ckpt = tempfile.mkdtemp(prefix="etjob-sharded-")
+        env = {"ETJOB_CHECKPOINT_DIR": ckpt, "CHECKPOINT_EVERY": "25", "CHECKPOINT_ASYNC": "1"}
+        first = self.job(3, "2:4", steps=60, env=env)
+        self.assertEqual(first.wait_exit(["w0", "w1", "w2"]), {"w0": 0, "w1": 0, "w2": 0}, first.dump())
+        return ckpt, first
+
+    def check(self, api):
+        import os
+
+        from etjob import sharded
+        from etjob import torch as etorch
+
+        ckpt, first = self.written(api)
+        step = etorch.latest_step(ckpt)
+        self.assertIsNotNone(step, first.dump())
+        manifest = etorch._read_file(os.path.join(ckpt, "ckpt-%08d.etjob" % step))
+        self.assertTrue(sharded.is_manifest(manifest), "latest is not a sharded checkpoint's manifest")
+        self.assertEqual(manifest["sharded"]["world"], 3)
+        for r in range(3):
+            self.assertTrue(os.path.exists(os.path.join(ckpt, sharded.part_name(step, r, 3))), os.listdir(ckpt))
+        # rank 0 (whichever worker it is) says each checkpoint that landed
+        landed = [l for w in ("w0", "w1", "w2") for l in first.lines(w) if l.startswith("checkpoint ")]
+        self.assertIn("checkpoint ckpt-%08d.etjob" % step, "\n".join(landed), first.dump())
+        env = {"ETJOB_CHECKPOINT_DIR": ckpt, "CHECKPOINT_EVERY": "0"}
+        again = self.job(2, "2:4", env=env)
+        self.assertEqual(again.wait_exit(["w0", "w1"]), {"w0": 0, "w1": 0}, again.dump())
+        self.assertGreaterEqual(self.resumes(again)[0][1], 50, again.dump())
+        self.assert_finished_like_undisturbed(again, ["w0", "w1"])
+
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class ShardedCheckpointTest(_Sharded, unittest.TestCase):
+    def test_the_run_api_writes_a_part_a_rank(self):
+        self.check(None)
+
+
+@unittest.skipIf(te.dist is None, "needs torch")
+class ShardedCheckpointVoteTest(_Sharded, unittest.TestCase):
+    """The DDP API's; and with ETJOB_SHARDED_CHECKPOINTS=0 rank 0 writes
+    the whole file, as before."""
+
+    ENV = {"API": "vote"}
+
+    def test_the_ddp_api_writes_a_part_a_rank(self):
+        self.check("vote")
+
+    def test_rank_0_alone_when_sharding_is_off(self):
+        import os
+
+        from etjob import sharded
+        from etjob import torch as etorch
+
+        os.environ["ETJOB_SHARDED_CHECKPOINTS"] = "0"
+        try:
+            ckpt, first = self.written("vote")
+        finally:
+            del os.environ["ETJOB_SHARDED_CHECKPOINTS"]
+        step = etorch.latest_step(ckpt)
+        self.assertFalse(sharded.is_manifest(etorch._read_file(os.path.join(ckpt, "ckpt-%08d.etjob" % step))))
+        self.assertFalse([n for n in os.listdir(ckpt) if n.startswith("part-")])
+
+
 if __name__ == "__main__":
     unittest.main()
