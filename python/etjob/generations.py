@@ -631,18 +631,29 @@ class Context:
     def _close(self, gen, prev, deadline):
         """The first arrival closes the generation: once everyone expected
         arrived, or `settle` seconds after the last arrival (a member lost
-        without notice never comes). While it waits it beats (g<G>/cb), so
+        without notice never comes; a heartbeat timeout while survivors of
+        the generation before are due and none arrived yet). While it waits it beats (g<G>/cb), so
         that the others end the generation if it dies or freezes. A closer
         whose arrivals include a survivor and stayed below the minimum for
         below_min_wait stops the generation (close + _STOP)."""
         k = "g%d/" % gen
         expected = None
         before = gen - 1
+        # survivors of the generation before are due (some of its members
+        # stay): until one arrived the closer waits a heartbeat timeout
+        # after the last arrival, not `settle`. A survivor slower than
+        # settle (a loaded machine, a long step's end) must not find its
+        # job's next generation formed by newcomers alone, who hold an older
+        # commit or none: their steps would be done again.
+        survivors_due = False
         if before > 0:
             size = self._count("g%d/close" % before) % _STOP
             if size > 0:
-                expected = size - self._count("g%d/leave" % before) + self._count("g%d/joins" % before)
+                stay = size - self._count("g%d/leave" % before)
+                expected = stay + self._count("g%d/joins" % before)
+                survivors_due = stay > 0
         expected = min(expected, self.max) if expected else None
+        codes = {}  # arrival -> its code, read once it said who it is
         began = time.monotonic()
         seen, since, beat = 0, began, 0.0
         interval = max(self.heartbeat_timeout / 5.0, 0.05)
@@ -660,10 +671,13 @@ class Context:
             n = self._count(k + "n")
             if n != seen:
                 seen, since = n, now
+            if survivors_due and self._survivor_arrived(k, n, codes):
+                survivors_due = False
+            quiet = max(self.settle, self.heartbeat_timeout) if survivors_due else self.settle
             # never below the minimum: `expected` after a stop below min
             # is the stopped generation's few
             if n >= self.min and (n >= self.max or (expected is not None and n >= expected) or
-                                  now - since >= self.settle):
+                                  now - since >= quiet):
                 n = min(n, self.max)
                 self._count(k + "close", n)
                 return n
@@ -673,6 +687,18 @@ class Context:
                 return n + _STOP
             time.sleep(self.poll)
         return None
+
+    def _survivor_arrived(self, k, n, codes):
+        """Whether one of the first n arrivals at k (g<G>/) is a survivor of
+        the generation before (not a newcomer, not a former member back
+        late); codes caches the arrivals' codes (one store call each)."""
+        for j in range(1, n + 1):
+            if not codes.get(j):
+                codes[j] = self._count(k + "m%d" % j)
+            code = codes[j]
+            if code and (code - 1) & _MEMBER_MASK < _MEMBER_LATE:
+                return True
+        return False
 
     def _has_survivor(self, gen, n):
         """Whether one of generation gen's first n arrivals said it holds a

@@ -145,3 +145,35 @@ class RendezvousCrashPointTest(Undisturbed, unittest.TestCase):
         self.assert_finished_like_undisturbed(job, [left])
         print("\n%-20s %-52s training again %.1f s after the kill" % (spec, what, took))
         job.close()
+
+
+@unittest.skipIf(dist is None, "needs torch")
+class SlowSurvivorTest(Undisturbed, unittest.TestCase):
+    """A survivor slower than the settle time to reach the next generation
+    (a loaded machine; here frozen 3 s right after it opened it): the
+    newcomer it let in waits for it, up to a heartbeat timeout, instead of
+    forming the generation alone from an older commit or none. Before: the
+    newcomer closed it after 0.5 s and trained from step 0 in a world of 1,
+    every step the job had done done again (a CI run of test_elastic_ddp on
+    a loaded machine: two pairs of ranks forming generations in turn)."""
+
+    STEPS = 80
+
+    def test_the_newcomer_waits_for_the_survivor(self):
+        job = self.job(1, "1:2", steps=self.STEPS, env={"FAULT_AT": "stop:^gen$:add", "STEP_SLEEP": "0.05",
+                                                      "ETJOB_HEARTBEAT_TIMEOUT": "8"})
+        job.wait_step(10)
+        job.store.add("fault-armed", 1)
+        name = job.start()
+        job.wait_line("w0", "fault:", timeout=60)
+        frozen = job.max_step()
+        time.sleep(3)
+        job.procs["w0"].send_signal(signal.SIGCONT)
+        self.assertEqual(job.wait_exit(["w0", name]), {"w0": 0, name: 0}, job.dump())
+        first = job.steps(name)[0]
+        self.assertEqual(first[2], 2, "the newcomer trained in a world of %d first:\n%s" % (first[2], job.dump()))
+        self.assertGreater(first[0], frozen, job.dump())
+        for gen, step, again in self.resumes(job):
+            self.assertLessEqual(again, 1, "generation %d resumed at %d, %d steps done again:\n%s" % (
+                gen, step, again, job.dump()))
+        self.assert_finished_like_undisturbed(job, ["w0", name])
