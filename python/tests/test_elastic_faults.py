@@ -157,14 +157,15 @@ class SlowSurvivorTest(Undisturbed, unittest.TestCase):
     every step the job had done done again (a CI run of test_elastic_ddp on
     a loaded machine: two pairs of ranks forming generations in turn)."""
 
-    STEPS = 80
+    STEPS = 120
 
     def test_the_newcomer_waits_for_the_survivor(self):
-        job = self.job(1, "1:2", steps=self.STEPS, env={"FAULT_AT": "stop:^gen$:add", "STEP_SLEEP": "0.05",
+        job = self.job(1, "1:2", steps=self.STEPS, env={"FAULT_AT": "stop:^gen$:add", "STEP_SLEEP": "0.1",
                                                       "ETJOB_HEARTBEAT_TIMEOUT": "8"})
+        name = job.start(held=True)  # torch imported beside w0's steps: its arrival is the test's choice
         job.wait_step(10)
         job.store.add("fault-armed", 1)
-        name = job.start()
+        job.release(name)
         job.wait_line("w0", "fault:", timeout=60)
         frozen = job.max_step()
         time.sleep(3)
