@@ -144,6 +144,8 @@ class State:
         object.__setattr__(self, "_saving", None)
         object.__setattr__(self, "_request", None)  # rank 0's save, until a vote carries it
         object.__setattr__(self, "_pending", None)  # the sharded save whose parts are landing
+        object.__setattr__(self, "_requests", 0)  # rank 0's sharded saves so far (a vote carries the number)
+        object.__setattr__(self, "_unshared", False)  # rank 0 saw another rank's part missing: whole saves
         object.__setattr__(self, "_received", 0)  # bytes of state the last sync brought this rank
         object.__setattr__(self, "_wrappers", ())  # an etjob Optimizer over the state's optimizer (_check_registered)
         # live: the objects themselves are the commit (etjob.elastic's
@@ -395,18 +397,27 @@ class State:
                 _log("checkpoint before the stop failed, the job resumes from the previous one: %s" % e)
 
     def checkpoint_async(self, directory, done=None):
-        """checkpoint_async hands the last commit to a background writer (rank
+        """checkpoint_async saves a commit in the background (called on rank
         0; the others return False) and returns True at once: training never
-        waits for the disk. The commit is not copied: a commit replaces the
-        kept snapshot instead of changing it, so the writer holds the one it
-        was given (one extra copy of the state in memory at most, once a newer
-        commit exists). One save at a time: while one is being written a new
-        request returns False and nothing is queued. A save that fails, or
-        that would move `latest` back, or whose generation ended while this
-        rank did not go on (a rank that woke from a freeze), is logged and
-        dropped, never raised. done(path, seconds), when given, is called
-        from the writer once the checkpoint landed. Saves in flight are
-        finished before the process exits (flush)."""
+        waits for the disk, only for a copy of what a rank writes (live
+        state; the `run` API's commit is a snapshot already, not copied).
+        In a generation of more than one rank the save is sharded
+        (etjob.sharded; $ETJOB_SHARDED_CHECKPOINTS=0: never): the next vote
+        carries the request, every rank writes its part of that vote's
+        commit into rank 0's directory (a shared volume), and once a later
+        vote says every part landed rank 0 writes the manifest, then
+        `latest`. The step saved is that next vote's, not the one at the
+        call. A vote that changes the membership, a world of one, or parts
+        rank 0 cannot see (a directory that is not shared: then for the
+        rest of the run) make it rank 0's whole file of the last commit. One
+        save at a time: while one is in flight a new request returns False
+        and nothing is queued. A save that fails, or that would move
+        `latest` back, or whose generation ended while this rank did not go
+        on (a rank that woke from a freeze), is logged and dropped, never
+        raised; a generation that ends before every part landed drops its
+        save. done(path, seconds), when given, is called from the writer
+        once the checkpoint landed. Saves in flight are finished at the end
+        of training and before the process exits (flush)."""
         ctx = self._ctx
         # every rank remembers the directory: any may save a stop below min
         object.__setattr__(self, "_dir", directory)
@@ -414,7 +425,7 @@ class State:
             return False
         if self._busy():
             return False
-        if ctx is None or ctx.group is None or ctx.group.size == 1 or not _sharding():
+        if ctx is None or ctx.group is None or ctx.group.size == 1 or self._unshared or not _sharding():
             return self._write_whole(directory, done)
         # every rank writes its part of the commit the next vote agrees
         object.__setattr__(self, "_request", (directory, done, time.monotonic()))
@@ -473,52 +484,52 @@ class State:
 
     # -- sharded saves (etjob.sharded) -----------------------------------
 
-    def _dir_key(self):
-        """A checksum of the directory this rank would write its part to
-        (rank 0: the request's), 0 when it knows none: the vote agrees on
-        one directory before the ranks write."""
-        d = self._request[0] if self._request is not None else (self._dir or os.environ.get(contract.ENV_CHECKPOINT_DIR))
-        return zlib.crc32(os.path.abspath(d).encode()) & 0x7FFFFFFF if d else 0
-
     def _save_flags(self, flags, g):
-        """A vote's slots for sharded saves: rank 0's request, this rank's
-        directory (as itself and negated: the largest and the smallest),
-        and the commit whose part this rank landed (negated: the smallest)."""
+        """A vote's slots for sharded saves: rank 0's request (its number;
+        the directory it names is in the rendezvous store under it: every
+        rank writes its part where rank 0 asked, whether or not the script
+        told it a directory), and the commit whose part this rank landed
+        (negated: the smallest)."""
         at = g.size + 2
         if g.rank == 0 and self._request is not None:
-            flags[at] = 1
-        key = self._dir_key()
-        flags[at + 1], flags[at + 2] = key, -key
+            seq = self._requests + 1
+            object.__setattr__(self, "_requests", seq)
+            ctx = self._ctx
+            ctx.store.set(ctx._k("g%d/ckptdir%d" % (g.gen, seq)), os.path.abspath(self._request[0]))
+            flags[at] = seq
         pend = self._pending
         landed = pend is not None and pend["gen"] == g.gen and pend["landed"]
-        flags[at + 3] = -pend["commits"] if landed else 1
+        flags[at + 1] = -pend["commits"] if landed else 1
 
     def _after_vote(self, flags, g):
         """_after_vote carries out a vote's sharded saves (every rank took
         part and its commit is made): rank 0 writes the manifest of a save
         whose every part landed; a request starts every rank's part of this
-        commit (or rank 0's whole save, when the vote changes the membership
-        or the ranks do not agree on the directory)."""
+        commit (or rank 0's whole save, when the vote changes the
+        membership or a save is still landing)."""
         at = g.size + 2
         pend = self._pending
-        if pend is not None and pend["gen"] == g.gen and -int(flags[at + 3]) == pend["commits"]:
+        if pend is not None and pend["gen"] == g.gen and -int(flags[at + 1]) == pend["commits"]:
             object.__setattr__(self, "_pending", None)
             if g.rank == 0:
                 self._write_manifest(pend)
-        if not flags[at]:
+        seq = int(flags[at])
+        if not seq:
             return
         request = self._request if g.rank == 0 else None
         object.__setattr__(self, "_request", None)
-        key = int(flags[at + 1])
-        agreed = key > 0 and key == -int(flags[at + 2])
         changing = int(flags[:g.size].sum()) or int(flags[g.size])
-        if not agreed or changing or self._pending is not None:
+        if changing or self._pending is not None:
             if request is not None:
-                _log("checkpoint of step %d written by rank 0 alone (%s)" % (self.step_of(), "the membership changes"
-                     if changing else "the ranks' checkpoint directories differ" if not agreed else "a save in flight"))
+                _log("checkpoint of step %d written by rank 0 alone (%s)" % (
+                    self.step_of(), "the membership changes" if changing else "a save in flight"))
                 self._write_whole(request[0], request[1], request[2])
             return
-        directory = request[0] if request is not None else (self._dir or os.environ.get(contract.ENV_CHECKPOINT_DIR))
+        if request is not None:
+            directory = os.path.abspath(request[0])
+        else:
+            ctx = self._ctx
+            directory = ctx.store.compare_set(ctx._k("g%d/ckptdir%d" % (g.gen, seq)), "", "").decode()
         self._write_part(g, directory, request)
 
     def _write_part(self, g, directory, request):
@@ -550,9 +561,20 @@ class State:
         t.start()
 
     def _write_manifest(self, pend):
-        """Rank 0: every part landed; the manifest, then `latest`."""
+        """Rank 0: every part landed; the manifest, then `latest`. A part
+        rank 0 cannot see (the ranks' directories are not one shared
+        volume) turns sharding off for the run: this commit is written
+        whole instead, and every later save."""
         directory, step, request = pend["dir"], pend["step"], pend["request"]
         done, began = (request[1], request[2]) if request is not None else (None, time.monotonic())
+        missing = [n for n in (sharded.part_name(step, r, pend["world"]) for r in range(pend["world"]))
+                   if not os.path.exists(os.path.join(directory, n))]
+        if missing:
+            object.__setattr__(self, "_unshared", True)
+            _log("checkpoint of step %d: rank 0 does not see %s in %s (a directory each rank's own, not a shared "
+                 "volume?): this step and every later one written whole by rank 0" % (step, ", ".join(missing), directory))
+            self._write_whole(directory, done, began)
+            return
         state = sharded.manifest(pend["header"], step, pend["world"], pend["owner"])
         self._writer("manifest-%d" % step, step, directory, lambda: state,
                      self._fence(self._ctx, pend["gen"], directory, step), done, began, "ckpt-%08d.etjob" % step)
@@ -828,7 +850,7 @@ class State:
                 stateio.unpack(views, start, end, part)
 
 
-_SAVE_SLOTS = 4  # a vote's slots for sharded saves (State._save_flags)
+_SAVE_SLOTS = 2  # a vote's slots for sharded saves (State._save_flags)
 
 
 def _sharding():
