@@ -9,11 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -66,6 +68,7 @@ func NewElasticJobReconciler(c client.Client, rec events.EventRecorder, clk cloc
 // +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=etjob-launcher
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -95,7 +98,7 @@ func (r *ElasticJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	now := r.Clock.Now()
 	plan := core.Decide(snap, now)
 	decided := plan // apply trims plan.Status when a create is refused; the record keeps what Decide planned
-	applyErr := r.apply(ctx, job, &plan)
+	applyErr := r.apply(ctx, job, snap.Pods, &plan)
 	r.Decisions.Record(snap, now, decided, applyErr)
 	if err := r.writeStatus(ctx, job, plan.Status, applyErr); err != nil {
 		return ctrl.Result{}, err
@@ -201,7 +204,7 @@ func (r *ElasticJobReconciler) podNotice(ctx context.Context, job *etjobv1.Elast
 
 // apply carries out the plan: deletions, signals, creations, then the
 // membership. It stops at the first error; the next pass picks up the rest.
-func (r *ElasticJobReconciler) apply(ctx context.Context, job *etjobv1.ElasticJob, plan *core.Plan) error {
+func (r *ElasticJobReconciler) apply(ctx context.Context, job *etjobv1.ElasticJob, owned []*corev1.Pod, plan *core.Plan) error {
 	key := client.ObjectKeyFromObject(job)
 	logger := log.FromContext(ctx)
 	for i, d := range plan.Delete {
@@ -256,7 +259,8 @@ func (r *ElasticJobReconciler) apply(ctx context.Context, job *etjobv1.ElasticJo
 			return &createRefusedError{pod: p.Name, err: err}
 		}
 	}
-	return nil
+	// last: a slice that cannot be written never holds up the pods
+	return r.publishEndpoints(ctx, job, owned)
 }
 
 // uncount takes out of the planned status what it counts for the pods whose
@@ -314,7 +318,7 @@ func withStatus(job *etjobv1.ElasticJob, plan *core.Plan) *etjobv1.ElasticJob {
 	return j
 }
 
-// ensureSupporting creates the Service, the launcher's NetworkPolicy, for torchrun the rendezvous store's Secret, and, for horovod, the membership
+// ensureSupporting creates the Service (its EndpointSlice: publishEndpoints), the launcher's NetworkPolicy, for torchrun the rendezvous store's Secret, and, for horovod, the membership
 // ConfigMap and launcher RBAC when missing, and updates the ConfigMap when the
 // membership changed. Reads go to the cache: a steady job costs no writes.
 // torchrun's workers find each other through the rendezvous, not the
@@ -357,7 +361,54 @@ func (r *ElasticJobReconciler) ensureSupporting(ctx context.Context, job *etjobv
 			if err := r.ownOrReplace(ctx, job, existing); err != nil {
 				return err
 			}
+			if svc, ok := existing.(*corev1.Service); ok && len(svc.Spec.Selector) > 0 {
+				// an earlier controller's Service selected the job's label
+				// (issue #42, C2): its addresses are the slice's from now on
+				svc = svc.DeepCopy()
+				svc.Spec.Selector = nil
+				if err := r.Update(ctx, svc); err != nil {
+					return fmt.Errorf("dropping the selector of Service %s: %w", svc.Name, err)
+				}
+			}
 		}
+	}
+	return nil
+}
+
+// publishEndpoints makes the job's EndpointSlice list the addresses of the
+// pods it owns (render.EndpointSlice): created when missing, updated when
+// they changed, otherwise no write. A slice of that name another owner holds
+// is refused, as any other object the job needs (ownOrReplace).
+func (r *ElasticJobReconciler) publishEndpoints(ctx context.Context, job *etjobv1.ElasticJob, owned []*corev1.Pod) error {
+	want := render.EndpointSlice(job, owned)
+	have := &discoveryv1.EndpointSlice{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(want), have)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := r.Create(ctx, want); err != nil {
+			return fmt.Errorf("creating EndpointSlice %s: %w", want.Name, err)
+		}
+		return nil
+	case err != nil:
+		return err
+	}
+	if err := r.ownOrReplace(ctx, job, have); err != nil {
+		return err
+	}
+	if have.AddressType == want.AddressType && equality.Semantic.DeepEqual(have.Endpoints, want.Endpoints) &&
+		equality.Semantic.DeepEqual(have.Ports, want.Ports) && maps.Equal(have.Labels, want.Labels) {
+		return nil
+	}
+	if have.AddressType != want.AddressType { // immutable: a new slice
+		if err := r.Delete(ctx, have); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("replacing EndpointSlice %s: %w", have.Name, err)
+		}
+		return fmt.Errorf("EndpointSlice %s had address type %s, want %s: replaced", have.Name, have.AddressType, want.AddressType)
+	}
+	up := have.DeepCopy()
+	up.Endpoints, up.Ports, up.Labels = want.Endpoints, want.Ports, want.Labels
+	if err := r.Update(ctx, up); err != nil {
+		return fmt.Errorf("updating EndpointSlice %s: %w", up.Name, err)
 	}
 	return nil
 }

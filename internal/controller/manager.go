@@ -4,6 +4,7 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -86,6 +87,7 @@ func ManagerOptions(o Options) ctrl.Options {
 				&corev1.ServiceAccount{}:      {Label: sel},
 				&rbacv1.RoleBinding{}:         {Label: sel},
 				&networkingv1.NetworkPolicy{}: {Label: sel},
+				&discoveryv1.EndpointSlice{}:  {Label: sel},
 				// Pod-level reclamation notices (ECI, ACS) arrive as Events on pods.
 				&corev1.Event{}: {Field: NoticeEventSelector(), Transform: SlimEvent},
 			}},
@@ -152,8 +154,10 @@ func SlimPod(obj any) (any, error) {
 	slim := &corev1.Pod{
 		TypeMeta:   pod.TypeMeta,
 		ObjectMeta: meta,
-		Spec:       corev1.PodSpec{NodeName: pod.Spec.NodeName},
+		// the hostname, subdomain and IP: the job's EndpointSlice
+		Spec: corev1.PodSpec{NodeName: pod.Spec.NodeName, Hostname: pod.Spec.Hostname, Subdomain: pod.Spec.Subdomain},
 		Status: corev1.PodStatus{
+			PodIP:      pod.Status.PodIP,
 			Phase:      pod.Status.Phase,
 			Reason:     pod.Status.Reason,
 			Message:    pod.Status.Message,

@@ -32,14 +32,15 @@ func TestNoticeEventSelector(t *testing.T) {
 }
 
 // TestSlimPod: the pod cache keeps what the controller reads and drops the
-// spec it never reads back (the worker template's command, env, volumes).
+// spec it never reads back (the worker template's command, env, volumes);
+// the hostname, subdomain and IP stay for the job's EndpointSlice.
 func TestSlimPod(t *testing.T) {
 	now := metav1.Now()
 	full := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "w-0", Namespace: "ns", UID: "u", Labels: map[string]string{"a": "b"},
 			Annotations: map[string]string{"etjob.dev/leave": "x"}, DeletionTimestamp: &now,
 			OwnerReferences: []metav1.OwnerReference{{UID: "job"}}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}},
-		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{{Name: "worker", Command: []string{"python3"},
+		Spec: corev1.PodSpec{NodeName: "n1", Hostname: "w-0", Subdomain: "job", Containers: []corev1.Container{{Name: "worker", Command: []string{"python3"},
 			Env: []corev1.EnvVar{{Name: "A", Value: "1"}}}}, Volumes: []corev1.Volume{{Name: "v"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, Reason: "r", Message: "m", PodIP: "10.0.0.1",
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
@@ -53,8 +54,7 @@ func TestSlimPod(t *testing.T) {
 	}
 	want := full.DeepCopy()
 	want.ManagedFields = nil
-	want.Spec = corev1.PodSpec{NodeName: "n1"}
-	want.Status.PodIP = ""
+	want.Spec = corev1.PodSpec{NodeName: "n1", Hostname: "w-0", Subdomain: "job"} // and the IP: the job's EndpointSlice
 	want.Status.ContainerStatuses[0].Image, want.Status.ContainerStatuses[0].ImageID = "", ""
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Errorf("SlimPod:\n got %+v\nwant %+v", got, want)

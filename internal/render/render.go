@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -582,6 +583,11 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 
 // Service builds the job's headless Service: every pod is resolvable as
 // <pod>.<job>.<namespace>.svc, including the launcher's rendezvous store.
+// It has no selector (issue #42, C2): a selector on the job's label matches
+// any pod that carries it, a mirror pod a rooted kubelet makes in the
+// namespace too, which would then answer for the store's name. Its
+// addresses are the EndpointSlice the controller writes (EndpointSlice),
+// from the pods the job owns.
 func Service(job *etjobv1.ElasticJob) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
@@ -590,11 +596,76 @@ func Service(job *etjobv1.ElasticJob) *corev1.Service {
 			OwnerReferences: owner(job),
 		},
 		Spec: corev1.ServiceSpec{
-			ClusterIP:                corev1.ClusterIPNone,
-			Selector:                 map[string]string{etjobv1.LabelJobName: job.Name},
-			PublishNotReadyAddresses: true,
-			Ports:                    []corev1.ServicePort{{Name: "rdzv", Port: etjobv1.RendezvousPort}},
+			ClusterIP: corev1.ClusterIPNone,
+			Ports:     []corev1.ServicePort{{Name: "rdzv", Port: etjobv1.RendezvousPort}},
 		},
+	}
+}
+
+// EndpointSliceManagedBy is the value of the EndpointSlice's
+// endpointslice.kubernetes.io/managed-by label: the slice is the
+// controller's, not kube-controller-manager's.
+const EndpointSliceManagedBy = "controller.etjob.dev"
+
+// EndpointSlice builds the addresses of the job's Service: one endpoint per
+// pod of pods (the pods the job owns: the controller lists them by owner
+// UID, never by label) that has an IP and is neither finished nor being
+// deleted, named by its hostname when its subdomain is the Service (the DNS
+// name <hostname>.<job>.<namespace>.svc), ready whether or not its containers
+// are (the store must resolve before any probe passes: the Service used to
+// publish not-ready addresses). One address family: the launcher's, else the
+// first pod's (IPv4 when none has an IP); a pod of the other family is left
+// out. Sorted by pod name: the same pods give the same slice.
+func EndpointSlice(job *etjobv1.ElasticJob, pods []*corev1.Pod) *discoveryv1.EndpointSlice {
+	family := discoveryv1.AddressTypeIPv4
+	for _, p := range pods {
+		if p.Status.PodIP != "" && (family == discoveryv1.AddressTypeIPv4 || p.Name == core.LauncherName(job.Name)) {
+			if strings.Contains(p.Status.PodIP, ":") {
+				family = discoveryv1.AddressTypeIPv6
+			} else {
+				family = discoveryv1.AddressTypeIPv4
+			}
+			if p.Name == core.LauncherName(job.Name) {
+				break
+			}
+		}
+	}
+	var eps []discoveryv1.Endpoint
+	yes := true
+	for _, p := range pods {
+		ip := p.Status.PodIP
+		if ip == "" || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed ||
+			strings.Contains(ip, ":") != (family == discoveryv1.AddressTypeIPv6) {
+			continue
+		}
+		ep := discoveryv1.Endpoint{
+			Addresses:  []string{ip},
+			Conditions: discoveryv1.EndpointConditions{Ready: &yes},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
+		}
+		if p.Spec.Hostname != "" && p.Spec.Subdomain == job.Name {
+			ep.Hostname = &p.Spec.Hostname
+		}
+		if p.Spec.NodeName != "" {
+			ep.NodeName = &p.Spec.NodeName
+		}
+		eps = append(eps, ep)
+	}
+	sort.Slice(eps, func(i, j int) bool { return eps[i].TargetRef.Name < eps[j].TargetRef.Name })
+	name, port, proto := "rdzv", int32(etjobv1.RendezvousPort), corev1.ProtocolTCP
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: job.Name, Namespace: job.Namespace,
+			Labels: map[string]string{
+				etjobv1.LabelJobName:         job.Name,
+				discoveryv1.LabelServiceName: job.Name,
+				discoveryv1.LabelManagedBy:   EndpointSliceManagedBy,
+			},
+			OwnerReferences: owner(job),
+		},
+		AddressType: family,
+		Endpoints:   eps,
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port, Protocol: &proto}},
 	}
 }
 

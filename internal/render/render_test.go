@@ -6,9 +6,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -351,4 +353,54 @@ func TestStoreSecret(t *testing.T) {
 	hvd := MakeElasticJob("hvd", "ml").Framework(etjobv1.FrameworkHorovod).Obj()
 	check("horovod launcher", render.Launcher(hvd), false)
 	check("horovod worker", render.Worker(hvd, 0), false)
+}
+
+// TestEndpointSlice: the job's Service selects nothing (a mirror pod with
+// the job's label is never one of its addresses: issue #42, C2) and its
+// slice lists the pods it is given (the job's own) that have an IP and are
+// not finished or being deleted, named by hostname where their subdomain is
+// the Service, ready whatever their probes say.
+func TestEndpointSlice(t *testing.T) {
+	job := MakeElasticJob("train", "ns").Obj()
+	if svc := render.Service(job); svc.Spec.Selector != nil || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Fatalf("Service: selector %v, clusterIP %q; want none, headless", svc.Spec.Selector, svc.Spec.ClusterIP)
+	}
+	named := func(p *corev1.Pod, ip string) *corev1.Pod {
+		p.Spec.Hostname, p.Spec.Subdomain, p.Status.PodIP = p.Name, "train", ip
+		return p
+	}
+	launcher := named(MakeLauncher(job).Node("n0").Obj(), "10.0.0.9")
+	w1 := named(MakeWorker(job, 1).Obj(), "10.0.0.2")
+	w0 := named(MakeWorker(job, 0).Obj(), "10.0.0.1")
+	w0.Spec.Subdomain = "elsewhere" // no DNS name under this Service
+	noIP := named(MakeWorker(job, 2).Obj(), "")
+	done := named(MakeWorker(job, 3).Exited(0, time.Now()).Obj(), "10.0.0.4")
+	gone := named(MakeWorker(job, 4).Deleting(time.Now()).Obj(), "10.0.0.5")
+	v6 := named(MakeWorker(job, 5).Obj(), "fd00::6")
+	s := render.EndpointSlice(job, []*corev1.Pod{w1, launcher, w0, noIP, done, gone, v6})
+	if s.Name != "train" || s.Labels[discoveryv1.LabelServiceName] != "train" ||
+		s.Labels[discoveryv1.LabelManagedBy] != render.EndpointSliceManagedBy || s.AddressType != discoveryv1.AddressTypeIPv4 {
+		t.Fatalf("slice %s: labels %v, address type %s", s.Name, s.Labels, s.AddressType)
+	}
+	var got []string
+	for _, ep := range s.Endpoints {
+		host := "-"
+		if ep.Hostname != nil {
+			host = *ep.Hostname
+		}
+		got = append(got, ep.TargetRef.Name+" "+ep.Addresses[0]+" "+host)
+		if ep.Conditions.Ready == nil || !*ep.Conditions.Ready {
+			t.Errorf("%s: not ready", ep.TargetRef.Name)
+		}
+	}
+	want := []string{"train-launcher 10.0.0.9 train-launcher", "train-worker-0 10.0.0.1 -", "train-worker-1 10.0.0.2 train-worker-1"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("endpoints (-want +got):\n%s", diff)
+	}
+	if s := render.EndpointSlice(job, []*corev1.Pod{v6, launcher}); s.AddressType != discoveryv1.AddressTypeIPv4 || len(s.Endpoints) != 1 {
+		t.Errorf("the launcher's family decides: %s, %d endpoints", s.AddressType, len(s.Endpoints))
+	}
+	if s := render.EndpointSlice(job, []*corev1.Pod{v6}); s.AddressType != discoveryv1.AddressTypeIPv6 || len(s.Endpoints) != 1 {
+		t.Errorf("an IPv6 job: %s, %d endpoints", s.AddressType, len(s.Endpoints))
+	}
 }

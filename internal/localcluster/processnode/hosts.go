@@ -2,13 +2,14 @@ package processnode
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"os"
 	"slices"
+	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
 // podHostname is the hostname a kubelet gives pod (pkg/kubelet
@@ -25,46 +26,101 @@ func podHostname(pod *corev1.Pod) string {
 	return h
 }
 
-// hostsEntry returns the /etc/hosts line of pod, or "" when it has no IP.
-// With spec.hostname and spec.subdomain set it names the pod as a headless
-// Service's DNS would, fully qualified name first: torch's elastic agent
-// publishes socket.getfqdn() of rank 0 as MASTER_ADDR, and getfqdn takes the
-// first name of the line. Any other pod is "<ip> <pod name>", after its
-// hostname when spec.hostname differs.
-func hostsEntry(pod *corev1.Pod) string {
-	if pod.Status.PodIP == "" {
-		return ""
+// serviceNames returns, by IP, the DNS names a cluster DNS gives the
+// endpoints of headless Services (fully qualified first): from their
+// EndpointSlices, never from a pod's own hostname and subdomain, so a pod
+// that no slice lists (a mirror pod with a job's labels, hostname and
+// subdomain: issue #42, C2) answers for no Service's name. An etjob job's
+// slice is the controller's, of the pods the job owns; another Service's,
+// kube-controller-manager's, of the pods its selector matches.
+func serviceNames(slices []*discoveryv1.EndpointSlice) map[string][]string {
+	sorted := append([]*discoveryv1.EndpointSlice(nil), slices...)
+	sort.Slice(sorted, func(i, j int) bool {
+		return sorted[i].Namespace+"/"+sorted[i].Name < sorted[j].Namespace+"/"+sorted[j].Name
+	})
+	out := map[string][]string{}
+	for _, s := range sorted {
+		svc := s.Labels[discoveryv1.LabelServiceName]
+		if svc == "" {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			if ep.Hostname == nil || *ep.Hostname == "" {
+				continue
+			}
+			name := *ep.Hostname + "." + svc + "." + s.Namespace + ".svc"
+			for _, ip := range ep.Addresses {
+				if len(out[ip]) == 0 { // one Service's names an address (the first slice by name)
+					out[ip] = []string{name + ".cluster.local", name, *ep.Hostname + "." + svc}
+				}
+			}
+		}
 	}
+	return out
+}
+
+// ownNames returns the names a kubelet writes into a pod's own hosts file
+// for pod: with spec.hostname and spec.subdomain, its fully qualified name
+// under that subdomain (torch's elastic agent publishes socket.getfqdn() of
+// rank 0, and getfqdn takes the first name of the line). Here one hosts
+// file serves every pod of the node, so these names are given only to this
+// node's own pods.
+func ownNames(pod *corev1.Pod) []string {
 	if h, sub := pod.Spec.Hostname, pod.Spec.Subdomain; h != "" && sub != "" {
 		name := h + "." + sub + "." + pod.Namespace + ".svc"
-		return fmt.Sprintf("%s\t%s.cluster.local %s %s.%s %s", pod.Status.PodIP, name, name, h, sub, h)
+		return []string{name + ".cluster.local", name, h + "." + sub}
 	}
-	// The pod's own hostname first, as a kubelet writes it, so that a pod
-	// with spec.hostname but no subdomain resolves its hostname too.
+	return nil
+}
+
+// hostsEntry returns the /etc/hosts line of pod, or "" when it has no IP:
+// its IP, the Service names of that IP (or, for a pod of this node, own,
+// its own), then its hostname, then its name when that differs.
+func hostsEntry(pod *corev1.Pod, names map[string][]string, own bool) string {
+	ip := pod.Status.PodIP
+	if ip == "" {
+		return ""
+	}
+	all := slices.Clone(names[ip])
+	if len(all) == 0 && own {
+		all = ownNames(pod)
+	}
+	all = append(all, podHostname(pod))
 	if h := podHostname(pod); h != pod.Name {
-		return pod.Status.PodIP + "\t" + h + " " + pod.Name
+		all = append(all, pod.Name)
 	}
-	return pod.Status.PodIP + "\t" + pod.Name
+	return ip + "\t" + strings.Join(all, " ")
 }
 
 // renderHosts returns the hosts file of a node: localhost, then one line per
-// pod with an IP that is not finished, sorted so that the content changes
-// only when an entry does. Every pod of the cluster is in it, which is what
-// makes worker hostnames resolve from every pod without a cluster DNS; where
-// two pods share a short name the first line wins.
-func renderHosts(pods []*corev1.Pod) []byte {
+// pod with an IP that is not finished (own: the UIDs of this node's pods),
+// and one per Service endpoint no such pod has, sorted so that the content
+// changes only when an entry does. Every pod of the cluster is in it, by its
+// hostname and name, which is what makes worker hostnames resolve from
+// every pod without a cluster DNS; where two pods share a short name the
+// first line wins. The names of headless Services' pods come from their
+// EndpointSlices (serviceNames), as a cluster DNS serves them.
+func renderHosts(pods []*corev1.Pod, slices []*discoveryv1.EndpointSlice, own map[string]bool) []byte {
+	names := serviceNames(slices)
 	seen := map[string]bool{}
+	withPod := map[string]bool{}
 	var lines []string
 	for _, pod := range pods {
 		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		if line := hostsEntry(pod); line != "" && !seen[line] {
+		if line := hostsEntry(pod, names, own[string(pod.UID)]); line != "" && !seen[line] {
 			seen[line] = true
+			withPod[pod.Status.PodIP] = true
 			lines = append(lines, line)
 		}
 	}
-	slices.Sort(lines)
+	for ip, n := range names {
+		if !withPod[ip] {
+			lines = append(lines, ip+"\t"+strings.Join(n, " "))
+		}
+	}
+	sort.Strings(lines)
 	var b bytes.Buffer
 	b.WriteString("# Kubernetes-managed hosts file (etjob process node).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
 	for _, l := range lines {

@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
@@ -100,6 +101,9 @@ type Provider struct {
 	hostsPath string
 	// clusterPods lists every pod of the cluster; nil without a client.
 	clusterPods corev1listers.PodLister
+	// clusterSlices lists every EndpointSlice of the cluster (the headless
+	// Services' names in the hosts file); nil without a client.
+	clusterSlices discoverylisters.EndpointSliceLister
 	// wake asks the background loop to rewrite the hosts file now.
 	wake     chan struct{}
 	stop     chan struct{}
@@ -187,7 +191,7 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 			return nil, fmt.Errorf("API server address %q: %w", cfg.APIServer, err)
 		}
 	}
-	if _, err := writeInPlace(p.hostsPath, renderHosts(nil)); err != nil {
+	if _, err := writeInPlace(p.hostsPath, renderHosts(nil, nil, nil)); err != nil {
 		return nil, fmt.Errorf("hosts file: %w", err)
 	}
 	var why string
@@ -204,6 +208,13 @@ func NewProvider(cfg ProviderConfig) (*Provider, error) {
 			DeleteFunc: func(any) { p.wakeUp() },
 		})
 		p.clusterPods = inf.Lister()
+		sl := factory.Discovery().V1().EndpointSlices()
+		_, _ = sl.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { p.wakeUp() },
+			UpdateFunc: func(any, any) { p.wakeUp() },
+			DeleteFunc: func(any) { p.wakeUp() },
+		})
+		p.clusterSlices = sl.Lister()
 		factory.Start(p.stop)
 	}
 	go p.background()

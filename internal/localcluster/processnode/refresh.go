@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -43,7 +44,8 @@ func (p *Provider) background() {
 
 // refreshHosts renders the hosts file from every pod of the cluster, this
 // node's own pods as the provider knows them (their IPs are known here
-// before the API server has them), and writes it when it changed.
+// before the API server has them) and the cluster's EndpointSlices (the
+// headless Services' names), and writes it when it changed.
 func (p *Provider) refreshHosts() {
 	byUID := map[string]*corev1.Pod{}
 	if p.clusterPods != nil {
@@ -52,10 +54,12 @@ func (p *Provider) refreshHosts() {
 			byUID[string(pod.UID)] = pod
 		}
 	}
+	own := map[string]bool{}
 	p.mu.Lock()
 	for _, pr := range p.pods {
 		if !pr.deleting {
 			byUID[string(pr.pod.UID)] = pr.pod.DeepCopy()
+			own[string(pr.pod.UID)] = true
 		}
 	}
 	p.mu.Unlock()
@@ -63,7 +67,11 @@ func (p *Provider) refreshHosts() {
 	for _, pod := range byUID {
 		pods = append(pods, pod)
 	}
-	if _, err := writeInPlace(p.hostsPath, renderHosts(pods)); err != nil {
+	var slices []*discoveryv1.EndpointSlice
+	if p.clusterSlices != nil {
+		slices, _ = p.clusterSlices.List(labels.Everything())
+	}
+	if _, err := writeInPlace(p.hostsPath, renderHosts(pods, slices, own)); err != nil {
 		slog.Warn("writing the hosts file", "err", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -1028,4 +1029,84 @@ func TestInvalidPodTemplateFailsAtOnce(t *testing.T) {
 	if !strings.Contains(c.Message, "metadata.annotations") {
 		t.Errorf("the Failed condition does not carry the server's words: %q", c.Message)
 	}
+}
+
+// TestStoreNameResolvesToTheJobsPodsOnly (issue #42, C2): the job's Service
+// has no selector, and its EndpointSlice lists the pods the job owns, by
+// hostname: an impostor with the job's labels, the launcher's hostname and
+// the job's subdomain (a mirror pod a rooted kubelet may create) is never
+// one of its addresses. A slice deleted or changed by another writer is
+// written back.
+func TestStoreNameResolvesToTheJobsPodsOnly(t *testing.T) {
+	ns := newNamespace(t)
+	job := create(t, newJob(ns, "train").Replicas(1).Min(1).Max(2).Obj())
+	pods := waitPods(t, ns, "train", "train-launcher", "train-worker-0")
+	ctx := context.Background()
+	withIP := func(p *corev1.Pod, ip string) {
+		t.Helper()
+		startPod(t, p, "n-"+p.Name)
+		Eventually(t, timeout, "the IP of "+p.Name, func() error {
+			got := &corev1.Pod{}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+				return err
+			}
+			got.Status.PodIP = ip
+			return k8s.Status().Update(ctx, got)
+		})
+	}
+	impostor := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "mirror-train-launcher", Namespace: ns, Labels: pods["train-launcher"].Labels},
+		Spec: corev1.PodSpec{Hostname: "train-launcher", Subdomain: "train",
+			Containers: []corev1.Container{{Name: "c", Image: "impostor"}}},
+	}
+	if err := k8s.Create(ctx, impostor); err != nil {
+		t.Fatal(err)
+	}
+	withIP(impostor, "10.9.9.9")
+	withIP(pods["train-launcher"], "10.0.0.1")
+	withIP(pods["train-worker-0"], "10.0.0.2")
+	want := "train-launcher=10.0.0.1 train-worker-0=10.0.0.2"
+	endpoints := func() (string, error) {
+		s := &discoveryv1.EndpointSlice{}
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "train"}, s); err != nil {
+			return "", err
+		}
+		if !metav1.IsControlledBy(s, job) || s.Labels[discoveryv1.LabelServiceName] != "train" {
+			return "", fmt.Errorf("slice not the job's: owners %v, labels %v", s.OwnerReferences, s.Labels)
+		}
+		var got []string
+		for _, ep := range s.Endpoints {
+			if ep.Hostname == nil {
+				return "", fmt.Errorf("%v: no hostname", ep.Addresses)
+			}
+			got = append(got, *ep.Hostname+"="+strings.Join(ep.Addresses, ","))
+		}
+		if g := strings.Join(got, " "); g != want {
+			return "", fmt.Errorf("endpoints %q, want %q", g, want)
+		}
+		return want, nil
+	}
+	Eventually(t, timeout, "the job's EndpointSlice", func() error { _, err := endpoints(); return err })
+	svc := &corev1.Service{}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "train"}, svc); err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.Selector != nil || svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("Service: selector %v, clusterIP %q; want none, headless", svc.Spec.Selector, svc.Spec.ClusterIP)
+	}
+	// another writer adds the impostor: put back
+	s := &discoveryv1.EndpointSlice{}
+	if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "train"}, s); err != nil {
+		t.Fatal(err)
+	}
+	host := "train-launcher"
+	s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.9.9.9"}, Hostname: &host})
+	if err := k8s.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, timeout, "the slice written back", func() error { _, err := endpoints(); return err })
+	if err := k8s.Delete(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, timeout, "the slice made again", func() error { _, err := endpoints(); return err })
 }
