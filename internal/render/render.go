@@ -6,6 +6,7 @@ package render
 import (
 	"encoding/hex"
 	"fmt"
+	"net"
 	"path"
 	"slices"
 	"sort"
@@ -607,10 +608,18 @@ func Service(job *etjobv1.ElasticJob) *corev1.Service {
 // controller's, not kube-controller-manager's.
 const EndpointSliceManagedBy = "controller.etjob.dev"
 
+// unpublishable reports an address an EndpointSlice may not hold (the API
+// refuses loopback and link-local ones: the local cluster's pods live on
+// 127.0.0.0/8, and its nodes name a job's pods from their owner instead).
+func unpublishable(ip string) bool {
+	a := net.ParseIP(ip)
+	return a == nil || a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsUnspecified()
+}
+
 // EndpointSlice builds the addresses of the job's Service: one endpoint per
 // pod of pods (the pods the job owns: the controller lists them by owner
-// UID, never by label) that has an IP and is neither finished nor being
-// deleted, named by its hostname when its subdomain is the Service (the DNS
+// UID, never by label) that has an IP the API accepts and is neither
+// finished nor being deleted, named by its hostname when its subdomain is the Service (the DNS
 // name <hostname>.<job>.<namespace>.svc), ready whether or not its containers
 // are (the store must resolve before any probe passes: the Service used to
 // publish not-ready addresses). One address family: the launcher's, else the
@@ -634,7 +643,7 @@ func EndpointSlice(job *etjobv1.ElasticJob, pods []*corev1.Pod) *discoveryv1.End
 	yes := true
 	for _, p := range pods {
 		ip := p.Status.PodIP
-		if ip == "" || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed ||
+		if ip == "" || unpublishable(ip) || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed ||
 			strings.Contains(ip, ":") != (family == discoveryv1.AddressTypeIPv6) {
 			continue
 		}

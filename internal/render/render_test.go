@@ -377,7 +377,8 @@ func TestEndpointSlice(t *testing.T) {
 	done := named(MakeWorker(job, 3).Exited(0, time.Now()).Obj(), "10.0.0.4")
 	gone := named(MakeWorker(job, 4).Deleting(time.Now()).Obj(), "10.0.0.5")
 	v6 := named(MakeWorker(job, 5).Obj(), "fd00::6")
-	s := render.EndpointSlice(job, []*corev1.Pod{w1, launcher, w0, noIP, done, gone, v6})
+	loop := named(MakeWorker(job, 6).Obj(), "127.0.1.2") // the API refuses it (the local cluster's pods)
+	s := render.EndpointSlice(job, []*corev1.Pod{w1, launcher, w0, noIP, done, gone, v6, loop})
 	if s.Name != "train" || s.Labels[discoveryv1.LabelServiceName] != "train" ||
 		s.Labels[discoveryv1.LabelManagedBy] != render.EndpointSliceManagedBy || s.AddressType != discoveryv1.AddressTypeIPv4 {
 		t.Fatalf("slice %s: labels %v, address type %s", s.Name, s.Labels, s.AddressType)

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // podHostname is the hostname a kubelet gives pod (pkg/kubelet
@@ -73,16 +74,29 @@ func ownNames(pod *corev1.Pod) []string {
 	return nil
 }
 
+// jobsOwn reports whether pod is controlled by the ElasticJob its subdomain
+// names. The local cluster's pods live on loopback addresses, which an
+// EndpointSlice may not hold (the API refuses them), so the controller's
+// slice of a job is empty here: the hosts file names a job's pods from the
+// ownership the slice is made of instead, never from a label or a
+// subdomain alone.
+func jobsOwn(pod *corev1.Pod) bool {
+	ref := metav1.GetControllerOf(pod)
+	return ref != nil && ref.Kind == "ElasticJob" && strings.HasPrefix(ref.APIVersion, "etjob.dev/") &&
+		ref.Name == pod.Spec.Subdomain
+}
+
 // hostsEntry returns the /etc/hosts line of pod, or "" when it has no IP:
 // its IP, the Service names of that IP (or, for a pod of this node, own,
-// its own), then its hostname, then its name when that differs.
+// or of the job that owns it, its own), then its hostname, then its name
+// when that differs.
 func hostsEntry(pod *corev1.Pod, names map[string][]string, own bool) string {
 	ip := pod.Status.PodIP
 	if ip == "" {
 		return ""
 	}
 	all := slices.Clone(names[ip])
-	if len(all) == 0 && own {
+	if len(all) == 0 && (own || jobsOwn(pod)) {
 		all = ownNames(pod)
 	}
 	all = append(all, podHostname(pod))

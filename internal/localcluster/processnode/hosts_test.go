@@ -17,7 +17,9 @@ import (
 // EndpointSlice (a cluster DNS's records), or for this node's own pods from
 // their hostname and subdomain (a kubelet's own hosts file); a pod of
 // another node that no slice lists, with a job's hostname and subdomain (a
-// mirror pod: issue #42, C2), gets its short names only.
+// mirror pod: issue #42, C2), gets its short names only. A job's own pods
+// (controlled by the ElasticJob their subdomain names) get theirs: on
+// loopback addresses, which no EndpointSlice may hold, that is the slice.
 func TestRenderHosts(t *testing.T) {
 	pod := func(name, hostname, subdomain, ip string, phase corev1.PodPhase) *corev1.Pod {
 		return &corev1.Pod{
@@ -27,6 +29,11 @@ func TestRenderHosts(t *testing.T) {
 		}
 	}
 	host := func(h string) *string { return &h }
+	yes := true
+	owned := func(p *corev1.Pod, job string) *corev1.Pod {
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "etjob.dev/v1alpha1", Kind: "ElasticJob", Name: job, Controller: &yes}}
+		return p
+	}
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "ns", Labels: map[string]string{discoveryv1.LabelServiceName: "job"}},
 		Endpoints: []discoveryv1.Endpoint{
@@ -41,6 +48,8 @@ func TestRenderHosts(t *testing.T) {
 		pod("named", "host", "", "127.0.2.3", corev1.PodRunning),
 		pod("w-0", "w-0", "job", "127.0.1.2", corev1.PodRunning),
 		pod("mirror", "w-0", "job", "127.0.3.3", corev1.PodRunning),
+		owned(pod("l", "l", "job", "127.0.5.5", corev1.PodRunning), "job"),
+		owned(pod("other", "x", "job", "127.0.5.6", corev1.PodRunning), "another-job"),
 		pod("no-ip", "", "", "", corev1.PodPending),
 		pod("done", "", "", "127.0.1.9", corev1.PodSucceeded),
 	}, []*discoveryv1.EndpointSlice{slice}, map[string]bool{"w-1": true}))
@@ -52,7 +61,9 @@ func TestRenderHosts(t *testing.T) {
 		"127.0.2.2\tplain\n" +
 		"127.0.2.3\thost named\n" +
 		"127.0.3.3\tw-0 mirror\n" +
-		"127.0.4.4\tw-9.job.ns.svc.cluster.local w-9.job.ns.svc w-9.job\n"
+		"127.0.4.4\tw-9.job.ns.svc.cluster.local w-9.job.ns.svc w-9.job\n" +
+		"127.0.5.5\tl.job.ns.svc.cluster.local l.job.ns.svc l.job l\n" +
+		"127.0.5.6\tx other\n"
 	if got != want {
 		t.Errorf("renderHosts =\n%s\nwant\n%s", got, want)
 	}
