@@ -18,6 +18,43 @@ const PriceTableKey = "prices"
 type PriceTable struct {
 	// Prices are the rows, by "<instance type> <capacity type>".
 	Prices map[string]PricePerHour `json:"prices"`
+	// KeyLabelPrefix, when set (the controller's --price-key-label-prefix),
+	// is where a node's row is read from: its labels <prefix>instance-type
+	// and <prefix>capacity-type, which the admin sets, instead of the
+	// instance-type and capacity labels its kubelet writes (issue #42, H2:
+	// a rooted kubelet may relabel its node as a cheaper row). A node
+	// without them is not listed: it costs the dearest row.
+	KeyLabelPrefix string `json:"-"`
+}
+
+// PriceKeyInstanceType and PriceKeyCapacityType are the label names, after
+// PriceTable.KeyLabelPrefix, of a node's row in the price table.
+const (
+	PriceKeyInstanceType = "instance-type"
+	PriceKeyCapacityType = "capacity-type"
+)
+
+// InstanceTypeOf is node labels' instance type as the table reads it: the
+// admin's label under KeyLabelPrefix when it is set, else the kubelet's.
+func (t *PriceTable) InstanceTypeOf(labels map[string]string) string {
+	if t != nil && t.KeyLabelPrefix != "" {
+		return labels[t.KeyLabelPrefix+PriceKeyInstanceType]
+	}
+	return labels[LabelInstanceType]
+}
+
+// RowOf returns node labels' row: by the admin's labels under
+// KeyLabelPrefix when it is set, else by the kubelet's instance-type and
+// capacity labels.
+func (t *PriceTable) RowOf(labels map[string]string) (PricePerHour, bool) {
+	if t != nil && t.KeyLabelPrefix != "" {
+		it, ct := labels[t.KeyLabelPrefix+PriceKeyInstanceType], labels[t.KeyLabelPrefix+PriceKeyCapacityType]
+		if it == "" || ct == "" {
+			return 0, false
+		}
+		return t.Row(it, ct)
+	}
+	return t.Row(labels[LabelInstanceType], NodeCapacityType(labels))
 }
 
 // ParsePriceTable reads a price table: one row a line, "<instance type>

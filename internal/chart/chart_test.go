@@ -64,7 +64,7 @@ func TestValues(t *testing.T) {
 		"controller": map[string]any{"namespace": "ml-system", "replicas": 3, "listenOnPodIP": true,
 			"image": map[string]any{"digest": "sha256:0123"}, "resources": map[string]any{"limits": map[string]any{"memory": nil}},
 			"extraArgs": []any{"--concurrency=8"}, "watchNamespaces": []any{"team-a", "team-b"},
-			"trustedNodeLabel": "node-restriction.kubernetes.io/etjob-trusted=true"},
+			"trustedNodeLabel": "node-restriction.kubernetes.io/etjob-trusted=true", "priceKeyLabelPrefix": "node-restriction.kubernetes.io/etjob-"},
 		"agent": map[string]any{"namespace": "ml-agent", "metadataURL": "http://$(NODE_IP):8775", "azureVMName": "vm-1",
 			"criticalPodQuota": map[string]any{"enabled": true}},
 		"dashboard": map[string]any{"enabled": false},
@@ -96,7 +96,8 @@ func TestValues(t *testing.T) {
 	}
 	args := strings.Join(toStrings(ctl["args"]), " ")
 	for _, want := range []string{"--metrics-bind-address=$(POD_IP):8443", "--leader-election-namespace=ml-system", "--concurrency=8",
-		"--namespaces=team-a,team-b", "--launcher-node-label=node-restriction.kubernetes.io/etjob-trusted=true"} {
+		"--namespaces=team-a,team-b", "--launcher-node-label=node-restriction.kubernetes.io/etjob-trusted=true",
+		"--price-key-label-prefix=node-restriction.kubernetes.io/etjob-"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("controller args %q lack %q", args, want)
 		}
@@ -142,12 +143,13 @@ func toStrings(v any) []string {
 // TestBadValues: the chart's schema refuses a bad value, naming it.
 func TestBadValues(t *testing.T) {
 	for field, values := range map[string]map[string]any{
-		"replicas":         {"controller": map[string]any{"replicas": 0}},
-		"provider":         {"agent": map[string]any{"provider": "oracle"}},
-		"pollInterval":     {"agent": map[string]any{"pollInterval": "soon"}},
-		"replcas":          {"controller": map[string]any{"replcas": 2}},
-		"digest":           {"agent": map[string]any{"image": map[string]any{"digest": "latest"}}},
-		"trustedNodeLabel": {"controller": map[string]any{"trustedNodeLabel": "no value at all"}},
+		"replicas":            {"controller": map[string]any{"replicas": 0}},
+		"provider":            {"agent": map[string]any{"provider": "oracle"}},
+		"pollInterval":        {"agent": map[string]any{"pollInterval": "soon"}},
+		"replcas":             {"controller": map[string]any{"replcas": 2}},
+		"digest":              {"agent": map[string]any{"image": map[string]any{"digest": "latest"}}},
+		"trustedNodeLabel":    {"controller": map[string]any{"trustedNodeLabel": "no value at all"}},
+		"priceKeyLabelPrefix": {"controller": map[string]any{"priceKeyLabelPrefix": "two/slashes/"}},
 	} {
 		_, err := chart.Objects(values)
 		if err == nil || !strings.Contains(err.Error(), field) {

@@ -37,6 +37,7 @@ func Main(args []string, version string) int {
 		memoryLimit   = fs.String("memory-limit", "", "the container's memory limit (the chart passes limits.memory): the Go heap is held to 90% of it (GOMEMLIMIT), so the garbage collector works harder before the kernel kills; GOMEMLIMIT, when set, wins")
 		gcPercent     = fs.Int("gc-percent", 0, "the Go garbage collector's target (GOGC): the heap may grow this many percent over the live heap before a collection; lower holds less memory for more CPU (0: the runtime's, 100 or $GOGC)")
 		priceTable    = fs.String("price-table", "", "NAMESPACE/NAME of the ConfigMap with the platform admin's node prices (its key \"prices\": lines of <instance type> <capacity type> <US dollars an hour>); where set, a node's own etjob.dev/price-per-hour may only raise its row's price, and a node the table does not list costs its dearest (docs/security.md, N7). Empty, or the ConfigMap absent: every node's own price is trusted")
+		priceKeys     = fs.String("price-key-label-prefix", "", "where a node's price-table row is read from: its labels PREFIXinstance-type and PREFIXcapacity-type (spot or on-demand), which you set; use a prefix under node-restriction.kubernetes.io/ (e.g. node-restriction.kubernetes.io/etjob-), which a kubelet cannot set on its own Node, so that a rooted node cannot pass for a cheaper row (docs/security.md, H2). A node without them costs the table's dearest row. Empty: the instance-type and capacity labels its kubelet writes")
 		launcherNode  = fs.String("launcher-node-label", "", "KEY=VALUE: every launcher (it holds its job's store secret, a horovod one exec rights into its namespace) requires nodes with this label; use a key under node-restriction.kubernetes.io/, which a kubelet cannot set on its own Node, and label the nodes you trust (docs/security.md, H2). Empty: launchers avoid spot capacity by its labels, which a rooted kubelet may rewrite")
 		decisionsFile = fs.String("record-decisions", "", "append every decision (snapshot, time, plan) as JSON lines to this file, for `etjob-local chaos --replay`")
 	)
@@ -86,11 +87,20 @@ func Main(args []string, version string) int {
 		log.Error(err, "creating the manager")
 		return 1
 	}
-	prices, err := ParsePriceTableFlag(*priceTable)
+	table, err := ParsePriceTableFlag(*priceTable)
 	if err != nil {
 		log.Error(err, "--price-table")
 		return 2
 	}
+	keysWarning, err := ParsePriceKeyLabelPrefix(*priceKeys)
+	if err != nil {
+		log.Error(err, "--price-key-label-prefix")
+		return 2
+	}
+	if keysWarning != "" {
+		log.Info("--price-key-label-prefix: " + keysWarning)
+	}
+	prices := PriceTableFlags{Key: table, KeyLabelPrefix: *priceKeys}
 	launcherLabel, warning, err := ParseNodeLabel(*launcherNode)
 	if err != nil {
 		log.Error(err, "--launcher-node-label")

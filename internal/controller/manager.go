@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -96,9 +95,10 @@ func ManagerOptions(o Options) ctrl.Options {
 
 // Setup registers indexes and the reconciler with the manager; decisions,
 // when not nil, records every Decide call of the job reconciler; prices
-// names the admin's price table ConfigMap (PriceTables; empty: none);
-// launcherNode is the node label every launcher requires (zero: none).
-func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *DecisionRecorder, prices types.NamespacedName,
+// names the admin's price table ConfigMap (PriceTables; empty: none) and
+// the label prefix of its rows' keys; launcherNode is the node label every
+// launcher requires (zero: none).
+func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *DecisionRecorder, prices PriceTableFlags,
 	launcherNode NodeLabel) error {
 	if err := SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
@@ -106,7 +106,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *De
 	r := NewElasticJobReconciler(mgr.GetClient(), mgr.GetEventRecorder("etjob-controller"), clock.RealClock{})
 	r.APIReader = mgr.GetAPIReader()
 	r.Decisions = decisions
-	r.Prices = &PriceTables{Reader: mgr.GetAPIReader(), Key: prices, Clock: clock.RealClock{}}
+	r.Prices = &PriceTables{Reader: mgr.GetAPIReader(), Key: prices.Key, KeyLabelPrefix: prices.KeyLabelPrefix, Clock: clock.RealClock{}}
 	r.LauncherNode = launcherNode
 	if err := r.SetupWithManager(mgr, concurrency); err != nil {
 		return err

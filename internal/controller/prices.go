@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,11 +33,38 @@ type PriceTables struct {
 	Reader client.Reader
 	Key    types.NamespacedName
 	Clock  clock.PassiveClock
+	// KeyLabelPrefix is --price-key-label-prefix (PriceTable.KeyLabelPrefix).
+	KeyLabelPrefix string
 
 	mu    sync.Mutex
 	table *etjobv1.PriceTable
 	read  time.Time
 	said  string
+}
+
+// PriceTableFlags are --price-table and --price-key-label-prefix.
+type PriceTableFlags struct {
+	Key            types.NamespacedName
+	KeyLabelPrefix string
+}
+
+// ParsePriceKeyLabelPrefix reads --price-key-label-prefix: "" (the
+// kubelets' labels) or a prefix that makes <prefix>instance-type and
+// <prefix>capacity-type valid label keys. One outside
+// node-restriction.kubernetes.io/ is taken, and said: a kubelet may set it.
+func ParsePriceKeyLabelPrefix(s string) (warning string, err error) {
+	if s == "" {
+		return "", nil
+	}
+	for _, k := range []string{s + etjobv1.PriceKeyInstanceType, s + etjobv1.PriceKeyCapacityType} {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return "", fmt.Errorf("%q: %s is no label key: %s", s, k, strings.Join(errs, "; "))
+		}
+	}
+	if !strings.HasPrefix(s, NodeRestrictionPrefix+"/") {
+		warning = fmt.Sprintf("%s is not under %s/: a kubelet may set those labels on its own Node, so a rooted node can still choose its price-table row", s, NodeRestrictionPrefix)
+	}
+	return warning, nil
 }
 
 // ParsePriceTableFlag reads --price-table: NAMESPACE/NAME, or "" for none.
@@ -78,8 +106,13 @@ func (p *PriceTables) Get(ctx context.Context) *etjobv1.PriceTable {
 			p.say(ctx, fmt.Errorf("key %q: %w", etjobv1.PriceTableKey, err), "the price table does not parse; the last good one stays in force")
 			break
 		}
+		t.KeyLabelPrefix = p.KeyLabelPrefix
 		p.table = t
-		p.say(ctx, nil, fmt.Sprintf("price table in force: %d rows; nodes' own prices may only raise them", len(t.Prices)))
+		by := "the kubelets' instance-type and capacity labels"
+		if t.KeyLabelPrefix != "" {
+			by = "the labels " + t.KeyLabelPrefix + etjobv1.PriceKeyInstanceType + " and " + t.KeyLabelPrefix + etjobv1.PriceKeyCapacityType
+		}
+		p.say(ctx, nil, fmt.Sprintf("price table in force: %d rows, a node's row by %s; nodes' own prices may only raise them", len(t.Prices), by))
 	}
 	return p.table
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,7 +24,7 @@ func TestPriceTables(t *testing.T) {
 	key := types.NamespacedName{Namespace: "etjob-system", Name: "etjob-prices"}
 	c := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
 	clk := clocktesting.NewFakePassiveClock(time.Unix(1e9, 0))
-	p := &PriceTables{Reader: c, Key: key, Clock: clk}
+	p := &PriceTables{Reader: c, Key: key, Clock: clk, KeyLabelPrefix: "node-restriction.kubernetes.io/etjob-"}
 	if got := p.Get(ctx); got != nil {
 		t.Fatalf("no ConfigMap: table %+v, want none", got)
 	}
@@ -38,6 +39,9 @@ func TestPriceTables(t *testing.T) {
 	clk.SetTime(clk.Now().Add(PriceTableRefresh))
 	if got, _ := p.Get(ctx).Row("g5.xlarge", etjobv1.CapacityTypeSpot); got != 0.5 {
 		t.Fatalf("after the refresh: g5.xlarge spot %v, want 0.5", got)
+	}
+	if got := p.Get(ctx).KeyLabelPrefix; got != p.KeyLabelPrefix {
+		t.Errorf("the table's rows keyed by %q, want --price-key-label-prefix's %q", got, p.KeyLabelPrefix)
 	}
 	cm.Data[etjobv1.PriceTableKey] = "g5.xlarge spot cheap\n"
 	if err := c.Update(ctx, cm); err != nil {
@@ -57,6 +61,23 @@ func TestPriceTables(t *testing.T) {
 	var none *PriceTables
 	if none.Get(ctx) != nil {
 		t.Error("a nil PriceTables has a table")
+	}
+}
+
+// TestParsePriceKeyLabelPrefix (issue #42, H2): a prefix that makes two
+// label keys; one a kubelet may set is taken and said.
+func TestParsePriceKeyLabelPrefix(t *testing.T) {
+	for in, wantWarning := range map[string]bool{"": false, "node-restriction.kubernetes.io/etjob-": false,
+		"node-restriction.kubernetes.io/": false, "example.com/": true, "etjob-": true} {
+		w, err := ParsePriceKeyLabelPrefix(in)
+		if err != nil || (w != "") != wantWarning {
+			t.Errorf("%q: warning %q, error %v; want a warning %v", in, w, err, wantWarning)
+		}
+	}
+	for _, bad := range []string{"a/b/", "Upper.Case/", "-bad", "x y"} {
+		if _, err := ParsePriceKeyLabelPrefix(bad); err == nil || !strings.Contains(err.Error(), "label key") {
+			t.Errorf("%q: error %v, want one about the label key", bad, err)
+		}
 	}
 }
 

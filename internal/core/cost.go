@@ -129,7 +129,7 @@ func nodeCostKey(prices *etjobv1.PriceTable, node *corev1.Node, onDemand map[str
 	if p, ok := NodePrice(prices, node); ok {
 		k.price = p.String()
 	}
-	row, listed := prices.Row(k.instance, etjobv1.CapacityTypeOnDemand)
+	row, listed := prices.Row(prices.InstanceTypeOf(labels), etjobv1.CapacityTypeOnDemand)
 	switch {
 	case listed:
 		k.onDemand = row.String()

@@ -45,14 +45,17 @@ func MaxPrice(spec *etjobv1.ElasticJobSpec) (p etjobv1.PricePerHour, ok bool) {
 // which its agent writes and a rooted node can forge) only proposes: it may
 // raise its row's price (a spot market that rose), never lower it; a node
 // whose instance type and capacity type the table does not list costs the
-// table's dearest (ok is then always true). A rooted node can then only make
+// table's dearest (ok is then always true). The row is found by the
+// kubelet's labels, or, with the table's KeyLabelPrefix (issue #42, H2), by
+// the admin's, which a kubelet cannot set: then a rooted node cannot pass
+// for a cheaper instance type either. A rooted node can then only make
 // itself look dearer, which draws no budget job's workers to it.
 func NodePrice(prices *etjobv1.PriceTable, node *corev1.Node) (etjobv1.PricePerHour, bool) {
 	own, ok := etjobv1.NodePrice(node)
 	if prices == nil {
 		return own, ok
 	}
-	row, listed := prices.Row(node.Labels[etjobv1.LabelInstanceType], etjobv1.NodeCapacityType(node.Labels))
+	row, listed := prices.RowOf(node.Labels)
 	if !listed {
 		return prices.Dearest(), true
 	}

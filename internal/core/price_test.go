@@ -205,6 +205,14 @@ func TestNodePrice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	keyed := &etjobv1.PriceTable{Prices: table.Prices, KeyLabelPrefix: "node-restriction.kubernetes.io/etjob-"}
+	trusted := func(n *corev1.Node, instance, capacity string) *corev1.Node {
+		n.Labels[keyed.KeyLabelPrefix+etjobv1.PriceKeyInstanceType] = instance
+		if capacity != "" {
+			n.Labels[keyed.KeyLabelPrefix+etjobv1.PriceKeyCapacityType] = capacity
+		}
+		return n
+	}
 	for name, tc := range map[string]struct {
 		table  *etjobv1.PriceTable
 		node   *corev1.Node
@@ -218,6 +226,11 @@ func TestNodePrice(t *testing.T) {
 		"a type the table does not list":   {table, typedNode("made-up.nano", "spot", "0.001"), 32.77, true},
 		"no table: the node's own":         {nil, typedNode("p4d.24xlarge", "spot", "0.01"), 0.01, true},
 		"no table, no price":               {nil, typedNode("p4d.24xlarge", "spot", ""), 0, false},
+		// issue #42, H2: rows by the admin's labels, which a kubelet cannot set
+		"a rooted node relabels itself as a cheaper type": {keyed, trusted(typedNode("g5.xlarge", "spot", ""), "p4d.24xlarge", "spot"), 9.83, true},
+		"as on demand":                   {keyed, trusted(typedNode("p4d.24xlarge", "spot", ""), "p4d.24xlarge", "on-demand"), 32.77, true},
+		"no admin's labels: the dearest": {keyed, typedNode("g5.xlarge", "spot", ""), 32.77, true},
+		"only one of the admin's labels": {keyed, trusted(typedNode("g5.xlarge", "spot", ""), "g5.xlarge", ""), 32.77, true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, ok := core.NodePrice(tc.table, tc.node)

@@ -20,7 +20,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -72,7 +71,7 @@ func run(m *testing.M) int {
 	defer cancel()
 	mgr, err := ctrl.NewManager(cfg, controller.ManagerOptions(controller.Options{MetricsAddr: "0", ProbeAddr: "0"}))
 	if err == nil {
-		err = controller.Setup(ctx, mgr, 2, nil, types.NamespacedName{}, controller.NodeLabel{})
+		err = controller.Setup(ctx, mgr, 2, nil, controller.PriceTableFlags{}, controller.NodeLabel{})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "controller:", err)

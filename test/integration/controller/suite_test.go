@@ -19,7 +19,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -184,7 +183,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "manager:", err)
 		return 1
 	}
-	if err := controller.Setup(ctx, mgr, 4, nil, types.NamespacedName{}, controller.NodeLabel{}); err != nil {
+	if err := controller.Setup(ctx, mgr, 4, nil, controller.PriceTableFlags{}, controller.NodeLabel{}); err != nil {
 		fmt.Fprintln(os.Stderr, "setup:", err)
 		return 1
 	}
