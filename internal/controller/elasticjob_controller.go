@@ -202,9 +202,20 @@ func (r *ElasticJobReconciler) podNotice(ctx context.Context, job *etjobv1.Elast
 	return "", nil
 }
 
-// apply carries out the plan: deletions, signals, creations, then the
-// membership. It stops at the first error; the next pass picks up the rest.
+// apply carries out the plan (applyPlan), then publishes the Service's
+// addresses whatever became of it: a create a quota refuses at every pass
+// must not keep the store's name from resolving for the pods that run.
 func (r *ElasticJobReconciler) apply(ctx context.Context, job *etjobv1.ElasticJob, owned []*corev1.Pod, plan *core.Plan) error {
+	err := r.applyPlan(ctx, job, plan)
+	if perr := r.publishEndpoints(ctx, job, owned); err == nil {
+		err = perr
+	}
+	return err
+}
+
+// applyPlan carries out the plan: deletions, signals, creations, then the
+// membership. It stops at the first error; the next pass picks up the rest.
+func (r *ElasticJobReconciler) applyPlan(ctx context.Context, job *etjobv1.ElasticJob, plan *core.Plan) error {
 	key := client.ObjectKeyFromObject(job)
 	logger := log.FromContext(ctx)
 	for i, d := range plan.Delete {
@@ -259,8 +270,7 @@ func (r *ElasticJobReconciler) apply(ctx context.Context, job *etjobv1.ElasticJo
 			return &createRefusedError{pod: p.Name, err: err}
 		}
 	}
-	// last: a slice that cannot be written never holds up the pods
-	return r.publishEndpoints(ctx, job, owned)
+	return nil
 }
 
 // uncount takes out of the planned status what it counts for the pods whose
@@ -362,14 +372,43 @@ func (r *ElasticJobReconciler) ensureSupporting(ctx context.Context, job *etjobv
 				return err
 			}
 			if svc, ok := existing.(*corev1.Service); ok && len(svc.Spec.Selector) > 0 {
-				// an earlier controller's Service selected the job's label
-				// (issue #42, C2): its addresses are the slice's from now on
-				svc = svc.DeepCopy()
-				svc.Spec.Selector = nil
-				if err := r.Update(ctx, svc); err != nil {
-					return fmt.Errorf("dropping the selector of Service %s: %w", svc.Name, err)
+				if err := r.dropSelector(ctx, svc); err != nil {
+					return err
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// dropSelector upgrades a Service an earlier controller made, which
+// selected the job's label (issue #42, C2): without its selector, and
+// without the slices kube-controller-manager made for it (a cluster DNS
+// merges every slice of a Service: theirs would keep the addresses of the
+// upgrade's moment, a mirror pod's among them, for good). From then on its
+// addresses are publishEndpoints'.
+func (r *ElasticJobReconciler) dropSelector(ctx context.Context, svc *corev1.Service) error {
+	svc = svc.DeepCopy()
+	svc.Spec.Selector = nil
+	if err := r.Update(ctx, svc); err != nil {
+		return fmt.Errorf("dropping the selector of Service %s: %w", svc.Name, err)
+	}
+	var reader client.Reader = r.Client
+	if r.APIReader != nil {
+		reader = r.APIReader // kube's slices need not carry the job's label, which the cache selects by
+	}
+	var slices discoveryv1.EndpointSliceList
+	if err := reader.List(ctx, &slices, client.InNamespace(svc.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
+		return fmt.Errorf("listing the slices of Service %s: %w", svc.Name, err)
+	}
+	for i := range slices.Items {
+		s := &slices.Items[i]
+		if s.Labels[discoveryv1.LabelManagedBy] == render.EndpointSliceManagedBy {
+			continue
+		}
+		if err := r.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting EndpointSlice %s of Service %s: %w", s.Name, svc.Name, err)
 		}
 	}
 	return nil

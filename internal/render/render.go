@@ -626,17 +626,19 @@ func unpublishable(ip string) bool {
 // first pod's (IPv4 when none has an IP); a pod of the other family is left
 // out. Sorted by pod name: the same pods give the same slice.
 func EndpointSlice(job *etjobv1.ElasticJob, pods []*corev1.Pod) *discoveryv1.EndpointSlice {
-	family := discoveryv1.AddressTypeIPv4
+	family, decided := discoveryv1.AddressTypeIPv4, false
 	for _, p := range pods {
-		if p.Status.PodIP != "" && (family == discoveryv1.AddressTypeIPv4 || p.Name == core.LauncherName(job.Name)) {
-			if strings.Contains(p.Status.PodIP, ":") {
-				family = discoveryv1.AddressTypeIPv6
-			} else {
-				family = discoveryv1.AddressTypeIPv4
-			}
-			if p.Name == core.LauncherName(job.Name) {
-				break
-			}
+		ip := p.Status.PodIP
+		launcher := p.Name == core.LauncherName(job.Name)
+		if ip == "" || unpublishable(ip) || (decided && !launcher) {
+			continue
+		}
+		family, decided = discoveryv1.AddressTypeIPv4, true
+		if strings.Contains(ip, ":") {
+			family = discoveryv1.AddressTypeIPv6
+		}
+		if launcher {
+			break
 		}
 	}
 	var eps []discoveryv1.Endpoint

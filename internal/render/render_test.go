@@ -401,6 +401,9 @@ func TestEndpointSlice(t *testing.T) {
 	if s := render.EndpointSlice(job, []*corev1.Pod{v6, launcher}); s.AddressType != discoveryv1.AddressTypeIPv4 || len(s.Endpoints) != 1 {
 		t.Errorf("the launcher's family decides: %s, %d endpoints", s.AddressType, len(s.Endpoints))
 	}
+	if s := render.EndpointSlice(job, []*corev1.Pod{v6, w1}); s.AddressType != discoveryv1.AddressTypeIPv6 || len(s.Endpoints) != 1 {
+		t.Errorf("no launcher: the first pod's family decides: %s, %d endpoints", s.AddressType, len(s.Endpoints))
+	}
 	if s := render.EndpointSlice(job, []*corev1.Pod{v6}); s.AddressType != discoveryv1.AddressTypeIPv6 || len(s.Endpoints) != 1 {
 		t.Errorf("an IPv6 job: %s, %d endpoints", s.AddressType, len(s.Endpoints))
 	}

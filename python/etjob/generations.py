@@ -647,11 +647,14 @@ class Context:
         # commit or none: their steps would be done again.
         survivors_due = False
         if before > 0:
-            size = self._count("g%d/close" % before) % _STOP
+            closed = self._count("g%d/close" % before)
+            size = closed % _STOP
             if size > 0:
                 stay = size - self._count("g%d/leave" % before)
                 expected = stay + self._count("g%d/joins" % before)
-                survivors_due = stay > 0
+                # a generation stopped below min has no survivors: its
+                # members exited 75 and come back as new processes
+                survivors_due = stay > 0 and closed < _STOP
         expected = min(expected, self.max) if expected else None
         codes = {}  # arrival -> its code, read once it said who it is
         began = time.monotonic()

@@ -144,7 +144,6 @@ class State:
         object.__setattr__(self, "_saving", None)
         object.__setattr__(self, "_request", None)  # rank 0's save, until a vote carries it
         object.__setattr__(self, "_pending", None)  # the sharded save whose parts are landing
-        object.__setattr__(self, "_requests", 0)  # rank 0's sharded saves so far (a vote carries the number)
         object.__setattr__(self, "_unshared", False)  # rank 0 saw another rank's part missing: whole saves
         object.__setattr__(self, "_received", 0)  # bytes of state the last sync brought this rank
         object.__setattr__(self, "_wrappers", ())  # an etjob Optimizer over the state's optimizer (_check_registered)
@@ -403,7 +402,8 @@ class State:
         state; the `run` API's commit is a snapshot already, not copied).
         In a generation of more than one rank the save is sharded
         (etjob.sharded; $ETJOB_SHARDED_CHECKPOINTS=0: never): the next vote
-        carries the request, every rank writes its part of that vote's
+        carries the request (a small all-reduce after it rank 0's directory
+        and the ranks' layouts), every rank writes its part of that vote's
         commit into rank 0's directory (a shared volume), and once a later
         vote says every part landed rank 0 writes the manifest, then
         `latest`. The step saved is that next vote's, not the one at the
@@ -414,8 +414,8 @@ class State:
         and nothing is queued. A save that fails, or that would move
         `latest` back, or whose generation ended while this rank did not go
         on (a rank that woke from a freeze), is logged and dropped, never
-        raised; a generation that ends before every part landed drops its
-        save. done(path, seconds), when given, is called from the writer
+        raised; a part that fails, or a generation that ends before every
+        part landed, drops its save. done(path, seconds), when given, is called from the writer
         once the checkpoint landed. Saves in flight are finished at the end
         of training and before the process exits (flush)."""
         ctx = self._ctx
@@ -485,36 +485,36 @@ class State:
     # -- sharded saves (etjob.sharded) -----------------------------------
 
     def _save_flags(self, flags, g):
-        """A vote's slots for sharded saves: rank 0's request (its number;
-        the directory it names is in the rendezvous store under it: every
-        rank writes its part where rank 0 asked, whether or not the script
-        told it a directory), and the commit whose part this rank landed
-        (negated: the smallest)."""
+        """A vote's slots for sharded saves: whether rank 0 requests one, the
+        commit whose part this rank landed (negated: the smallest), and
+        whether this rank's part of it failed."""
         at = g.size + 2
         if g.rank == 0 and self._request is not None:
-            seq = self._requests + 1
-            object.__setattr__(self, "_requests", seq)
-            ctx = self._ctx
-            ctx.store.set(ctx._k("g%d/ckptdir%d" % (g.gen, seq)), os.path.abspath(self._request[0]))
-            flags[at] = seq
+            flags[at] = 1
         pend = self._pending
-        landed = pend is not None and pend["gen"] == g.gen and pend["landed"]
-        flags[at + 1] = -pend["commits"] if landed else 1
+        mine = pend is not None and pend["gen"] == g.gen
+        flags[at + 1] = -pend["commits"] if mine and pend["landed"] else 1
+        flags[at + 2] = 1 if mine and pend["failed"] else 0
 
     def _after_vote(self, flags, g):
         """_after_vote carries out a vote's sharded saves (every rank took
         part and its commit is made): rank 0 writes the manifest of a save
-        whose every part landed; a request starts every rank's part of this
-        commit (or rank 0's whole save, when the vote changes the
-        membership or a save is still landing)."""
+        whose every part landed, and a save with a part that failed is
+        dropped everywhere (the next request starts afresh); a request
+        starts every rank's part of this commit (or rank 0's whole save,
+        when the vote changes the membership or a save is still landing)."""
         at = g.size + 2
         pend = self._pending
-        if pend is not None and pend["gen"] == g.gen and -int(flags[at + 1]) == pend["commits"]:
-            object.__setattr__(self, "_pending", None)
-            if g.rank == 0:
-                self._write_manifest(pend)
-        seq = int(flags[at])
-        if not seq:
+        if pend is not None and pend["gen"] == g.gen:
+            if flags[at + 2]:
+                object.__setattr__(self, "_pending", None)
+                if g.rank == 0:
+                    _log("checkpoint of step %d dropped: a rank's part was not written (its stderr says why)" % pend["step"])
+            elif -int(flags[at + 1]) == pend["commits"]:
+                object.__setattr__(self, "_pending", None)
+                if g.rank == 0:
+                    self._write_manifest(pend)
+        if not flags[at]:
             return
         request = self._request if g.rank == 0 else None
         object.__setattr__(self, "_request", None)
@@ -525,33 +525,65 @@ class State:
                     self.step_of(), "the membership changes" if changing else "a save in flight"))
                 self._write_whole(request[0], request[1], request[2])
             return
-        if request is not None:
-            directory = os.path.abspath(request[0])
-        else:
-            ctx = self._ctx
-            directory = ctx.store.compare_set(ctx._k("g%d/ckptdir%d" % (g.gen, seq)), "", "").decode()
-        self._write_part(g, directory, request)
-
-    def _write_part(self, g, directory, request):
-        """_write_part writes this rank's part of the last commit in the
-        background (live: a copy of the part first, the only wait)."""
         snap = self._committed()
+        # what a whole file holds: the commit, its step and generation
+        snap = dict(snap, step=_step_in(snap["values"], snap["commits"]), generation=self.generation)
         header, tensors = stateio.flatten(snap)
+        directory, why = self._agree_part(g, request, header)
+        if directory is None:
+            if request is not None:
+                _log("checkpoint of step %d written by rank 0 alone (%s)" % (self.step_of(), why))
+                self._write_whole(request[0], request[1], request[2])
+            return
+        self._write_part(g, directory, request, snap, header, tensors)
+
+    def _agree_part(self, g, request, header):
+        """One small all-reduce after a vote that carries rank 0's request
+        (every rank knows it does): rank 0's directory (its bytes; the
+        others may not know it: a script that calls checkpoint_async on
+        rank 0 alone) and a checksum of each rank's state layout (as itself
+        and negated), since every rank cuts the state by its own layout.
+        Returns (the directory, None), or (None, why) when the layouts
+        differ or the collective failed: no part is written."""
+        path = os.fsencode(os.path.abspath(request[0])) if request is not None else b""
+        t = torch.zeros(_DIR_BYTES + 3, dtype=torch.int64)
+        if len(path) > _DIR_BYTES:
+            t[_DIR_BYTES] = 1  # too long to carry: rank 0 writes it whole
+        elif path:
+            t[:len(path)] = torch.tensor(list(path), dtype=torch.int64)
+        layout = zlib.crc32(stateio.dumps(header)) & 0x7FFFFFFF
+        t[_DIR_BYTES + 1], t[_DIR_BYTES + 2] = layout, -layout
+        try:
+            self._ctx.allreduce(t, dist.ReduceOp.MAX, "the checkpoint's directory and layout")
+        except CollectiveError as e:
+            return None, "the ranks could not agree on it: %s" % e
+        if t[_DIR_BYTES]:
+            return None, "its directory's path is longer than %d bytes" % _DIR_BYTES
+        if int(t[_DIR_BYTES + 1]) != -int(t[_DIR_BYTES + 2]):
+            return None, "the ranks' states are laid out differently"
+        got = bytes(int(b) for b in t[:_DIR_BYTES] if b)
+        return os.fsdecode(got), None
+
+    def _write_part(self, g, directory, request, snap, header, tensors):
+        """_write_part writes this rank's part of the last commit (snap,
+        flattened) in the background (live: a copy of the part first, the
+        only wait)."""
         owner = sharded.owners(header, g.size)
         mine = sharded.part_of(tensors, owner, g.rank)
         if self._live:
             mine = [t.clone() for t in mine]
-        step = _step_in(snap["values"], snap["commits"])
-        pend = {"gen": g.gen, "commits": self.commits, "step": step, "landed": False, "header": header,
-                "owner": owner, "world": g.size, "dir": directory, "request": request}
+        step = snap["step"]
+        pend = {"gen": g.gen, "commits": self.commits, "step": step, "landed": False, "failed": False,
+                "header": header, "owner": owner, "world": g.size, "dir": directory, "request": request}
         object.__setattr__(self, "_pending", pend)
         name = sharded.part_name(step, g.rank, g.size)
 
         def write():
             try:
                 etorch.save_part(directory, name, {"tensors": mine, "step": step})
-            except Exception as e:  # noqa: BLE001 - the save is dropped: its manifest never comes
+            except Exception as e:  # noqa: BLE001 - the next vote drops the save everywhere
                 _log("part %d of the checkpoint of step %d not written: %s" % (g.rank, step, e))
+                pend["failed"] = True
                 return
             pend["landed"] = True
 
@@ -608,7 +640,11 @@ class State:
 
     def _new_generation(self, g):
         """A save whose parts a generation was writing ends with it (its
-        ranks are not the next one's): dropped, said by rank 0."""
+        ranks are not the next one's): dropped, said by rank 0. A request no
+        vote carried stays with a rank 0 that is rank 0 again, and goes
+        otherwise (the new rank 0 decides its own saves)."""
+        if g.rank != 0:
+            object.__setattr__(self, "_request", None)
         pend = self._pending
         if pend is not None and pend["gen"] != g.gen:
             object.__setattr__(self, "_pending", None)
@@ -850,7 +886,8 @@ class State:
                 stateio.unpack(views, start, end, part)
 
 
-_SAVE_SLOTS = 2  # a vote's slots for sharded saves (State._save_flags)
+_SAVE_SLOTS = 3  # a vote's slots for sharded saves (State._save_flags)
+_DIR_BYTES = 4096  # the longest checkpoint directory path a sharded save carries (PATH_MAX)
 
 
 def _sharding():

@@ -9,6 +9,8 @@ are written for real as well),
 CHECKPOINT_EVERY (25; 0: none) spaces rank 0's periodic checkpoints, and
 CHECKPOINT_ASYNC=1 saves them in the background; STATE_MB adds that many MB
 of state (a buffer of the model) to every commit, sync and checkpoint.
+FAIL_PART_ONCE=NAME: the worker of that ETJOB_POD_NAME fails its first part of a
+sharded checkpoint (a disk that was full for a moment).
 HOLD_FILE=PATH: print `held` once torch is imported and wait until PATH
 exists before anything else (a joiner that arrives when the test says).
 FAULT_AT=ACTION:REGEX[:add] (the rendezvous' crash-point tests) kills
@@ -138,6 +140,17 @@ def main():
             return save(directory, state, *args, **kwargs)
 
         etorch.save_checkpoint = paced
+    if os.environ.get("FAIL_PART_ONCE") == os.environ.get("ETJOB_POD_NAME"):
+        save_part = etorch.save_part
+        failed = []
+
+        def failing(directory, name, state):
+            if not failed:
+                failed.append(name)
+                raise etorch.CheckpointError(28, "no space left (FAIL_PART_ONCE)")
+            return save_part(directory, name, state)
+
+        etorch.save_part = failing
     end_every = int(os.environ.get("END_EVERY", "0"))  # rank 0 ends its generation every that many steps
     gens = {"last": 0}
     background = os.environ.get("CHECKPOINT_ASYNC") == "1"

@@ -348,6 +348,31 @@ class ShardedCheckpointTest(_Sharded, unittest.TestCase):
     def test_the_run_api_writes_a_part_a_rank(self):
         self.check(None)
 
+    def test_a_part_that_fails_drops_that_save_not_the_later_ones(self):
+        """w1's first part fails (a full disk for a moment): that save is
+        dropped on every rank, said by rank 0, and the next one lands.
+        Before: the save stayed pending until the generation ended, and no
+        checkpoint was written again."""
+        import os
+
+        from etjob import sharded
+        from etjob import torch as etorch
+
+        ckpt = tempfile.mkdtemp(prefix="etjob-sharded-")
+        env = {"ETJOB_CHECKPOINT_DIR": ckpt, "CHECKPOINT_EVERY": "20", "CHECKPOINT_ASYNC": "1", "FAIL_PART_ONCE": "w1"}
+        job = self.job(3, "2:4", steps=60, env=env)
+        self.assertEqual(job.wait_exit(["w0", "w1", "w2"]), {"w0": 0, "w1": 0, "w2": 0}, job.dump())
+        errs = "\n".join(l for w in ("w0", "w1", "w2") for l in job.lines(w, "err"))
+        self.assertIn("no space left (FAIL_PART_ONCE)", errs, job.dump())
+        self.assertIn("checkpoint ckpt-00000041.etjob", "\n".join(job.lines("w0") + job.lines("w1") + job.lines("w2")), job.dump())
+        self.assertIn("dropped: a rank's part was not written", errs, job.dump())
+        step = etorch.latest_step(ckpt)
+        self.assertIsNotNone(step, job.dump())
+        self.assertGreater(step, 25, "no checkpoint after the failed one:\n%s" % job.dump())
+        # step 41's: sharded, its parts read back whole
+        self.assertTrue(sharded.is_manifest(etorch._read_file(os.path.join(ckpt, "ckpt-%08d.etjob" % 41))))
+        self.assertEqual(etorch.read_checkpoint(os.path.join(ckpt, "ckpt-%08d.etjob" % 41))["step"], 41)
+
 
 @unittest.skipIf(te.dist is None, "needs torch")
 class ShardedCheckpointVoteTest(_Sharded, unittest.TestCase):

@@ -1109,4 +1109,64 @@ func TestStoreNameResolvesToTheJobsPodsOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	Eventually(t, timeout, "the slice made again", func() error { _, err := endpoints(); return err })
+
+	// An earlier controller's Service, with a selector, and the slice
+	// kube-controller-manager made from it (the impostor's address among
+	// them): at the next pass the selector goes, and so does that slice.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		old := &corev1.Service{}
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "train"}, old); err != nil {
+			return err
+		}
+		// as the API server defaulted it with a selector: single stack
+		single := corev1.IPFamilyPolicySingleStack
+		old.Spec.Selector = map[string]string{etjobv1.LabelJobName: "train"}
+		old.Spec.IPFamilyPolicy, old.Spec.IPFamilies = &single, []corev1.IPFamily{corev1.IPv4Protocol}
+		return k8s.Update(ctx, old)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	kubes := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "train-kube1", Namespace: ns, Labels: map[string]string{
+			discoveryv1.LabelServiceName: "train", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.9.9.9"}, Hostname: &host}},
+	}
+	if err := k8s.Create(ctx, kubes); err != nil {
+		t.Fatal(err)
+	}
+	touch(t, ns, "train")
+	Eventually(t, timeout, "the selector and kube's slice gone", func() error {
+		got := &corev1.Service{}
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "train"}, got); err != nil {
+			return err
+		}
+		if got.Spec.Selector != nil {
+			return fmt.Errorf("selector %v", got.Spec.Selector)
+		}
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(kubes), &discoveryv1.EndpointSlice{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("kube's slice: %v", err)
+		}
+		_, err = endpoints()
+		return err
+	})
+}
+
+// touch changes an annotation of the job: the controller's next pass.
+func touch(t *testing.T, ns, name string) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		j := &etjobv1.ElasticJob{}
+		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, j); err != nil {
+			return err
+		}
+		if j.Annotations == nil {
+			j.Annotations = map[string]string{}
+		}
+		j.Annotations["test/touched"] = time.Now().String()
+		return k8s.Update(context.Background(), j)
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
