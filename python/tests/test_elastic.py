@@ -117,11 +117,26 @@ class Job:
         that replaces replacement others, and waits until it listens."""
         env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), ETJOB_RDZV_REPLACEMENT=str(replacement),
                    ETJOB_STORE_SECRET_FILE=self.secret)
-        with open(os.path.join(self.dir, "store.err"), "a") as err:
-            self.store_proc = subprocess.Popen([sys.executable, "-m", "etjob.rdzv", "--host", "127.0.0.1", "--port", str(self.port)],
-                                               env=env, stdout=subprocess.PIPE, stderr=err, text=True)
-        line = self.store_proc.stdout.readline()
-        assert "listening" in line, line
+        for attempt in range(3):
+            with open(os.path.join(self.dir, "store.err"), "a") as err:
+                self.store_proc = subprocess.Popen([sys.executable, "-m", "etjob.rdzv", "--host", "127.0.0.1", "--port", str(self.port)],
+                                                   env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+            line = self.store_proc.stdout.readline()
+            if "listening" in line:
+                return
+            self.store_proc.wait()
+            with open(os.path.join(self.dir, "store.err")) as f:
+                said = f.read()
+            # the free port this job picked was taken before the store bound
+            # it (five shards of tests start processes at once): before any
+            # worker knows the port, pick another
+            if "in use" not in said or getattr(self, "procs", None) or replacement:
+                break
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+            s.close()
+        raise AssertionError("the store did not listen: %r\n%s" % (line, said))
 
     def store_proc_err(self):
         """store_proc_err is what the store processes wrote to stderr."""
