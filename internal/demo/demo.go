@@ -133,9 +133,14 @@ func (s *story) run(ctx context.Context) error {
 		return err
 	}
 	s.say("reclaiming %s with a %s notice", victims[0], s.Notice)
-	if err := s.Cluster.Reclaim(ctx, victims[0], s.Notice); err != nil {
-		return err
-	}
+	// Reclaim returns once the node is gone, at the notice's deadline; the
+	// job shrinks within seconds of the notice, so the story goes on
+	// meanwhile: a training that outruns the notice would otherwise end
+	// before the next round.
+	rctx, cancelReclaim := context.WithCancel(ctx)
+	defer cancelReclaim()
+	first := make(chan error, 1)
+	go func() { first <- s.Cluster.Reclaim(rctx, victims[0], s.Notice) }()
 	if err := s.waitResumes(ctx, 1, 3*time.Minute); err != nil {
 		return err
 	}
@@ -157,6 +162,7 @@ func (s *story) run(ctx context.Context) error {
 		go func() { defer wg.Done(); errs[i] = s.Cluster.Reclaim(ctx, v, s.Notice) }()
 	}
 	wg.Wait()
+	errs = append(errs, <-first) // its deadline passed while these waited for theirs
 	for _, err := range errs {
 		if err != nil {
 			return err
@@ -421,7 +427,11 @@ func (s *story) waitSteps(ctx context.Context, step int, timeout time.Duration) 
 				return false, err
 			}
 		}
-		return s.d.MaxStep() >= step, nil
+		reached := s.d.MaxStep()
+		if reached < step && err == nil && meta.IsStatusConditionTrue(j.Status.Conditions, etjobv1.ConditionComplete) {
+			return false, fmt.Errorf("the job completed at step %d, before step %d: the training ended before the story's next fault (give it more epochs)", reached, step)
+		}
+		return reached >= step, nil
 	})
 }
 
