@@ -28,7 +28,7 @@ func TestDefaults(t *testing.T) {
 		kinds[o.GetKind()]++
 	}
 	for kind, n := range map[string]int{"CustomResourceDefinition": 3, "Namespace": 2, "Deployment": 1, "DaemonSet": 1,
-		"ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2, "ConfigMap": 1, "PodDisruptionBudget": 1} {
+		"ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3, "ConfigMap": 1, "PodDisruptionBudget": 1} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s rendered, want %d", kinds[kind], kind, n)
 		}
@@ -64,7 +64,8 @@ func TestValues(t *testing.T) {
 		"controller": map[string]any{"namespace": "ml-system", "replicas": 3, "listenOnPodIP": true,
 			"image": map[string]any{"digest": "sha256:0123"}, "resources": map[string]any{"limits": map[string]any{"memory": nil}},
 			"extraArgs": []any{"--concurrency=8"}, "watchNamespaces": []any{"team-a", "team-b"},
-			"trustedNodeLabel": "node-restriction.kubernetes.io/etjob-trusted=true", "priceKeyLabelPrefix": "node-restriction.kubernetes.io/etjob-"},
+			"trustedNodeLabel": "node-restriction.kubernetes.io/etjob-trusted=true", "priceKeyLabelPrefix": "node-restriction.kubernetes.io/etjob-",
+			"priceTableRequired": true, "podNoticeEvents": "off"},
 		"agent": map[string]any{"namespace": "ml-agent", "metadataURL": "http://$(NODE_IP):8775", "azureVMName": "vm-1",
 			"criticalPodQuota": map[string]any{"enabled": true}},
 		"dashboard": map[string]any{"enabled": false},
@@ -97,7 +98,7 @@ func TestValues(t *testing.T) {
 	args := strings.Join(toStrings(ctl["args"]), " ")
 	for _, want := range []string{"--metrics-bind-address=$(POD_IP):8443", "--leader-election-namespace=ml-system", "--concurrency=8",
 		"--namespaces=team-a,team-b", "--launcher-node-label=node-restriction.kubernetes.io/etjob-trusted=true",
-		"--price-key-label-prefix=node-restriction.kubernetes.io/etjob-"} {
+		"--price-key-label-prefix=node-restriction.kubernetes.io/etjob-", "--price-table-required", "--pod-notice-events=off"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("controller args %q lack %q", args, want)
 		}
@@ -140,6 +141,35 @@ func toStrings(v any) []string {
 	return out
 }
 
+// TestPricesValue (issue #42, M5): controller.prices ships the admin's
+// price table as the ConfigMap --price-table names, in a form the
+// controller parses; without it the chart ships none.
+func TestPricesValue(t *testing.T) {
+	objs, err := chart.Objects(map[string]any{"controller": map[string]any{"prices": "p4d.24xlarge spot 9.83\np4d.24xlarge on-demand 32.77\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := testutil.Find(t, objs, "ConfigMap", "etjob-prices")
+	text, _, _ := unstructured.NestedString(cm.Object, "data", etjobv1.PriceTableKey)
+	table, err := etjobv1.ParsePriceTable(text)
+	if err != nil || len(table.Prices) != 2 || cm.GetNamespace() != "etjob-system" {
+		t.Errorf("the shipped table in %q: %q: %v", cm.GetNamespace(), text, err)
+	}
+	dep := testutil.Find(t, objs, "Deployment", "etjob-controller")
+	if args := strings.Join(toStrings(testutil.Container(t, dep)["args"]), " "); !strings.Contains(args, "--price-table=etjob-system/etjob-prices") ||
+		!strings.Contains(args, "--pod-notice-events=agentless") || strings.Contains(args, "--price-table-required") {
+		t.Errorf("the defaults' controller args %q", args)
+	}
+	if objs, err = chart.Objects(nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" && o.GetName() == "etjob-prices" {
+			t.Error("a price table shipped though controller.prices is empty")
+		}
+	}
+}
+
 // TestBadValues: the chart's schema refuses a bad value, naming it.
 func TestBadValues(t *testing.T) {
 	for field, values := range map[string]map[string]any{
@@ -150,6 +180,8 @@ func TestBadValues(t *testing.T) {
 		"digest":              {"agent": map[string]any{"image": map[string]any{"digest": "latest"}}},
 		"trustedNodeLabel":    {"controller": map[string]any{"trustedNodeLabel": "no value at all"}},
 		"priceKeyLabelPrefix": {"controller": map[string]any{"priceKeyLabelPrefix": "two/slashes/"}},
+		"podNoticeEvents":     {"controller": map[string]any{"podNoticeEvents": "sometimes"}},
+		"priceTableRequired":  {"controller": map[string]any{"priceTableRequired": "yes"}},
 	} {
 		_, err := chart.Objects(values)
 		if err == nil || !strings.Contains(err.Error(), field) {

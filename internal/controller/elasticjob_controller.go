@@ -53,7 +53,10 @@ type ElasticJobReconciler struct {
 	// LauncherNode is the node label every launcher requires
 	// (--launcher-node-label); zero: none.
 	LauncherNode NodeLabel
-	expectations *Expectations
+	// NoPodNoticeEvents is --pod-notice-events=off: no pod Event is read
+	// or watched, so a pod hears a notice only through its node's agent.
+	NoPodNoticeEvents bool
+	expectations      *Expectations
 }
 
 // NewElasticJobReconciler returns a reconciler using the manager's client.
@@ -140,6 +143,9 @@ func (r *ElasticJobReconciler) observe(ctx context.Context, job *etjobv1.Elastic
 				return core.Snapshot{}, false, err
 			}
 		}
+		if r.NoPodNoticeEvents {
+			continue
+		}
 		if reason, err := r.podNotice(ctx, job, p, snap.Nodes[p.Spec.NodeName]); err != nil {
 			return core.Snapshot{}, false, err
 		} else if reason != "" {
@@ -194,8 +200,11 @@ func (r *ElasticJobReconciler) podNotice(ctx context.Context, job *etjobv1.Elast
 	if err := r.List(ctx, &evs, client.InNamespace(pod.Namespace), client.MatchingFields{EventPodIndex: pod.Name}); err != nil {
 		return "", err
 	}
+	isNode := func(name string) bool { // a read that fails counts as a node: the Event is not taken
+		return !apierrors.IsNotFound(r.Get(ctx, types.NamespacedName{Name: name}, &corev1.Node{}, client.UnsafeDisableDeepCopy))
+	}
 	for i := range evs.Items {
-		if ev := &evs.Items[i]; core.PodNoticeEvent(job, pod, node, ev) {
+		if ev := &evs.Items[i]; core.PodNoticeEvent(job, pod, node, ev, isNode) {
 			return ev.Reason, nil
 		}
 	}

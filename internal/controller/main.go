@@ -38,6 +38,8 @@ func Main(args []string, version string) int {
 		gcPercent     = fs.Int("gc-percent", 0, "the Go garbage collector's target (GOGC): the heap may grow this many percent over the live heap before a collection; lower holds less memory for more CPU (0: the runtime's, 100 or $GOGC)")
 		priceTable    = fs.String("price-table", "", "NAMESPACE/NAME of the ConfigMap with the platform admin's node prices (its key \"prices\": lines of <instance type> <capacity type> <US dollars an hour>); where set, a node's own etjob.dev/price-per-hour may only raise its row's price, and a node the table does not list costs its dearest (docs/security.md, N7). Empty, or the ConfigMap absent: every node's own price is trusted")
 		priceKeys     = fs.String("price-key-label-prefix", "", "where a node's price-table row is read from: its labels PREFIXinstance-type and PREFIXcapacity-type (spot or on-demand), which you set; use a prefix under node-restriction.kubernetes.io/ (e.g. node-restriction.kubernetes.io/etjob-), which a kubelet cannot set on its own Node, so that a rooted node cannot pass for a cheaper row (docs/security.md, H2). A node without them costs the table's dearest row. Empty: the instance-type and capacity labels its kubelet writes")
+		priceRequired = fs.Bool("price-table-required", false, "fail closed: while the --price-table ConfigMap is absent or has never parsed, no node has a price (a node's own etjob.dev/price-per-hour is not believed: price limits and budgets bound nothing, the bill counts nothing), and a table once read stays in force when its ConfigMap is deleted (docs/security.md, M5). False: an absent table trusts every node's own price")
+		podNotices    = fs.String("pod-notice-events", PodNoticeEventsAgentless, "which pod Events are reclamation notices: \"agentless\", those about a worker on a node no etjob agent serves (ECI's SpotToBeReleased, an ACS BestEffort eviction, spec.spot.preemptionReasons; any kubelet can post one, docs/security.md, M2); \"off\", none: a pod hears its notice from its node's agent alone")
 		launcherNode  = fs.String("launcher-node-label", "", "KEY=VALUE: every launcher (it holds its job's store secret, a horovod one exec rights into its namespace) requires nodes with this label; use a key under node-restriction.kubernetes.io/, which a kubelet cannot set on its own Node, and label the nodes you trust (docs/security.md, H2). Empty: launchers avoid spot capacity by its labels, which a rooted kubelet may rewrite")
 		decisionsFile = fs.String("record-decisions", "", "append every decision (snapshot, time, plan) as JSON lines to this file, for `etjob-local chaos --replay`")
 	)
@@ -100,7 +102,16 @@ func Main(args []string, version string) int {
 	if keysWarning != "" {
 		log.Info("--price-key-label-prefix: " + keysWarning)
 	}
-	prices := PriceTableFlags{Key: table, KeyLabelPrefix: *priceKeys}
+	prices := PriceTableFlags{Key: table, KeyLabelPrefix: *priceKeys, Required: *priceRequired}
+	if *priceRequired && table.Name == "" {
+		log.Error(fmt.Errorf("names no table"), "--price-table-required: set --price-table too")
+		return 2
+	}
+	noPodNotices, err := ParsePodNoticeEvents(*podNotices)
+	if err != nil {
+		log.Error(err, "--pod-notice-events")
+		return 2
+	}
 	launcherLabel, warning, err := ParseNodeLabel(*launcherNode)
 	if err != nil {
 		log.Error(err, "--launcher-node-label")
@@ -116,7 +127,8 @@ func Main(args []string, version string) int {
 			return 1
 		}
 	}
-	if err := Setup(context.Background(), mgr, *concurrency, decisions, prices, launcherLabel); err != nil {
+	trust := Trust{Prices: prices, LauncherNode: launcherLabel, NoPodNoticeEvents: noPodNotices}
+	if err := Setup(context.Background(), mgr, *concurrency, decisions, trust); err != nil {
 		log.Error(err, "setting up the controller")
 		return 1
 	}

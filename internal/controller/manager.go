@@ -93,21 +93,31 @@ func ManagerOptions(o Options) ctrl.Options {
 	}
 }
 
+// Trust is what the controller believes of nodes and kubelets, from its
+// flags (docs/security.md); the zero value is the flags' defaults.
+type Trust struct {
+	// Prices names the admin's price table ConfigMap (PriceTables; empty:
+	// none), the label prefix of its rows' keys and whether it fails closed.
+	Prices PriceTableFlags
+	// LauncherNode is the node label every launcher requires (zero: none).
+	LauncherNode NodeLabel
+	// NoPodNoticeEvents is --pod-notice-events=off: no pod Event is a
+	// notice, on any node.
+	NoPodNoticeEvents bool
+}
+
 // Setup registers indexes and the reconciler with the manager; decisions,
-// when not nil, records every Decide call of the job reconciler; prices
-// names the admin's price table ConfigMap (PriceTables; empty: none) and
-// the label prefix of its rows' keys; launcherNode is the node label every
-// launcher requires (zero: none).
-func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *DecisionRecorder, prices PriceTableFlags,
-	launcherNode NodeLabel) error {
+// when not nil, records every Decide call of the job reconciler.
+func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *DecisionRecorder, trust Trust) error {
 	if err := SetupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	r := NewElasticJobReconciler(mgr.GetClient(), mgr.GetEventRecorder("etjob-controller"), clock.RealClock{})
 	r.APIReader = mgr.GetAPIReader()
 	r.Decisions = decisions
-	r.Prices = &PriceTables{Reader: mgr.GetAPIReader(), Key: prices.Key, KeyLabelPrefix: prices.KeyLabelPrefix, Clock: clock.RealClock{}}
-	r.LauncherNode = launcherNode
+	r.Prices = trust.Prices.PriceTables(mgr.GetAPIReader(), clock.RealClock{})
+	r.LauncherNode = trust.LauncherNode
+	r.NoPodNoticeEvents = trust.NoPodNoticeEvents
 	if err := r.SetupWithManager(mgr, concurrency); err != nil {
 		return err
 	}

@@ -36,3 +36,22 @@ func ParseNodeLabel(s string) (l NodeLabel, warning string, err error) {
 // NodeRestrictionPrefix is the label prefix the NodeRestriction admission
 // plugin keeps kubelets from setting on their own Node.
 const NodeRestrictionPrefix = "node-restriction.kubernetes.io"
+
+// The values of --pod-notice-events.
+const (
+	PodNoticeEventsAgentless = "agentless"
+	PodNoticeEventsOff       = "off"
+)
+
+// ParsePodNoticeEvents reads --pod-notice-events: "agentless" (pod Events
+// are notices for workers on nodes no agent serves) or "off"; it reports
+// whether they are off.
+func ParsePodNoticeEvents(s string) (off bool, err error) {
+	switch s {
+	case PodNoticeEventsAgentless:
+		return false, nil
+	case PodNoticeEventsOff:
+		return true, nil
+	}
+	return false, fmt.Errorf("%q: want %q or %q", s, PodNoticeEventsAgentless, PodNoticeEventsOff)
+}

@@ -26,8 +26,11 @@ const PriceTableRefresh = 30 * time.Second
 // issue #26 N7) from one ConfigMap (--price-table), past the cache, which
 // holds only etjob's own ConfigMaps: at most once every PriceTableRefresh,
 // whatever the number of jobs. No ConfigMap: no table, every node's own
-// price is trusted, as before there was one. A table that does not parse
-// leaves the last good one in force (none: the nodes' own prices), and is
+// price is trusted, as before there was one; unless Required, when an
+// absent table is an empty one (no node has a price: the nodes' own are not
+// trusted) and a table once read stays in force when its ConfigMap goes
+// (issue #42, M5). A table that does not parse leaves the last good one in
+// force (none: the nodes' own prices, or no price where Required), and is
 // logged once.
 type PriceTables struct {
 	Reader client.Reader
@@ -35,6 +38,8 @@ type PriceTables struct {
 	Clock  clock.PassiveClock
 	// KeyLabelPrefix is --price-key-label-prefix (PriceTable.KeyLabelPrefix).
 	KeyLabelPrefix string
+	// Required is --price-table-required: the table fails closed.
+	Required bool
 
 	mu    sync.Mutex
 	table *etjobv1.PriceTable
@@ -42,10 +47,17 @@ type PriceTables struct {
 	said  string
 }
 
-// PriceTableFlags are --price-table and --price-key-label-prefix.
+// PriceTableFlags are --price-table, --price-key-label-prefix and
+// --price-table-required.
 type PriceTableFlags struct {
 	Key            types.NamespacedName
 	KeyLabelPrefix string
+	Required       bool
+}
+
+// PriceTables is the reader of the table the flags name.
+func (f PriceTableFlags) PriceTables(r client.Reader, clk clock.PassiveClock) *PriceTables {
+	return &PriceTables{Reader: r, Key: f.Key, KeyLabelPrefix: f.KeyLabelPrefix, Required: f.Required, Clock: clk}
 }
 
 // ParsePriceKeyLabelPrefix reads --price-key-label-prefix: "" (the
@@ -95,14 +107,25 @@ func (p *PriceTables) Get(ctx context.Context) *etjobv1.PriceTable {
 	cm := &corev1.ConfigMap{}
 	err := p.Reader.Get(ctx, p.Key, cm)
 	switch {
+	case apierrors.IsNotFound(err) && p.Required && p.table != nil && len(p.table.Prices) > 0:
+		p.say(ctx, nil, "the price table is gone; the last one read stays in force (--price-table-required)")
+	case apierrors.IsNotFound(err) && p.Required:
+		p.table = &etjobv1.PriceTable{KeyLabelPrefix: p.KeyLabelPrefix}
+		p.say(ctx, nil, "no price table: no node has a price, its own is not trusted (--price-table-required); price limits, budgets and the bill wait for the table")
 	case apierrors.IsNotFound(err):
 		p.table = nil
-		p.say(ctx, nil, "no price table: every node's own price is trusted (create it to stop that)")
+		p.say(ctx, nil, "no price table: every node's own price is trusted (create it, or set --price-table-required, to stop that)")
+	case err != nil && p.Required && p.table == nil:
+		p.table = &etjobv1.PriceTable{KeyLabelPrefix: p.KeyLabelPrefix}
+		p.say(ctx, err, "reading the price table; until it is read no node has a price (--price-table-required)")
 	case err != nil:
 		p.say(ctx, err, "reading the price table; the last one stays in force")
 	default:
 		t, err := etjobv1.ParsePriceTable(cm.Data[etjobv1.PriceTableKey])
 		if err != nil {
+			if p.Required && p.table == nil {
+				p.table = &etjobv1.PriceTable{KeyLabelPrefix: p.KeyLabelPrefix}
+			}
 			p.say(ctx, fmt.Errorf("key %q: %w", etjobv1.PriceTableKey, err), "the price table does not parse; the last good one stays in force")
 			break
 		}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/core"
 	"github.com/etjob/etjob/internal/scheme"
 )
 
@@ -61,6 +62,50 @@ func TestPriceTables(t *testing.T) {
 	var none *PriceTables
 	if none.Get(ctx) != nil {
 		t.Error("a nil PriceTables has a table")
+	}
+}
+
+// TestPriceTablesRequired (issue #42, M5): with --price-table-required an
+// absent or unreadable table fails closed, an empty table (no node has a
+// price, its own not believed), and a table once read stays in force when
+// its ConfigMap is deleted. Without the flag an absent table trusts the
+// nodes (TestPriceTables).
+func TestPriceTablesRequired(t *testing.T) {
+	ctx := context.Background()
+	key := types.NamespacedName{Namespace: "etjob-system", Name: "etjob-prices"}
+	c := fake.NewClientBuilder().WithScheme(scheme.New()).Build()
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1e9, 0))
+	p := PriceTableFlags{Key: key, Required: true}.PriceTables(c, clk)
+	cheap := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rooted",
+		Labels:      map[string]string{etjobv1.LabelInstanceType: "p4d.24xlarge", etjobv1.LabelCapacityType: etjobv1.CapacityTypeSpot},
+		Annotations: map[string]string{etjobv1.AnnotationPricePerHour: "0.01"}}}
+	if got, ok := core.NodePrice(p.Get(ctx), cheap); ok {
+		t.Fatalf("required and absent: a node claiming 0.01 costs %v, want no price", got)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+		Data: map[string]string{etjobv1.PriceTableKey: "p4d.24xlarge spot 9.83\n"}}
+	if err := c.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	clk.SetTime(clk.Now().Add(PriceTableRefresh))
+	if got, ok := core.NodePrice(p.Get(ctx), cheap); !ok || got != 9.83 {
+		t.Fatalf("the table read: %v, %v; want 9.83", got, ok)
+	}
+	if err := c.Delete(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	clk.SetTime(clk.Now().Add(PriceTableRefresh))
+	if got, ok := core.NodePrice(p.Get(ctx), cheap); !ok || got != 9.83 {
+		t.Errorf("the ConfigMap deleted: %v, %v; want the last table's 9.83", got, ok)
+	}
+
+	// A table that never parsed: no price either.
+	c = fake.NewClientBuilder().WithScheme(scheme.New()).WithObjects(&corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+		Data:       map[string]string{etjobv1.PriceTableKey: "p4d.24xlarge spot cheap\n"}}).Build()
+	p = PriceTableFlags{Key: key, Required: true}.PriceTables(c, clk)
+	if got, ok := core.NodePrice(p.Get(ctx), cheap); ok {
+		t.Errorf("required and unparsable: a node claiming 0.01 costs %v, want no price", got)
 	}
 }
 

@@ -356,3 +356,50 @@ func TestParseNodeLabel(t *testing.T) {
 		}
 	}
 }
+
+// TestPodNoticeEventsOff (issue #42, M2): by default a SpotToBeReleased Event
+// about a worker on a node no agent serves tells it to leave; with
+// --pod-notice-events=off no Event does, and the job is untouched.
+func TestPodNoticeEventsOff(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		job := MakeElasticJob("j", "ns").Replicas(2).Min(1).Max(3).Status(etjobv1.ElasticJobStatus{
+			StartTime: &metav1.Time{Time: reconcileT0.Add(-time.Hour)}, NextWorkerIndex: 2,
+			Membership: etjobv1.MembershipStatus{Generation: 1, Hosts: []string{"j-worker-0:1", "j-worker-1:1"}},
+		}).Obj()
+		ctl := true
+		owned := func(p *corev1.Pod, uid types.UID) *corev1.Pod {
+			p.UID = uid
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: etjobv1.GroupVersion.String(), Kind: "ElasticJob", Name: job.Name, UID: job.UID, Controller: &ctl}}
+			return p
+		}
+		ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "eci", Namespace: "ns"}, Reason: "SpotToBeReleased",
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "j-worker-0", UID: "w0"}}
+		r, c := newReconcileTest(t, interceptor.Funcs{}, job,
+			owned(MakeLauncher(job).Ready("od").Obj(), "l"), owned(MakeWorker(job, 0).Ready("virtual").Obj(), "w0"),
+			owned(MakeWorker(job, 1).Ready("virtual").Obj(), "w1"), MakeNode("od").Obj(), MakeNode("virtual").Obj(), ev)
+		r.NoPodNoticeEvents = off
+		if err := reconcileJob(r); err != nil {
+			t.Fatal(err)
+		}
+		p := &corev1.Pod{}
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "j-worker-0"}, p); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := p.Annotations[etjobv1.AnnotationLeaveReason], map[bool]string{false: "PodNotice(SpotToBeReleased)", true: ""}[off]; got != want {
+			t.Errorf("--pod-notice-events off=%v: leave reason %q, want %q", off, got, want)
+		}
+	}
+}
+
+// TestParsePodNoticeEvents: "agentless" or "off", anything else named.
+func TestParsePodNoticeEvents(t *testing.T) {
+	if off, err := ParsePodNoticeEvents("agentless"); off || err != nil {
+		t.Errorf("agentless: %v, %v", off, err)
+	}
+	if off, err := ParsePodNoticeEvents("off"); !off || err != nil {
+		t.Errorf("off: %v, %v", off, err)
+	}
+	if _, err := ParsePodNoticeEvents("on"); err == nil || !strings.Contains(err.Error(), `"on"`) {
+		t.Errorf("on: %v, want an error naming it", err)
+	}
+}

@@ -73,15 +73,17 @@ func SetupIndexes(ctx context.Context, idx client.FieldIndexer) error {
 // watches Nodes for notices, readiness and removal, and pod Events for
 // pod-level notices.
 func (r *ElasticJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency int) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&etjobv1.ElasticJob{}).
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&networkingv1.NetworkPolicy{}).
 		Owns(&discoveryv1.EndpointSlice{}). // another writer's change is put back
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodeChanged())).
-		Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.jobOfNoticeEvent), builder.WithPredicates(eventArrived())).
-		WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.jobsOnNode), builder.WithPredicates(nodeChanged()))
+	if !r.NoPodNoticeEvents { // off: no Event wakes a job
+		b = b.Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.jobOfNoticeEvent), builder.WithPredicates(eventArrived()))
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
 		Named("elasticjob").
 		Complete(r)
 }

@@ -220,11 +220,19 @@ func TestSlotsPerWorker(t *testing.T) {
 
 // TestPodNoticeEvent (N2): a pod-level notice Event counts only when it
 // names the pod's own UID and the pod is on a node that no etjob agent
-// serves (a virtual node); an unbound pod has none.
+// serves (a virtual node); an unbound pod has none, nor a launcher (M2).
 func TestPodNoticeEvent(t *testing.T) {
 	job := MakeElasticJob("j", "ns").Obj()
 	pod := MakeWorker(job, 0).Obj()
 	pod.UID = "pod-uid"
+	pod.Spec.NodeName = "virtual-kubelet"
+	isNode := func(name string) bool { return name == "virtual-kubelet" || name == "spot-1" }
+	from := func(ev *corev1.Event, host, instance string) *corev1.Event {
+		ev.Source.Host, ev.ReportingInstance = host, instance
+		return ev
+	}
+	launcher := MakeLauncher(job).Obj()
+	launcher.UID = "pod-uid"
 	virtual := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "virtual-kubelet", Labels: map[string]string{"type": "virtual-kubelet"}}}
 	served := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "spot-1", Annotations: map[string]string{etjobv1.AnnotationNodeAgent: "true"}}}
 	event := func(uid types.UID, reason string) *corev1.Event {
@@ -232,18 +240,26 @@ func TestPodNoticeEvent(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
+		pod  *corev1.Pod
 		node *corev1.Node
 		ev   *corev1.Event
 		want bool
 	}{
-		{"the pod's own, on a virtual node", virtual, event("pod-uid", "SpotToBeReleased"), true},
-		{"no UID", virtual, event("", "SpotToBeReleased"), false},
-		{"an earlier pod's UID", virtual, event("earlier-uid", "SpotToBeReleased"), false},
-		{"on a node an agent serves", served, event("pod-uid", "SpotToBeReleased"), false},
-		{"no node yet", nil, event("pod-uid", "SpotToBeReleased"), false},
-		{"not a notice reason", virtual, event("pod-uid", "Scheduled"), false},
+		{"the pod's own, on a virtual node", pod, virtual, event("pod-uid", "SpotToBeReleased"), true},
+		{"no UID", pod, virtual, event("", "SpotToBeReleased"), false},
+		{"an earlier pod's UID", pod, virtual, event("earlier-uid", "SpotToBeReleased"), false},
+		{"on a node an agent serves", pod, served, event("pod-uid", "SpotToBeReleased"), false},
+		{"no node yet", pod, nil, event("pod-uid", "SpotToBeReleased"), false},
+		{"not a notice reason", pod, virtual, event("pod-uid", "Scheduled"), false},
+		// M2: any kubelet may post it, and a launcher's move restarts the job.
+		{"about the launcher", launcher, virtual, event("pod-uid", "SpotToBeReleased"), false},
+		// M2: a kubelet names its own node (the chart's admission policy)
+		{"from the pod's own node", pod, virtual, from(event("pod-uid", "SpotToBeReleased"), "virtual-kubelet", ""), true},
+		{"from another node", pod, virtual, from(event("pod-uid", "SpotToBeReleased"), "spot-1", ""), false},
+		{"from another node, events.k8s.io", pod, virtual, from(event("pod-uid", "SpotToBeReleased"), "", "spot-1"), false},
+		{"from an instance, not a node", pod, virtual, from(event("pod-uid", "SpotToBeReleased"), "eci-2ze0abc", ""), true},
 	} {
-		if got := core.PodNoticeEvent(job, pod, tc.node, tc.ev); got != tc.want {
+		if got := core.PodNoticeEvent(job, tc.pod, tc.node, tc.ev, isNode); got != tc.want {
 			t.Errorf("%s: PodNoticeEvent = %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -49,11 +49,17 @@ func MaxPrice(spec *etjobv1.ElasticJobSpec) (p etjobv1.PricePerHour, ok bool) {
 // kubelet's labels, or, with the table's KeyLabelPrefix (issue #42, H2), by
 // the admin's, which a kubelet cannot set: then a rooted node cannot pass
 // for a cheaper instance type either. A rooted node can then only make
-// itself look dearer, which draws no budget job's workers to it.
+// itself look dearer, which draws no budget job's workers to it. A table
+// without rows, which stands for one --price-table-required wants and cannot
+// read (issue #42, M5), prices no node: ok is false, the node's own claim
+// not believed.
 func NodePrice(prices *etjobv1.PriceTable, node *corev1.Node) (etjobv1.PricePerHour, bool) {
 	own, ok := etjobv1.NodePrice(node)
 	if prices == nil {
 		return own, ok
+	}
+	if len(prices.Prices) == 0 { // required and absent (M5): nothing is priced
+		return 0, false
 	}
 	row, listed := prices.RowOf(node.Labels)
 	if !listed {

@@ -231,6 +231,9 @@ func TestNodePrice(t *testing.T) {
 		"as on demand":                   {keyed, trusted(typedNode("p4d.24xlarge", "spot", ""), "p4d.24xlarge", "on-demand"), 32.77, true},
 		"no admin's labels: the dearest": {keyed, typedNode("g5.xlarge", "spot", ""), 32.77, true},
 		"only one of the admin's labels": {keyed, trusted(typedNode("g5.xlarge", "spot", ""), "g5.xlarge", ""), 32.77, true},
+		// issue #42, M5: a table required and absent has no rows: no node
+		// has a price, its own claim included
+		"a required table absent: a rooted node claims to be cheap": {&etjobv1.PriceTable{}, typedNode("p4d.24xlarge", "spot", "0.01"), 0, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, ok := core.NodePrice(tc.table, tc.node)

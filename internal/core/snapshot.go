@@ -64,11 +64,32 @@ func TrustPodNotices(node *corev1.Node) bool {
 }
 
 // PodNoticeEvent reports whether ev is a reclamation notice for the job's
-// pod bound to node: an Event that names the pod's own UID (an Event with
+// worker bound to node: an Event that names the pod's own UID (an Event with
 // none, or an earlier pod's, says nothing of this one), on a node whose pod
 // notices are trusted (TrustPodNotices), with a reason NoticeEvent accepts.
-func PodNoticeEvent(job *etjobv1.ElasticJob, pod *corev1.Pod, node *corev1.Node, ev *corev1.Event) bool {
-	return ev.InvolvedObject.UID == pod.UID && TrustPodNotices(node) && NoticeEvent(job, pod, ev.Reason)
+// A launcher hears no pod-level notice (issue #42, M2): it runs on on-demand
+// capacity, which no platform reclaims with a notice, and a move restarts
+// every worker of the job, so an Event about it, which any kubelet may post,
+// is not one; the notices of its node reach it through the node's agent.
+// Nor is an Event whose source names another node of the cluster (isNode)
+// than the pod's: the chart's admission policy makes a kubelet name its own
+// node there, so a rooted kubelet can give notices only to the pods it
+// could kill anyway (issue #42, M2); a platform's Event that names no node,
+// or something else (an instance), is taken.
+func PodNoticeEvent(job *etjobv1.ElasticJob, pod *corev1.Pod, node *corev1.Node, ev *corev1.Event, isNode func(name string) bool) bool {
+	return ev.InvolvedObject.UID == pod.UID && pod.Labels[etjobv1.LabelRole] != etjobv1.RoleLauncher &&
+		TrustPodNotices(node) && NoticeEvent(job, pod, ev.Reason) && !fromOtherNode(ev, pod.Spec.NodeName, isNode)
+}
+
+// fromOtherNode reports whether ev's source (its host, or the reporting
+// instance of the events.k8s.io API) names a node other than nodeName.
+func fromOtherNode(ev *corev1.Event, nodeName string, isNode func(string) bool) bool {
+	for _, h := range []string{ev.Source.Host, ev.ReportingInstance} {
+		if h != "" && h != nodeName && isNode(h) {
+			return true
+		}
+	}
+	return false
 }
 
 // NoticeEvent reports whether an Event with the given reason on the job's pod

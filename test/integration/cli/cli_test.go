@@ -71,7 +71,7 @@ func run(m *testing.M) int {
 	defer cancel()
 	mgr, err := ctrl.NewManager(cfg, controller.ManagerOptions(controller.Options{MetricsAddr: "0", ProbeAddr: "0"}))
 	if err == nil {
-		err = controller.Setup(ctx, mgr, 2, nil, controller.PriceTableFlags{}, controller.NodeLabel{})
+		err = controller.Setup(ctx, mgr, 2, nil, controller.Trust{})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "controller:", err)

@@ -183,7 +183,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "manager:", err)
 		return 1
 	}
-	if err := controller.Setup(ctx, mgr, 4, nil, controller.PriceTableFlags{}, controller.NodeLabel{}); err != nil {
+	if err := controller.Setup(ctx, mgr, 4, nil, controller.Trust{}); err != nil {
 		fmt.Fprintln(os.Stderr, "setup:", err)
 		return 1
 	}

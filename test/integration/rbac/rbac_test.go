@@ -568,3 +568,74 @@ func TestMetricsNeedAuthorization(t *testing.T) {
 		t.Errorf("metrics for a ServiceAccount without etjob-metrics-reader: %d, want 403", code)
 	}
 }
+
+// TestKubeletPodEvents (issue #42, M2): on a node no etjob agent serves the
+// controller takes a notice Event about a worker as its notice, and any
+// kubelet may post Events about any pod. Under the chart's admission policy
+// (etjob-kubelet-pod-events) a kubelet must name its own node as an Event's
+// source, and the controller takes no notice whose source names another
+// node than the pod's (internal/core TestPodNoticeEvent): the kubelet of
+// spot-b cannot make a pod on spot-a leave. The API server here runs RBAC
+// alone, so the test grants the kubelets what the Node authorizer grants
+// every node (events create and patch), named as that stand-in.
+func TestKubeletPodEvents(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, "kubelet-events-")
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-stand-in-for-the-node-authorizer-events"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}}}}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "Group", Name: "system:nodes"}}}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	cfg := rest.CopyConfig(admin)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:spot-b", Groups: []string{"system:nodes", "system:authenticated"}}
+	kubelet, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core := func(host, instance string) error {
+		e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Name: "train-worker-0", Namespace: ns, UID: "0c4f4a6e-1111-4b7e-9a6e-000000000003"},
+			Reason:         "SpotToBeReleased", Message: "probe", Type: corev1.EventTypeWarning,
+			Source: corev1.EventSource{Component: "kubelet", Host: host}, ReportingController: "kubelet", ReportingInstance: instance,
+			FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1}
+		_, err := kubelet.CoreV1().Events(ns).Create(ctx, e, metav1.CreateOptions{})
+		return err
+	}
+	v1 := func(instance string) error {
+		e := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: ns},
+			Regarding: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Name: "train-worker-0", Namespace: ns},
+			Reason:    "SpotToBeReleased", Note: "probe", Type: corev1.EventTypeWarning, Action: "Notice",
+			ReportingController: "kubelet", ReportingInstance: instance, EventTime: metav1.NowMicro()}
+		_, err := kubelet.EventsV1().Events(ns).Create(ctx, e, metav1.CreateOptions{})
+		return err
+	}
+	// The policies were created at the start (TestMain): the API server
+	// enforces one once its informer has it.
+	testutil.Eventually(t, 20*time.Second, "the policy etjob-kubelet-pod-events is in force", func() bool { return core("spot-a", "") != nil })
+	if err := core("spot-b", "spot-b"); err != nil {
+		t.Errorf("the kubelet of spot-b cannot post an Event about a pod naming itself, as kubelets do: %v", err)
+	}
+	if err := v1("spot-b"); err != nil {
+		t.Errorf("the kubelet of spot-b cannot post an events.k8s.io Event about a pod naming itself: %v", err)
+	}
+	for what, err := range map[string]error{
+		"name spot-a as the source":                       core("spot-a", ""),
+		"name spot-a as the reporting instance":           core("spot-b", "spot-a"),
+		"name no source":                                  core("", ""),
+		"name spot-a as the source through events.k8s.io": v1("spot-a"),
+	} {
+		if err == nil {
+			t.Errorf("the kubelet of spot-b may %s of an Event about a pod", what)
+		} else if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+			t.Errorf("%s: %v, want a refusal", what, err)
+		} else {
+			t.Logf("%s: refused: %v", what, err)
+		}
+	}
+}
