@@ -254,7 +254,7 @@ $((${workers}*${gpus})) work verbatim. Wrong input is refused before anything is
 	fs.StringVarP(&o.Priority, "priority", "p", "", "the pods' PriorityClass")
 	fs.StringVar(&o.Scheduler, "scheduler", "", "the pods' scheduler name")
 	fs.StringVar(&o.Shell, "shell", "sh", "the shell that runs COMMAND: sh or bash")
-	fs.BoolVar(&o.HostNetwork, "hostNetwork", false, "run the pods in the host's network namespace")
+	fs.BoolVar(&o.HostNetwork, "hostNetwork", false, "run the pods in the host's network namespace (a torchrun job's launcher, which holds the store, never does)")
 	fs.BoolVar(&o.HostIPC, "hostIPC", false, "run the pods in the host's IPC namespace")
 	fs.BoolVar(&o.HostPID, "hostPID", false, "run the pods in the host's PID namespace")
 	fs.StringVar(&o.CheckpointDir, "checkpoint-dir", "", "checkpoint directory on shared storage (a -d mount), exported as ETJOB_CHECKPOINT_DIR")

@@ -282,6 +282,16 @@ func Launcher(job *etjobv1.ElasticJob) *corev1.Pod {
 		env = append(env, corev1.EnvVar{Name: etjobv1.EnvRendezvousReplacement, Value: strconv.Itoa(int(job.Status.LauncherReplacements))},
 			corev1.EnvVar{Name: etjobv1.EnvStoreSecretFile, Value: etjobv1.StoreSecretPath})
 		mountStoreSecret(&pod.Spec, job)
+		// The store never shares its node's network (issue #42, M4): its
+		// raw c10d store listens on loopback behind the authenticating
+		// front, and a node's loopback is every host-network process's. It
+		// serves the workers as well from the pod network (a template shared
+		// with host-network workers, as `etjob submit --hostNetwork` makes,
+		// loses it here alone).
+		pod.Spec.HostNetwork = false
+		if pod.Spec.DNSPolicy == corev1.DNSClusterFirstWithHostNet {
+			pod.Spec.DNSPolicy = corev1.DNSClusterFirst
+		}
 	}
 	injectEnv(&pod.Spec, env)
 	if sp := job.Spec.Spot; sp != nil && sp.Enabled {

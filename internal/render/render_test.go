@@ -108,6 +108,25 @@ func TestSpotPlacement(t *testing.T) {
 	}
 }
 
+// TestLauncherNoHostNetwork (issue #42, M4): a store launcher never runs in
+// its node's network, whose loopback every host-network process of the node
+// reaches (its raw store listens there); a horovod launcher keeps its
+// template's.
+func TestLauncherNoHostNetwork(t *testing.T) {
+	for _, fw := range []etjobv1.Framework{etjobv1.FrameworkTorchrun, etjobv1.FrameworkHorovod} {
+		job := MakeElasticJob("train", "ml").Obj()
+		job.Spec.Framework = fw
+		tmpl := render.RendezvousLauncherTemplate(job.Spec.WorkerTemplate)
+		tmpl.Spec.HostNetwork, tmpl.Spec.DNSPolicy = true, corev1.DNSClusterFirstWithHostNet
+		job.Spec.LauncherTemplate = tmpl
+		l := render.Launcher(job)
+		want := fw == etjobv1.FrameworkHorovod
+		if l.Spec.HostNetwork != want || (l.Spec.DNSPolicy == corev1.DNSClusterFirstWithHostNet) != want {
+			t.Errorf("%s launcher: hostNetwork %v, DNS policy %q; want hostNetwork %v", fw, l.Spec.HostNetwork, l.Spec.DNSPolicy, want)
+		}
+	}
+}
+
 // TestLauncherOnDemandWithAffinity (issue #26, L6): a spot job's launcher
 // template with an affinity of its own still requires on-demand capacity,
 // in each of its terms; one whose terms name a capacity label chose for

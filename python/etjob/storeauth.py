@@ -592,14 +592,90 @@ def _recv_exact(sock, n):
     return bytes(buf)
 
 
+def _tcp_inode(local, remote):
+    """_tcp_inode is the inode of the IPv4 TCP socket of this network
+    namespace whose local and remote addresses are local and remote (each
+    (ip, port)), from /proc/net/tcp; 0 when there is none; None when the
+    table cannot be read."""
+
+    def enc(a):
+        return "%08X:%04X" % (int.from_bytes(socket.inet_aton(a[0]), "little"), a[1])
+
+    want_l, want_r = enc(local), enc(remote)
+    try:
+        with open("/proc/net/tcp") as f:
+            next(f, None)
+            for line in f:
+                fields = line.split()
+                if len(fields) > 9 and fields[1] == want_l and fields[2] == want_r:
+                    return int(fields[9])
+    except (OSError, ValueError):
+        return None
+    return 0
+
+
+def _descendants(root):
+    """_descendants is root and every process below it that /proc shows."""
+    children = collections.defaultdict(list)
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                st = f.read()
+            ppid = int(st[st.rindex(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children[ppid].append(int(name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+def peer_is_ours(sock):
+    """peer_is_ours reports whether the other end of sock, a connection
+    accepted on loopback, is a socket of this process or of one it started
+    (torchrun's workers use their agent's store): with hostNetwork a node's
+    loopback is every host-network process's, and a tunnel passes its
+    clients' bytes on authenticated (issue #42, M4). None when /proc cannot
+    tell (no /proc/net/tcp): the caller takes the connection, and says so."""
+    try:
+        peer, local = sock.getpeername()[:2], sock.getsockname()[:2]
+    except OSError:
+        return False
+    inode = _tcp_inode(peer, local)
+    if inode is None:
+        return None
+    if inode == 0:
+        return False
+    target = "socket:[%d]" % inode
+    for pid in _descendants(os.getpid()):
+        try:
+            fds = os.listdir("/proc/%d/fd" % pid)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink("/proc/%d/fd/%s" % (pid, fd)) == target:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 class Tunnel:
     """Tunnel listens on 127.0.0.1 for this process's c10d store clients
-    and joins each to the front at (host, port), resolved again for every
-    connection (a replacement launcher has another address), after the
-    handshake. A front not up yet is tried again until the client gives up
-    (or wait seconds); a refused handshake closes the client's connection
-    at once: the c10d client sees its server gone, as without a tunnel;
-    last_error says why."""
+    (and its children's) and joins each to the front at (host, port),
+    resolved again for every connection (a replacement launcher has another
+    address), after the handshake. A connection from any other process is
+    closed at once (peer_is_ours: a host-network node's loopback is shared).
+    A front not up yet is tried again until the client gives up (or wait
+    seconds); a refused handshake closes the client's connection at once:
+    the c10d client sees its server gone, as without a tunnel; last_error
+    says why."""
 
     def __init__(self, host, port, key, timeout=10.0, loop=None, wait=600.0):
         self.host, self.port, self.key, self.timeout, self.wait = host, port, key, timeout, wait
@@ -609,6 +685,8 @@ class Tunnel:
         self.local_port = self.listener.getsockname()[1]
         self.last_error = ""
         self._said = ""
+        self._unchecked = False
+        self.refused = 0  # connections from other processes, closed at once
         self.loop.call_soon(lambda: self.loop.sel.register(self.listener, selectors.EVENT_READ, self._accept))
 
     def _accept(self, listener, _mask):
@@ -645,6 +723,18 @@ class Tunnel:
         # TestGrowthStory: a torchrun agent that came before its launcher
         # failed). The client's own timeout bounds the wait: once it gives up
         # and closes, so does this.
+        ours = peer_is_ours(local)
+        if ours is None and not self._unchecked:
+            self._unchecked = True
+            _log("etjob.storeauth", "/proc/net/tcp cannot be read: the tunnel cannot tell its own process's "
+                 "connections from another's (with hostNetwork every process of the node reaches it)")
+        elif not ours and ours is not None:
+            self.refused += 1
+            if self.refused == 1:
+                _log("etjob.storeauth", "the tunnel refused a connection from a process outside this one and its "
+                     "children (another process of a host-network node?); it refuses every such one")
+            _end(local)
+            return
         began, delay, closing = time.monotonic(), 0.05, None
         while True:
             try:

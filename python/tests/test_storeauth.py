@@ -318,6 +318,54 @@ class RelayedImpostorTest(unittest.TestCase):
         self.assertEqual(got, b"", "the tunnel did not end the client's connection")
 
 
+class ForeignClientTest(unittest.TestCase):
+    """With hostNetwork a node's loopback is every host-network process's:
+    the tunnel, which passes its clients' bytes on authenticated, serves the
+    sockets of its own process and its children only (issue #42, M4)."""
+
+    KEY = b"k" * 32
+
+    def test_a_connection_from_another_process_is_closed(self):
+        front = storeauth.Front("127.0.0.1", 0, ("127.0.0.1", echo_server()), self.KEY, who="test front")
+        self.addCleanup(front.close)
+        t = storeauth.Tunnel("127.0.0.1", front.port, self.KEY, timeout=5)
+        out = tempfile.NamedTemporaryFile(delete=False)
+        out.close()
+        self.addCleanup(os.unlink, out.name)
+        # The shell starts the client in the background and exits: the
+        # client is no child of this process (it goes to init).
+        subprocess.run(["sh", "-c", '"$0" -c "$1" "$2" > "$3" 2>&1 &', sys.executable, FOREIGN_CLIENT,
+                        str(t.local_port), out.name], check=True)
+        end = time.monotonic() + 30
+        said = ""
+        while time.monotonic() < end:
+            with open(out.name) as f:
+                said = f.read()
+            if said.endswith("\n"):
+                break
+            time.sleep(0.05)
+        self.assertEqual(said, "closed\n", "a process outside this one was served through the tunnel")
+        self.assertEqual(t.refused, 1)
+        # This process's own client is served.
+        c = socket.create_connection(("127.0.0.1", t.local_port), timeout=10)
+        self.addCleanup(c.close)
+        c.sendall(b"ping")
+        self.assertEqual(recv_all(c, 4), b"ping")
+        self.assertEqual(t.refused, 1)
+
+
+FOREIGN_CLIENT = """
+import socket, sys
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+c.sendall(b"ping")
+try:
+    got = c.recv(4)
+except ConnectionResetError:
+    got = b""
+print("closed" if got == b"" else repr(got), flush=True)
+"""
+
+
 class ForkTest(unittest.TestCase):
     """A tunnel whose connection to the front breaks (a reset) ends its
     client's connection even when a process forked from the client's (a
