@@ -64,11 +64,12 @@ func NewElasticJobReconciler(c client.Client, rec events.EventRecorder, clk cloc
 	return &ElasticJobReconciler{Client: c, Recorder: rec, Clock: clk, expectations: NewExpectations()}
 }
 
-// +kubebuilder:rbac:groups=etjob.dev,resources=elasticjobs,verbs=get;list;watch;update;patch;delete
-// +kubebuilder:rbac:groups=etjob.dev,resources=elasticjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=etjob.dev,resources=elasticjobs,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=etjob.dev,resources=elasticjobs/status,verbs=update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;delete

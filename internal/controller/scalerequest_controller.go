@@ -41,8 +41,8 @@ type ScaleRequestReconciler struct {
 }
 
 // +kubebuilder:rbac:groups=etjob.dev,resources=scaleouts;scaleins,verbs=get;list;watch
-// +kubebuilder:rbac:groups=etjob.dev,resources=scaleouts/status;scaleins/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=etjob.dev,resources=elasticjobs/scale,verbs=get;update;patch
+// +kubebuilder:rbac:groups=etjob.dev,resources=scaleouts/status;scaleins/status,verbs=update
+// +kubebuilder:rbac:groups=etjob.dev,resources=elasticjobs/scale,verbs=patch
 // +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch
 
 func (r *ScaleRequestReconciler) newObject() scaleRequest {

@@ -118,7 +118,7 @@ func canI(t *testing.T, user, ns, verb, resource string) bool {
 	t.Helper()
 	kc := env.ControlPlane.KubeCtl()
 	args := []string{"auth", "can-i", verb, resource, "--as", user}
-	if r, sub, ok := strings.Cut(resource, "/"); ok && (sub == "exec" || sub == "log" || sub == "status") {
+	if r, sub, ok := strings.Cut(resource, "/"); ok && (sub == "exec" || sub == "log" || sub == "status" || sub == "scale") {
 		args = []string{"auth", "can-i", verb, r, "--subresource", sub, "--as", user}
 	}
 	if strings.HasPrefix(user, "system:serviceaccount:") {
@@ -163,8 +163,9 @@ func namespace(t *testing.T, prefix string) string {
 }
 
 // TestControllerIdentity (finding H1): the controller can bind the launcher
-// ClusterRole and nothing else, holds no pods/exec and creates no Roles, and
-// reads Secrets by name only (issue #42, M6).
+// ClusterRole and nothing else, holds no pods/exec and creates no Roles,
+// reads Secrets by name only (issue #42, M6), and holds no verb its code
+// does not call on its jobs and their ServiceAccounts (issue #42, low).
 func TestControllerIdentity(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, "tenant-")
@@ -186,6 +187,17 @@ func TestControllerIdentity(t *testing.T) {
 		{"create", "secrets", ns, true},
 		{"list", "secrets", ns, false},
 		{"watch", "secrets", "", false},
+		// issue #42, low: the verbs the code calls and no other (a job's
+		// spec changes by /scale alone; its status by update)
+		{"update", "elasticjobs.etjob.dev", ns, false},
+		{"patch", "elasticjobs.etjob.dev", ns, false},
+		{"delete", "elasticjobs.etjob.dev", ns, true},
+		{"patch", "elasticjobs.etjob.dev/scale", ns, true},
+		{"update", "elasticjobs.etjob.dev/scale", ns, false},
+		{"update", "elasticjobs.etjob.dev/status", ns, true},
+		{"patch", "elasticjobs.etjob.dev/status", ns, false},
+		{"update", "services", ns, true},
+		{"update", "serviceaccounts", ns, false},
 	} {
 		if got := canI(t, controllerSA, c.ns, c.verb, c.resource); got != c.want {
 			t.Errorf("controller: can-i %s %s -n %q = %t, want %t", c.verb, c.resource, c.ns, got, c.want)
@@ -395,9 +407,9 @@ func TestAgentIdentity(t *testing.T) {
 	if err := event(agent, "default", "Node", "spot-a", ""); err != nil {
 		t.Errorf("the agent of spot-a cannot post an Event about its own node: %v", err)
 	}
-	if err := eventV1(agent, "default", "Node", "spot-a", ""); err != nil {
-		t.Errorf("the agent of spot-a cannot post an events.k8s.io Event about its own node: %v", err)
-	}
+	// issue #42, low: the agent's recorder posts core Events; the
+	// events.k8s.io API is not the agent's at all.
+	refused["post an events.k8s.io Event about its own node"] = eventV1(agent, "default", "Node", "spot-a", "")
 	for what, err := range refused {
 		if err == nil {
 			t.Errorf("the agent of spot-a may %s", what)
