@@ -226,7 +226,21 @@ func SlimEvent(obj any) (any, error) {
 			Name: e.InvolvedObject.Name, UID: e.InvolvedObject.UID},
 		Reason: e.Reason,
 		Count:  e.Count,
+		// Its source, which PodNoticeEvent holds against the pod's node
+		// (issue #42, M2), where it can be a node's name at all: a longer
+		// one, which its author sized, names no node either way.
+		Source:            corev1.EventSource{Host: nodeNameOrEmpty(e.Source.Host)},
+		ReportingInstance: nodeNameOrEmpty(e.ReportingInstance),
 	}, nil
+}
+
+// nodeNameOrEmpty is s where it may be a Node's name (at most 253
+// characters), else "".
+func nodeNameOrEmpty(s string) string {
+	if len(s) > 253 {
+		return ""
+	}
+	return s
 }
 
 // routinePodEventReasons are the Events every pod start and stop produces

@@ -157,6 +157,13 @@ func TestSlimEvent(t *testing.T) {
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Errorf("SlimEvent:\n got %+v\nwant %+v", got, want)
 	}
+	// A source that can be a node's name is kept: PodNoticeEvent holds it
+	// against the pod's node (issue #42, M2).
+	full.Source.Host, full.ReportingInstance = "spot-1", "spot-2"
+	got, _ = SlimEvent(full.DeepCopy())
+	if e := got.(*corev1.Event); e.Source.Host != "spot-1" || e.ReportingInstance != "spot-2" {
+		t.Errorf("SlimEvent dropped the source: host %q, reporting instance %q", e.Source.Host, e.ReportingInstance)
+	}
 }
 
 // TestReadyChanged: the node watch queues the jobs on a node whose Ready

@@ -634,22 +634,32 @@ func TestPodEventNotice(t *testing.T) {
 	if err := k8s.Patch(context.Background(), served, patch); err != nil {
 		t.Fatal(err)
 	}
-	post := func(pod, reason string, uid types.UID) {
+	postFrom := func(pod, reason string, uid types.UID, host string) {
 		ev := &corev1.Event{
 			ObjectMeta:     metav1.ObjectMeta{GenerateName: pod + ".", Namespace: ns},
 			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod, UID: uid, APIVersion: "v1"},
 			Reason:         reason, Message: "emulated by the test", Type: corev1.EventTypeWarning,
-			Source: corev1.EventSource{Component: "eci"}, FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
+			Source: corev1.EventSource{Component: "eci", Host: host}, FirstTimestamp: metav1.Now(), LastTimestamp: metav1.Now(), Count: 1,
 		}
 		if err := k8s.Create(context.Background(), ev); err != nil {
 			t.Fatal(err)
 		}
 	}
+	post := func(pod, reason string, uid types.UID) { postFrom(pod, reason, uid, "") }
 	// Not notices: an unrelated Event, a notice that names no pod UID, a
-	// notice about a pod whose node an agent serves. Then the notice.
+	// notice about a pod whose node an agent serves, one whose source is
+	// another node (issue #42, M2: through the controller's Event cache).
+	// Then the notice.
 	post("eci-worker-1", "Pulled", pods["eci-worker-1"].UID)
 	post("eci-worker-0", "SpotToBeReleased", "")
 	post("eci-worker-0", "SpotToBeReleased", pods["eci-worker-0"].UID)
+	postFrom("eci-worker-1", "SpotToBeReleased", pods["eci-worker-1"].UID, served.Name)
+	time.Sleep(2 * time.Second) // the controller's passes over the Events above
+	if p := livePods(t, ns, "eci")["eci-worker-1"]; p == nil {
+		t.Fatal("eci-worker-1 is gone after an Event from another node")
+	} else if p.Annotations[etjobv1.AnnotationLeave] != "" {
+		t.Fatalf("eci-worker-1 was told to leave by an Event from another node, %s: %v", served.Name, p.Annotations)
+	}
 	post("eci-worker-1", "SpotToBeReleased", pods["eci-worker-1"].UID)
 	waitHosts(t, ns, "eci", "eci-worker-0:1")
 	if p := livePods(t, ns, "eci")["eci-worker-0"]; p == nil || p.Annotations[etjobv1.AnnotationLeave] != "" {
