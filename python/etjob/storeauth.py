@@ -592,26 +592,37 @@ def _recv_exact(sock, n):
     return bytes(buf)
 
 
+def _proc_addr(ip, port, six):
+    """_proc_addr is (ip, port), an IPv4 address, as /proc/net/tcp writes it,
+    or with six as /proc/net/tcp6 writes it mapped (::ffff:a.b.c.d): each
+    32-bit word in the host's order, in hex."""
+    raw = socket.inet_aton(ip)
+    if six:
+        raw = b"\0" * 10 + b"\xff\xff" + raw
+    words = [raw[i:i + 4] for i in range(0, len(raw), 4)]
+    return "".join("%08X" % int.from_bytes(w, sys.byteorder) for w in words) + ":%04X" % port
+
+
 def _tcp_inode(local, remote):
-    """_tcp_inode is the inode of the IPv4 TCP socket of this network
-    namespace whose local and remote addresses are local and remote (each
-    (ip, port)), from /proc/net/tcp; 0 when there is none; None when the
-    table cannot be read."""
-
-    def enc(a):
-        return "%08X:%04X" % (int.from_bytes(socket.inet_aton(a[0]), "little"), a[1])
-
-    want_l, want_r = enc(local), enc(remote)
-    try:
-        with open("/proc/net/tcp") as f:
-            next(f, None)
-            for line in f:
-                fields = line.split()
-                if len(fields) > 9 and fields[1] == want_l and fields[2] == want_r:
-                    return int(fields[9])
-    except (OSError, ValueError):
-        return None
-    return 0
+    """_tcp_inode is the inode of the TCP socket of this network namespace
+    whose local and remote addresses are local and remote (each (ip, port),
+    IPv4), from /proc/net/tcp, or /proc/net/tcp6 for an IPv6 socket that
+    reached an IPv4 address (torch's c10d client opens those); 0 when there
+    is none; None when neither table can be read."""
+    read = False
+    for path, six in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+        want_l, want_r = _proc_addr(local[0], local[1], six), _proc_addr(remote[0], remote[1], six)
+        try:
+            with open(path) as f:
+                read = True
+                next(f, None)
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 9 and fields[1] == want_l and fields[2] == want_r:
+                        return int(fields[9])
+        except (OSError, ValueError):
+            continue
+    return 0 if read else None
 
 
 def _descendants(root):
@@ -641,7 +652,8 @@ def peer_is_ours(sock):
     (torchrun's workers use their agent's store): with hostNetwork a node's
     loopback is every host-network process's, and a tunnel passes its
     clients' bytes on authenticated (issue #42, M4). None when /proc cannot
-    tell (no /proc/net/tcp): the caller takes the connection, and says so."""
+    tell (no /proc/net/tcp nor tcp6): the caller takes the connection, and
+    says so."""
     try:
         peer, local = sock.getpeername()[:2], sock.getsockname()[:2]
     except OSError:
@@ -652,18 +664,24 @@ def peer_is_ours(sock):
     if inode == 0:
         return False
     target = "socket:[%d]" % inode
-    for pid in _descendants(os.getpid()):
+
+    def holds(pid):
         try:
-            fds = os.listdir("/proc/%d/fd" % pid)
+            fds = os.listdir("/proc/%s/fd" % pid)
         except OSError:
-            continue
+            return False
         for fd in fds:
             try:
-                if os.readlink("/proc/%d/fd/%s" % (pid, fd)) == target:
+                if os.readlink("/proc/%s/fd/%s" % (pid, fd)) == target:
                     return True
             except OSError:
                 continue
-    return False
+        return False
+
+    # this process first (etjob.elastic's and the agents' own clients): one
+    # directory; the process tree only for a child's (torchrun's workers)
+    me = os.getpid()
+    return holds("self") or any(holds(pid) for pid in _descendants(me) if pid != me)
 
 
 class Tunnel:

@@ -354,6 +354,22 @@ class ForeignClientTest(unittest.TestCase):
         self.assertEqual(t.refused, 1)
 
 
+    def test_an_ipv6_client_of_this_process_is_served(self):
+        # torch's c10d client reaches 127.0.0.1 over an IPv6 socket
+        # (::ffff:127.0.0.1), which /proc/net/tcp6 lists: the CI run that
+        # first had the check refused every torch client of the tunnels
+        front = storeauth.Front("127.0.0.1", 0, ("127.0.0.1", echo_server()), self.KEY, who="test front")
+        self.addCleanup(front.close)
+        t = storeauth.Tunnel("127.0.0.1", front.port, self.KEY, timeout=5)
+        c = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        self.addCleanup(c.close)
+        c.settimeout(10)
+        c.connect(("::ffff:127.0.0.1", t.local_port))
+        c.sendall(b"ping")
+        self.assertEqual(recv_all(c, 4), b"ping")
+        self.assertEqual(t.refused, 0)
+
+
 FOREIGN_CLIENT = """
 import socket, sys
 c = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
