@@ -652,17 +652,19 @@ def peer_is_ours(sock):
     (torchrun's workers use their agent's store): with hostNetwork a node's
     loopback is every host-network process's, and a tunnel passes its
     clients' bytes on authenticated (issue #42, M4). None when /proc cannot
-    tell (no /proc/net/tcp nor tcp6): the caller takes the connection, and
-    says so."""
+    tell (no /proc/net/tcp nor tcp6, or neither lists the peer's socket): the
+    caller takes the connection, and says so."""
     try:
         peer, local = sock.getpeername()[:2], sock.getsockname()[:2]
     except OSError:
         return False
     inode = _tcp_inode(peer, local)
-    if inode is None:
+    if not inode:
+        # unreadable tables, or a /proc that does not list the socket (a
+        # sandboxed runtime): any process that reached this loopback is in
+        # this network namespace, whose tables list its socket where /proc
+        # tells the truth
         return None
-    if inode == 0:
-        return False
     target = "socket:[%d]" % inode
 
     def holds(pid):
@@ -744,8 +746,8 @@ class Tunnel:
         ours = peer_is_ours(local)
         if ours is None and not self._unchecked:
             self._unchecked = True
-            _log("etjob.storeauth", "/proc/net/tcp cannot be read: the tunnel cannot tell its own process's "
-                 "connections from another's (with hostNetwork every process of the node reaches it)")
+            _log("etjob.storeauth", "/proc/net/tcp and tcp6 do not tell who connected: the tunnel cannot tell its own "
+                 "process's connections from another's (with hostNetwork every process of the node reaches it)")
         elif not ours and ours is not None:
             self.refused += 1
             if self.refused == 1:
