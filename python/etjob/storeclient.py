@@ -76,7 +76,8 @@ _POLL = 7                # poll(2) on x86-64
 
 def _callback_sockets(port):
     """The fds of the sockets to port that a thread of this process waits on
-    in poll(2) beside a pipe (torch 1.13's store-client threads)."""
+    in poll(2) beside a pipe (torch 1.13's store-client threads), each with
+    its local address."""
     out = []
     for tid in os.listdir("/proc/self/task"):
         try:
@@ -94,7 +95,7 @@ def _callback_sockets(port):
             continue
         try:
             if s.family in (socket.AF_INET, socket.AF_INET6) and s.getpeername()[1] == port:
-                out.append(sock_fd)
+                out.append((sock_fd, s.getsockname()[:2]))
         except OSError:
             pass
         finally:
@@ -112,9 +113,12 @@ def quiet_callback_connections(port, wait=0.0):
     end = time.monotonic() + wait
     n = 0
     while True:
-        for fd in _callback_sockets(port):
+        for fd, local in _callback_sockets(port):
             pair = socket.socketpair()
             _quieted.append(pair)
+            # the tunnel's check of who connected finds it in no fd of this
+            # process once it is taken away: it is still this process's
+            storeauth.disowned.add(storeauth.loopback_name(local))
             os.dup2(pair[0].fileno(), fd)
             n += 1
         if n or time.monotonic() >= end:
