@@ -330,10 +330,14 @@ class LeaveWhileWaitingAgentTest(unittest.TestCase):
 
         from etjob import storeauth
 
+        from etjob import storeclient
+
         key = storeauth.load_secret(self.env["ETJOB_STORE_SECRET_FILE"])
         t = storeauth.Tunnel("127.0.0.1", self.port, key)
         store = TCPStore("127.0.0.1", t.local_port, is_master=False, timeout=timedelta(seconds=10))
-        got = C10dRendezvousBackend(store, "leave-test").get_state()
+        # as the agents do: torch 1.13's own compare_set builds its answer
+        # without the GIL beside this process's tunnel thread (a segfault)
+        got = C10dRendezvousBackend(storeclient.gil_safe(store), "leave-test").get_state()
         return pickle.loads(got[0]) if got else None
 
     def start_agent(self):
@@ -410,12 +414,14 @@ class StatePickleTest(LeaveWhileWaitingAgentTest):
 
         from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 
+        from etjob import storeclient
+
         marker = os.path.join(tempfile.mkdtemp(prefix="etjob-pickle-"), "marker")
         p = self.start_agent()  # it waits in the round (min 2: it alone came), syncing the state
         try:
             store = self.client()
             forged = base64.b64encode(pickle.dumps(_Marker(marker)))
-            store.set(C10dRendezvousBackend(store, "leave-test")._key, forged)
+            store.set(C10dRendezvousBackend(storeclient.gil_safe(store), "leave-test")._key, forged)
             try:
                 code = p.wait(timeout=30)
             except subprocess.TimeoutExpired:
