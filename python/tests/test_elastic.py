@@ -73,7 +73,7 @@ class Job:
             self.front = storeauth.Front("127.0.0.1", port, ("127.0.0.1", inner), storeauth.load_secret(self.secret),
                                          who="test store")
         self.env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python") + os.pathsep + HERE,
-                        ETJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, PET_NNODES=nnodes, PET_RDZV_ID="test",
+                        ETJOB_RDZV_ENDPOINT="127.0.0.1:%d" % self.port, PET_NNODES=nnodes, PET_RDZV_ID="test",
                         STEPS=str(steps), ETJOB_COLLECTIVE_TIMEOUT="3", ETJOB_STORE_SECRET_FILE=self.secret)
         self.env.update(env or {})
         self.env.pop("ETJOB_AGENT_ADDR", None)
@@ -241,6 +241,10 @@ class Job:
             else:
                 out += err[-30:]
             out += self.lines(n)[-3:]
+        store_err = os.path.join(self.dir, "store.err")
+        if os.path.exists(store_err):  # the store's own process (store_process)
+            with open(store_err) as f:
+                out += ["== store (port %d)" % self.port] + f.read().splitlines()[-20:]
         return "\n".join(out)
 
     def done(self, name):
