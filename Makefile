@@ -115,11 +115,18 @@ bench-horovod: ## Real Horovod on the local cluster: HVD_CYCLES noticed losses, 
 # ELASTIC_EVENTS is how many hard kills (each followed by a join) `make
 # bench-elastic` makes.
 ELASTIC_EVENTS ?= 10
+SCALE_NS ?= 16,64,256
+comma := ,
 
 .PHONY: bench-elastic
 bench-elastic: ## In-process recovery (etjob.elastic) on this machine, no cluster: ELASTIC_EVENTS hard kills and joins of 4 real gloo ranks, a freeze; pauses, steps done again (docs/benchmarks.md).
 	hack/install-deps.sh
 	PYTHONPATH="$$PWD/python:$$PWD/python/tests" /usr/bin/python3 python/tests/bench_elastic.py --events $(ELASTIC_EVENTS)
+
+.PHONY: bench-scale-elastic
+bench-scale-elastic: ## etjob.elastic's rendezvous at SCALE_NS ranks (16,64,256: threads, a fake process group, the real store and front): store calls of a kill and a join, time to training, steady calls (docs/benchmarks.md).
+	hack/install-deps.sh
+	PYTHONPATH="$$PWD/python:$$PWD/python/tests" "$$(hack/install-torch2.sh)/bin/python3" python/tests/bench_scale_elastic.py $(subst $(comma), ,$(SCALE_NS))
 
 .PHONY: bench-generations
 bench-generations: ## What each etjob.elastic generation leaves behind (threads, fds, RSS) over 200 generations, on torch 1.13 and 2.15 (docs/benchmarks.md).

@@ -6,3 +6,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hack/apt-install.sh install-deps python3-torch python3-sklearn util-linux
+
+# torch's store clients and servers look up the name of each peer address
+# (getnameinfo) as they connect; for ::ffff:127.0.0.1, the address a torch
+# client has on loopback, /etc/hosts has no line, so the query goes to the
+# resolver. This machine kind's resolver drops some of them: a 5 s stall
+# every ~25 connections (strace: the store's thread waiting on port 53),
+# which slowed or failed the tests' store connections at random. One line
+# answers it locally; added once, where missing and writable.
+if ! grep -qE '^[[:space:]]*::ffff:127\.0\.0\.1[[:space:]]' /etc/hosts 2>/dev/null; then
+  if [ -w /etc/hosts ]; then
+    printf '::ffff:127.0.0.1 localhost # etjob hack/install-deps.sh: loopback name lookups answered locally\n' >> /etc/hosts
+    echo "install-deps: /etc/hosts now answers ::ffff:127.0.0.1 (torch's loopback name lookups) locally"
+  else
+    echo "install-deps: /etc/hosts is not writable: torch's loopback name lookups go to the resolver (5 s stalls where it drops them)" >&2
+  fi
+fi

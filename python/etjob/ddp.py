@@ -212,6 +212,7 @@ class _Buckets:
                     continue
                 item.done = True
                 self._pending.remove(item)
+            self.ctx.progressed(self.group)  # every member's gradients are in it: all alive a moment ago
             self.ctx.end_flight(item.token)
             item.fut.set_result(item.buf)
 
@@ -638,6 +639,7 @@ class Optimizer(torch.optim.Optimizer):
         try:
             if early is not None:
                 ctx.wait(early[0], "vote")
+                ctx.progressed(g)
                 votes.append(early[1])
             if early is None or buckets.hooks:
                 # no vote went with the last bucket (no backward pass, or a

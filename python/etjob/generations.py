@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from etjob import EXIT_CODE_PREEMPTED
-from etjob import contract, storeauth, storeclient
+from etjob import contract, groupstore, storeauth, storeclient
 from etjob.storeclient import StoreClient, new_client
 
 
@@ -105,16 +105,28 @@ class Group:
     """Group is one generation: its number, this rank, its size, its gloo
     group (and, where groups can be aborted, the store client of its setup)."""
 
-    def __init__(self, gen, rank, size, pg, ids, client=None):
+    def __init__(self, gen, rank, size, pg, ids, client=None, sub=False):
         self.gen, self.rank, self.size, self.pg, self.ids = gen, rank, size, pg, ids
         self.client = client
+        self.sub = sub  # a group of some of the generation's ranks (Context.subgroup)
         self.work = None  # the work in flight, while this rank waits for it (or after it gave up on it)
 
 
 # A collective in flight this long may be waiting for a rank that will never
 # answer: from then on the heartbeat watcher asks the store whether the
-# generation ended at every tick (0.1 s), not only once a beat.
-_OVERDUE = 0.02
+# generation ended every tick (0.1 s; every tenth of the wait once it
+# waited 1 s, at most once a beat), not only once a heartbeat timeout.
+# Short: after a hard kill the ranks that are not the dead one's neighbours
+# hear of it only so, and must arrive within the next generation's settle
+# (0.5 s; at 0.5 s here one came 0.6 s late and was left for the generation
+# after, test_elastic_ddp). At 20 ms (before) every DDP bucket that waited
+# for a slower peer's backward pass made its rank ask 10 times a second.
+_OVERDUE = 0.1
+# How much a waiting rank's polls of the store grow apart (a factor a poll)
+# and up to how far apart (seconds): a rank's store calls while it waits
+# for a generation to close stay a few, whatever the number of ranks (at
+# most _POLL_MAX later than the close).
+_BACKOFF, _POLL_MAX = 2.0, 0.25
 
 # torch 2.x's gloo groups have abort(), which ends their work in flight and
 # their connections: a generation left behind is aborted and let go. torch
@@ -231,6 +243,8 @@ class Context:
         self.group = None
         self.eager = None       # the group init() formed, until the first sync takes it (elastic._meet)
         self._over = -1         # the newest generation the watcher saw ended
+        self._progress = (-1, 0.0)  # (generation, when) this rank's last all-reduce of a whole generation ended
+        self._setup_store = None  # the groups' setups' store client (_setup_client)
         self._flight = {}       # collectives in flight: token -> when it began (begin_flight)
         self._tokens = itertools.count()
         self._joins = (0, 0)    # (generation, newcomers waiting for it), rank 0's watcher
@@ -407,11 +421,13 @@ class Context:
         prev = self.group
         self.group = None
         self._retire(prev)
-        self.check_kinds()
+        if prev is None or prev.rank == 0:
+            self.check_kinds()  # (a survivor passed its own; rank 0 says when another kind tries to join)
         began = time.monotonic()
         deadline = began + self.join_timeout
         want = prev.gen + 1 if (prev is not None and survivor) else None
         scanned = prev.gen + 1 if prev is not None else None
+        nap = self.poll
         while time.monotonic() < deadline:
             if self._orphaned:
                 _log("leaving: the job went on without this rank while its rendezvous store was replaced")
@@ -428,7 +444,8 @@ class Context:
                 # the generation we were in may not be marked over yet (our
                 # own failure): end it, which opens the next.
                 if changed and time.monotonic() < began + self.heartbeat_timeout:
-                    time.sleep(self.poll)
+                    time.sleep(nap)
+                    nap = min(nap * _BACKOFF, _POLL_MAX)
                     continue
                 self.end(want - 1, "a collective failed" if not changed else "its membership changed")
                 continue
@@ -493,21 +510,37 @@ class Context:
             _keep_forever(client)
         return client
 
+    def _setup_client(self, setup):
+        """The store client the groups' setups use: one for the rank's life
+        (a new connection a generation made the launcher's store accept,
+        and resolve the name of, N connections a change: torch 2.x's server
+        looks each client's address up in DNS on its one thread, 5 s when
+        the resolver drops the query, measured here), a new one after a
+        setup that failed or timed out (its waits may have left it out of
+        step with the server on torch 1.13)."""
+        if self._setup_store is None:
+            self._setup_store = new_client(self.host, self.port, setup)
+            if not _ABORTABLE:
+                _keep_forever(self._setup_store)
+        return self._setup_store
+
     def _make_pg(self, key, rank, n):
         """_make_pg makes a gloo group of n ranks over the store prefix key,
-        with a store client of its own (returned too)."""
-        setup = timedelta(seconds=self.setup_limit() - 5)
+        over the setup client (returned too, with the group's store)."""
+        setup = timedelta(seconds=self.setup_limit(n) - 5)
         ops = timedelta(seconds=self.collective_timeout + 600)
-        client = new_client(self.host, self.port, setup)
+        client = self._setup_client(setup)
         # torch 2.x's gloo waits for its peers' addresses up to the group's
         # timeout (1.13's, the store's): setup gets the short one, the
         # operations the long one after it.
         got = []
+        # gloo reads every peer's address: through BulkStore one bulk read
+        # a rank (etjob.groupstore), O(N) store calls for the group
+        store = groupstore.BulkStore(dist.PrefixStore(self._k(key), client), rank, n, setup)
 
         def make():
             try:
-                pg = dist.ProcessGroupGloo(dist.PrefixStore(self._k(key), client), rank, n,
-                                           setup if _SET_TIMEOUT else ops)
+                pg = dist.ProcessGroupGloo(store, rank, n, setup if _SET_TIMEOUT else ops)
                 if not _ABORTABLE:
                     _keep_forever(pg)  # even when it came too late: its destructor must never run
                 got.append(pg)
@@ -522,15 +555,18 @@ class Context:
         t.join(setup.total_seconds() + 5)
         if not got:
             _keep_forever(client)  # the setup may still use it
+            _keep_forever(store)
+            self._setup_store = None
             raise RuntimeError("no group of %d after %.0f s (a member gone)" % (n, setup.total_seconds() + 5))
         if isinstance(got[0], Exception):
+            self._setup_store = None
             raise got[0]
         pg = got[0]
         if _SET_TIMEOUT:
             pg.set_timeout(ops)
         if not _ABORTABLE:
-            _keep_forever(client)
-        return pg, client
+            _keep_forever(store)
+        return pg, (client, store)  # the store object lives as long as its group
 
     def subgroup(self, ranks, tag):
         """subgroup makes a group of this generation's ranks (sorted; this
@@ -542,7 +578,7 @@ class Context:
         except RuntimeError as e:
             self.end(g.gen, "group setup for %s failed: %s" % (tag, (str(e).splitlines() or ["?"])[0]))
             raise CollectiveError("%s in generation %d: group setup failed" % (tag, g.gen)) from None
-        return Group(g.gen, ranks.index(g.rank), len(ranks), pg, ranks, client)
+        return Group(g.gen, ranks.index(g.rank), len(ranks), pg, ranks, client, sub=True)
 
     def _retire(self, group):
         """_retire aborts a generation's gloo group that this rank left
@@ -577,8 +613,9 @@ class Context:
         member = prev.rank if prev is not None else (_MEMBER_LATE if self._was_member else _NEWCOMER)
         code = 1 + member + (min(max(int(step), 0), _STEP_MAX) << _STEP_SHIFT)
         self._count(k + "m%d" % i, code)
+        codes = None
         if i == 1:
-            n = self._close(gen, prev, deadline)
+            n, codes = self._close(gen, prev, deadline)
         else:
             n = self._await_close(gen, deadline)
         if n is not None and i > n % _STOP:
@@ -588,18 +625,13 @@ class Context:
             n -= _STOP
         if n is None or i > n:
             return self._wait_next(gen, deadline)
-        members = []
-        until = time.monotonic() + self.heartbeat_timeout
-        for j in range(1, n + 1):
-            code = self._count(k + "m%d" % j)
-            while code == 0 and time.monotonic() < until:
-                time.sleep(self.poll)
-                code = self._count(k + "m%d" % j)
-            if code == 0:
-                self.end(gen, "arrival %d never said who it is" % j)
-                return self._wait_next(gen, deadline)
-            # newcomers after survivors, survivors by their old rank
-            members.append(((code - 1) & _MEMBER_MASK, j, (code - 1) >> _STEP_SHIFT))
+        codes = codes or self._published(gen, n) or self._arrival_codes(gen, n, None, time.monotonic() + self.heartbeat_timeout)
+        if codes is None:
+            # (a replaced store, re-seeded with the close count only)
+            self.end(gen, "an arrival never said who it is")
+            return self._wait_next(gen, deadline)
+        # newcomers after survivors, survivors by their old rank
+        members = [((code - 1) & _MEMBER_MASK, j, (code - 1) >> _STEP_SHIFT) for j, code in enumerate(codes, 1)]
         if stop:
             # below min: the member with the newest commit (the lowest such
             # rank) saves it; everyone stops
@@ -639,6 +671,7 @@ class Context:
         k = "g%d/" % gen
         expected = None
         before = gen - 1
+        # (the count, and the arrivals' codes it published) or (None, None)
         # survivors of the generation before are due (some of its members
         # stay): until one arrived the closer waits a heartbeat timeout
         # after the last arrival, not `settle`. A survivor slower than
@@ -659,6 +692,7 @@ class Context:
         codes = {}  # arrival -> its code, read once it said who it is
         began = time.monotonic()
         seen, since, beat = 0, began, 0.0
+        nap = self.poll  # short after an arrival (the next may complete the count), longer while none comes
         interval = max(self.heartbeat_timeout / 5.0, 0.05)
         store = self.store.reconnects
         while time.monotonic() < deadline:
@@ -668,12 +702,12 @@ class Context:
                 beat = now
                 self._count(k + "cb", 1)
                 if self.ended(gen):  # the others took us for dead
-                    return None
+                    return None, None
             if self._store_changed(store, gen):
-                return None
+                return None, None
             n = self._count(k + "n")
             if n != seen:
-                seen, since = n, now
+                seen, since, nap = n, now, self.poll
             if survivors_due and self._survivor_arrived(k, n, codes):
                 survivors_due = False
             quiet = max(self.settle, self.heartbeat_timeout) if survivors_due else self.settle
@@ -682,14 +716,58 @@ class Context:
             if n >= self.min and (n >= self.max or (expected is not None and n >= expected) or
                                   now - since >= quiet):
                 n = min(n, self.max)
-                self._count(k + "close", n)
-                return n
-            if n < self.min and now - began >= self.below_min_wait and self._has_survivor(gen, n):
-                self._count(k + "close", n + _STOP)
+                return self._publish(gen, n, n, codes)
+            if n < self.min and now - began >= self.below_min_wait and self._has_survivor(gen, n, codes):
                 _log("generation %d: %d arrived in %.0f s, below the minimum %d: stopping" % (gen, n, now - began, self.min))
-                return n + _STOP
-            time.sleep(self.poll)
-        return None
+                return self._publish(gen, n, n + _STOP, codes)
+            time.sleep(nap)
+            nap = min(nap * _BACKOFF, 0.05)
+        return None, None
+
+    def _publish(self, gen, n, close, codes):
+        """_publish closes generation gen with its first n arrivals: their
+        codes, read once here (an arrival counted but not yet written waits
+        up to a heartbeat timeout), go to g<G>/members before the close
+        count (close) that tells the others to read them: each rank reads
+        one key, not every arrival's (O(N) store calls a generation, not
+        O(N^2)). An arrival that never says who it is ends the generation."""
+        k = "g%d/" % gen
+        got = self._arrival_codes(gen, n, codes, time.monotonic() + self.heartbeat_timeout)
+        if got is None:
+            self.end(gen, "an arrival never said who it is")
+            return None, None
+        self.store.set(self._k(k + "members"), ",".join(str(c) for c in got))
+        self._count(k + "close", close)
+        return close, got
+
+    def _arrival_codes(self, gen, n, codes, until):
+        """The codes of generation gen's first n arrivals (codes: a cache of
+        those read before), read one key each, each waited for until
+        `until`; None when one never came."""
+        k = "g%d/" % gen
+        out = []
+        for j in range(1, n + 1):
+            code = codes.get(j, 0) if codes is not None else 0
+            nap = self.poll
+            while code == 0:
+                code = self._count(k + "m%d" % j)
+                if code == 0:
+                    if time.monotonic() > until:
+                        return None
+                    time.sleep(nap)
+                    nap = min(nap * _BACKOFF, _POLL_MAX)
+            if codes is not None:
+                codes[j] = code
+            out.append(code)
+        return out
+
+    def _published(self, gen, n):
+        """The codes of generation gen's n members as its closer published
+        them (one store call), or None where the store holds none (a
+        replaced store, re-seeded with the close count only)."""
+        raw = self.store.compare_set(self._k("g%d/members" % gen), "", "").decode()  # a read that never blocks
+        codes = [int(c) for c in raw.split(",")] if raw else []
+        return codes[:n] if len(codes) >= n else None
 
     def _survivor_arrived(self, k, n, codes):
         """Whether one of the first n arrivals at k (g<G>/) is a survivor of
@@ -703,21 +781,23 @@ class Context:
                 return True
         return False
 
-    def _has_survivor(self, gen, n):
+    def _has_survivor(self, gen, n, codes):
         """Whether one of generation gen's first n arrivals said it holds a
         commit of the job's state (a survivor, or a former member that came
-        back late)."""
-        return any(self._arrival_steps(gen, n))
+        back late); codes caches the arrivals' codes (one store call each)."""
+        for j in range(1, n + 1):
+            if not codes.get(j):
+                codes[j] = self._count("g%d/m%d" % (gen, j))
+            code = codes[j]
+            if code and (code - 1) & _MEMBER_MASK != _NEWCOMER:
+                return True
+        return False
 
     def _arrival_steps(self, gen, n):
         """The committed steps of generation gen's first n arrivals that hold
         a commit (not newcomers)."""
-        out = []
-        for j in range(1, n + 1):
-            code = self._count("g%d/m%d" % (gen, j))
-            if code and (code - 1) & _MEMBER_MASK != _NEWCOMER:
-                out.append((code - 1) >> _STEP_SHIFT)
-        return out
+        codes = self._published(gen, n) or [self._count("g%d/m%d" % (gen, j)) for j in range(1, n + 1)]
+        return [(c - 1) >> _STEP_SHIFT for c in codes if c and (c - 1) & _MEMBER_MASK != _NEWCOMER]
 
     def _late_for_stop(self, gen, closed, step):
         """A former member that comes to a generation stopped below min
@@ -741,25 +821,49 @@ class Context:
 
     def _await_close(self, gen, deadline):
         """_await_close waits for the closer; a closer that sends no
-        heartbeat for heartbeat_timeout is gone, and the generation ends."""
+        heartbeat for heartbeat_timeout is gone, and the generation ends.
+        On torch 2.x it waits in the store for the closer's published
+        members, a beat at a time; on 1.13 (whose client a wait that times
+        out puts out of step) it asks the close count at polls that grow
+        apart (up to _POLL_MAX). Whether the generation ended and the
+        closer's beats are read every other beat: a few store calls a rank,
+        whatever the number of ranks."""
         k = "g%d/" % gen
         beats, since = -1, time.monotonic()
         store = self.store.reconnects
+        interval = max(2 * self.heartbeat_timeout / 5.0, 0.05)
+        nap, looked = self.poll, time.monotonic()
+        blocking = storeclient.WAIT_SAFE and isinstance(self.store, StoreClient)
+        published = False
         while time.monotonic() < deadline:
             self._leave_if_told()
+            if blocking:
+                # torch 2.x: the store answers the moment the closer
+                # publishes the members (before the close count), or after
+                # a beat: one call a beat instead of polls
+                published = self.store.wait([self._k(k + "members")], timedelta(seconds=interval))
             n = self._closed(gen)
             if n is not None:
                 return n
-            if self.ended(gen) or self._store_changed(store, gen):
+            if self._store_changed(store, gen):
                 return None
-            b = self._count(k + "cb")
             now = time.monotonic()
-            if b != beats:
-                beats, since = b, now
-            elif now - since > self.heartbeat_timeout:
-                self.end(gen, "its closer sent no heartbeat for %.1f s" % (now - since))
-                return None
-            time.sleep(self.poll)
+            if now - looked >= interval:
+                looked = now
+                if self.ended(gen):
+                    return None
+                b = self._count(k + "cb")
+                now = time.monotonic()
+                if b != beats:
+                    beats, since = b, now
+                elif now - since > self.heartbeat_timeout:
+                    self.end(gen, "its closer sent no heartbeat for %.1f s" % (now - since))
+                    return None
+            if not blocking or published:
+                # (published but not closed: the closer is between its two
+                # calls, or died there, which its stopped beats tell)
+                time.sleep(nap)
+                nap = min(nap * _BACKOFF, _POLL_MAX)
         return None
 
     def _wait_next(self, gen, deadline):
@@ -776,6 +880,7 @@ class Context:
             _log("generation %d is closed: this rank waits to join at its members' next commit" % gen)
         beat, since = self._count(k + "hb0"), time.monotonic()
         store = self.store.reconnects
+        nap = self.poll * 5
         while time.monotonic() < deadline:
             self._leave_if_told()
             self._job_done(gen)
@@ -791,7 +896,8 @@ class Context:
             elif time.monotonic() - since > self.stale:
                 self.end(gen, "no heartbeat of its rank 0 for %.0f s" % (time.monotonic() - since))
                 return None
-            time.sleep(self.poll * 5)
+            time.sleep(nap)
+            nap = min(nap * _BACKOFF, 2 * _POLL_MAX)
         return None
 
     # -- heartbeats -------------------------------------------------------
@@ -807,13 +913,23 @@ class Context:
             self._watcher.start()
 
     def _watch_loop(self, client):
-        """The watcher: every beat it adds one to this rank's heartbeat, reads
-        whether the generation ended (every tick instead while a collective
-        is overdue: begin_flight) and how many newcomers wait, and ends the
-        generation when the next rank's heartbeats stopped for
-        heartbeat_timeout (each dead rank has a live predecessor that sees
-        it, as long as one rank lives). Its store client is its own: a
-        training thread's store call never waits behind it."""
+        """The watcher: it ends the generation when the next rank's
+        heartbeats stopped for heartbeat_timeout (each dead rank has a live
+        predecessor that sees it, as long as one rank lives), and reads
+        whether another rank ended it and (rank 0) how many newcomers wait.
+        Its store client is its own: a training thread's store call never
+        waits behind it.
+
+        Its store calls stay about one every heartbeat timeout while the
+        ranks train (issue #43: at 1,000 ranks, 3 calls a beat a rank were
+        3,000 a second at the one store): an all-reduce of the whole
+        generation that ended within the last beat shows every member alive
+        (progressed), so a rank beats and reads its next rank's beats only
+        when none did (a long step, a checkpoint, a wait for a peer), and
+        rank 0 always (a newcomer watches its beats, and it reads the
+        joins). Whether the generation ended is read once a heartbeat
+        timeout, and every tick while a collective has waited _OVERDUE or
+        more (the rank may be waiting for one that will never answer)."""
         interval = max(self.heartbeat_timeout / 5.0, 0.05)
         tick = min(interval, 0.1)  # how soon a rank waiting in a collective hears that another ended it
         seen_for, last, since, beat, looked = None, None, 0.0, 0.0, 0.0
@@ -829,29 +945,44 @@ class Context:
                     _log("sweeping the store clients' watched-key connections: %s" % e)
             g = self._watched
             now = time.monotonic()
-            # Whether the generation ended is asked every tick while a
-            # collective has waited _OVERDUE or more (the rank may be waiting
-            # for one that will never answer), else once a beat: a rank that
-            # trains asks the store a few times a second, not ten.
-            if now - looked < interval and self.waited() < _OVERDUE:
+            waited = self.waited()
+            every = min(max(tick, waited / 10.0), interval) if waited >= _OVERDUE else self.heartbeat_timeout
+            ask_end = now - looked >= every
+            if not ask_end and now - beat < interval:
                 continue
-            looked = now
             try:
                 k = self.prefix + "g%d/" % g.gen
-                if int(client.add(k + "end", 0)) > 0:
-                    self._over = max(self._over, g.gen)
+                if ask_end:
+                    looked = now
+                    if int(client.add(k + "end", 0)) > 0:
+                        self._over = max(self._over, g.gen)
                 if time.monotonic() - beat < interval:
                     continue
                 beat = time.monotonic()
-                client.add(k + "hb%d" % g.rank, 1)
+                gen, at = self._progress
+                alive = gen == g.gen and beat - at < interval  # every member was, a moment ago
+                if g.rank == 0 or not alive:
+                    client.add(k + "hb%d" % g.rank, 1)
                 if g.rank == 0:
                     self._joins = (g.gen, int(client.add(k + "joins", 0)))
                 if g.size > 1 and self._over < g.gen and self.watching:
                     nxt = (g.rank + 1) % g.size
+                    if seen_for is not g or alive:
+                        # the next rank beats only once it too saw no
+                        # all-reduce end for a beat: its count is read
+                        # afresh, and it has a whole timeout to move it
+                        seen_for, last = g, None
+                        if alive:
+                            continue
                     beats = int(client.add(k + "hb%d" % nxt, 0))
                     now = time.monotonic()
-                    if seen_for is not g or beats != last:
-                        seen_for, last, since = g, beats, now
+                    if last is None or beats != last:
+                        fresh = last is None
+                        last, since = beats, now
+                        if fresh and gen == g.gen:
+                            # its beats are due from a beat after the last
+                            # all-reduce: its timeout runs from then
+                            since = min(now, at + interval)
                     elif now - since > self.heartbeat_timeout:
                         if int(client.add(k + "end", 1)) == 1:
                             client.add(self.prefix + "gen", 1)
@@ -934,6 +1065,7 @@ class Context:
         opts = dist.AllreduceOptions()
         opts.reduceOp = op
         self.wait(g.pg.allreduce([tensor], opts), what, _nbytes(tensor))
+        self.progressed(g)
         return tensor
 
     def broadcast(self, tensor, src, what="broadcast"):
@@ -950,10 +1082,21 @@ class Context:
         g = self._live()
         opts = dist.AllreduceOptions()
         self.wait(g.pg.allreduce([torch.zeros(1)], opts), what, nbytes, extra)
+        self.progressed(g)
 
-    def setup_limit(self):
-        """How long a group's setup may take (_make_pg)."""
-        return max(2 * self.heartbeat_timeout, 10) + 5
+    def progressed(self, g):
+        """progressed notes that an all-reduce of group g ended well: when g
+        is a whole generation, every member was alive a moment ago (each
+        one's part is in the result), and the heartbeat watcher needs no
+        store call to know it (_watch_loop)."""
+        if not g.sub:
+            self._progress = (g.gen, time.monotonic())
+
+    def setup_limit(self, n=0):
+        """How long a group's setup may take (_make_pg), for a group of n
+        ranks: gloo connects every pair, and rank 0 reads every rank's
+        address; 10 ms more a rank (10 s more at 1,000)."""
+        return max(2 * self.heartbeat_timeout, 10) + 5 + 0.01 * n
 
     def _live(self):
         if self.group is None:

@@ -727,7 +727,7 @@ class Tunnel:
     def __init__(self, host, port, key, timeout=10.0, loop=None, wait=600.0):
         self.host, self.port, self.key, self.timeout, self.wait = host, port, key, timeout, wait
         self.loop = loop or Loop("etjob-store-tunnel")
-        self.listener = socket.create_server(("127.0.0.1", 0), backlog=128)
+        self.listener = socket.create_server(("127.0.0.1", 0), backlog=1024)
         self.listener.setblocking(False)
         self.local_port = self.listener.getsockname()[1]
         self.last_error = ""

@@ -147,6 +147,10 @@ _make_lock = threading.Lock()
 # on torch >= 2.4.
 _TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 WIRE_COMPARE_SET = _TORCH[0] == 1
+# A wait that times out leaves torch 2.x's client in step with its server
+# (it says so with DistStoreError; measured: the next add answers right),
+# torch 1.13's out of step: StoreClient.wait serves torch 2.x only.
+WAIT_SAFE = _TORCH[0] >= 2 and hasattr(dist, "DistStoreError")
 _said_exposed = []
 
 
@@ -325,6 +329,25 @@ class StoreClient:
 
     def get(self, key):
         return self._call(lambda c: c.get(key))
+
+    def wait(self, keys, timeout):
+        """wait returns True once every key of keys is set, False when
+        timeout (a timedelta) passed first (torch 2.x only: WAIT_SAFE)."""
+        if not WAIT_SAFE:
+            raise RuntimeError("etjob.storeclient: a store wait that times out puts torch %s's client out of step"
+                               % torch.__version__)
+        timed_out = []
+
+        def op(c):
+            try:
+                c.wait(keys, timeout)
+            except dist.DistNetworkError:
+                raise
+            except dist.DistStoreError:
+                timed_out.append(True)
+
+        self._call(op)
+        return not timed_out
 
     def compare_set(self, key, expected, desired):
         if self._wire is not None:

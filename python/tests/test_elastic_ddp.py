@@ -178,6 +178,7 @@ class PolledFailureTest(unittest.TestCase):
         ended = []
         ctx = type("Ctx", (), {"timeout_for": lambda self, n: 60.0, "over": lambda self, gen: False,
                                "begin_flight": lambda self: 0, "end_flight": lambda self, token: None,
+                               "progressed": lambda self, g: None,
                                "end": lambda self, gen, why: ended.append((gen, why))})()
         group = type("Group", (), {"gen": 3, "size": 2, "pg": object(), "work": None})()
         pg = type("PG", (), {"allreduce": lambda self, tensors, opts=None: PolledFailureTest.Work(error)})()

@@ -1,0 +1,208 @@
+"""etjob.elastic's store traffic as the job grows (issue #43): a generation
+change costs O(N) store calls, not O(N^2).
+
+- BulkStore (etjob.groupstore) under a real gloo group: every rank's
+  address in a few store calls a rank, on the torch this runs.
+- scale_harness at N = 24 (threads with a FAKE process group, the real
+  etjob.rdzv store and its front): the store calls of the rendezvous after
+  a hard kill and after a join stay within 20 a rank (25 on torch 1.13,
+  which polls). On the commit this work started from (901f045) it failed
+  on torch 2.15: "AssertionError: 3690 not less than or equal to 480"
+  (every rank read every arrival's code and every peer's address).
+make bench-scale-elastic measures the same at 16, 64 and 256 ranks."""
+
+import os
+import tempfile
+import threading
+import time
+import unittest
+from datetime import timedelta
+
+try:
+    import torch
+    import torch.distributed as dist
+    from etjob import groupstore, storeauth, storeclient
+except ImportError:  # pragma: no cover - the lane without torch skips
+    dist = None
+
+
+@unittest.skipIf(dist is None, "needs torch")
+class BulkStoreTest(unittest.TestCase):
+    """A real gloo group of 6 threads over BulkStore: it works, and each
+    rank's calls to the store under it do not grow with the group."""
+
+    N = 6
+
+    def test_a_gloo_group_reads_its_peers_in_bulk(self):
+        master = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
+        calls = {}
+        lock = threading.Lock()
+
+        class Counting(dist.Store):
+            def __init__(self, inner, r):
+                super().__init__()
+                self.inner, self.r = inner, r
+
+            def _n(self):
+                with lock:
+                    calls[self.r] = calls.get(self.r, 0) + 1
+
+            def set(self, k, v):
+                self._n()
+                return self.inner.set(k, v)
+
+            def get(self, k):
+                self._n()
+                return self.inner.get(k)
+
+            def wait(self, keys, timeout=None):
+                self._n()
+                return self.inner.wait(keys) if timeout is None else self.inner.wait(keys, timeout)
+
+            def add(self, k, v):
+                self._n()
+                return self.inner.add(k, v)
+
+            def check(self, keys):
+                self._n()
+                return self.inner.check(keys)
+
+            def multi_get(self, keys):
+                self._n()
+                return self.inner.multi_get(keys)
+
+            def compare_set(self, k, a, b):
+                self._n()
+                return self.inner.compare_set(k, a, b)
+
+            def delete_key(self, k):
+                self._n()
+                return self.inner.delete_key(k)
+
+            def num_keys(self):
+                self._n()
+                return self.inner.num_keys()
+
+            def set_timeout(self, t):
+                pass
+
+        out, errs, keep = {}, [], []
+
+        def rank(r):
+            try:
+                c = dist.TCPStore("127.0.0.1", master.port, is_master=False, timeout=timedelta(seconds=30))
+                counting = Counting(c, r)  # referenced here: a Python store only C++ holds is gone
+                store = groupstore.BulkStore(dist.PrefixStore("g/", counting), r, self.N, timedelta(seconds=30))
+                pg = dist.ProcessGroupGloo(store, r, self.N, timedelta(seconds=30))
+                keep.append((pg, store, counting, c))
+                t = torch.tensor([float(r)])
+                pg.allreduce([t]).wait()
+                out[r] = t.item()
+            except Exception as e:  # noqa: BLE001 - reported below
+                errs.append("rank %d: %r" % (r, e))
+
+        ts = [threading.Thread(target=rank, args=(r,)) for r in range(self.N)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        self.assertEqual(errs, [])
+        self.assertEqual(out, {r: float(sum(range(self.N))) for r in range(self.N)})
+        # a family is a set, a claim, a wait and a get a rank (its claimant:
+        # a set, a claim, a wait, one read a key or one multi_get, and the
+        # bulk value's set); torch 1.13's gloo has two families (host
+        # names, addresses), 2.x one
+        families = 2 if torch.__version__.startswith("1.") else 1
+        ordered = sorted(calls.values())
+        self.assertLessEqual(ordered[-families - 1], 4 * families, calls)  # all but the claimants
+        self.assertLessEqual(sum(calls.values()), 4 * families * self.N + (self.N + 1) * families, calls)
+
+    def test_family(self):
+        self.assertEqual(groupstore.family("0/3", 3), "0/")
+        self.assertEqual(groupstore.family("0/rank_12", 12), "0/rank_")
+        self.assertIsNone(groupstore.family("0/13", 3))
+        self.assertIsNone(groupstore.family("0/3", 4))
+        values = [b"", b"\x00\x01", b"x" * 300]
+        self.assertEqual(groupstore.unpack(groupstore.pack(values), 3), values)
+        with self.assertRaises(RuntimeError):
+            groupstore.unpack(groupstore.pack(values), 2)
+
+
+@unittest.skipIf(dist is None, "needs torch")
+class GenerationChangeCallsTest(unittest.TestCase):
+    """24 ranks (scale_harness: threads, a FAKE process group, the real
+    store behind its front): a hard kill and a join each cost at most 20
+    store calls a rank in the rendezvous, and every rank trains again."""
+
+    N = 24
+
+    def test_a_kill_and_a_join_cost_o_n_store_calls(self):
+        import scale_harness
+
+        d = tempfile.mkdtemp(prefix="etjob-scale-")
+        secret = storeauth.write_secret(os.path.join(d, "store-secret"))
+        port = scale_harness.free_port()
+        with open(os.path.join(d, "store.err"), "w") as log:
+            store = scale_harness.start_store(port, secret, log)
+        self.addCleanup(store.wait)
+        self.addCleanup(store.kill)
+        saved = {k: os.environ.get(k) for k in ("ETJOB_RDZV_ENDPOINT", "ETJOB_STORE_SECRET_FILE")}
+        os.environ.update(ETJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, ETJOB_STORE_SECRET_FILE=secret)
+        for k, v in saved.items():
+            self.addCleanup(lambda k=k, v=v: os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v))
+        h = scale_harness.Harness("127.0.0.1:%d" % port, min_size=2, max_size=self.N)
+        h.install()
+        self.addCleanup(h.uninstall)
+        self.addCleanup(h.close)
+        ranks = h.start(self.N)
+        h.wait_all_at(ranks, self.N, timeout=120)
+        time.sleep(1)
+        kill = scale_harness.change(h, ranks[:-1], self.N - 1, victim=ranks[-1], timeout=120)
+        join = scale_harness.change(h, ranks[:-1], self.N, joiners=1, timeout=120)
+        print("\n%d ranks: a hard kill cost %d store calls in the rendezvous (%.0f s to training), a join %d" % (
+            self.N, kill["rdzv_calls"], kill["fault_to_training_s"], join["rdzv_calls"]))
+        # torch 2.x waits in the store for the close (one call a beat);
+        # torch 1.13's client cannot wait with a timeout and stay in step,
+        # so its ranks poll (measured ~20 a rank beside the other lanes)
+        bound = 20 if storeclient.WAIT_SAFE else 25
+        self.assertLessEqual(kill["rdzv_calls"], bound * self.N)
+        self.assertLessEqual(join["rdzv_calls"], bound * self.N)
+
+
+try:
+    from test_elastic import Undisturbed
+except ImportError:  # pragma: no cover - the lane without torch skips
+    Undisturbed = object
+
+
+@unittest.skipIf(dist is None, "needs torch")
+class SixteenRanksTest(Undisturbed, unittest.TestCase):
+    """16 real worker processes (elastic_worker.py: a tiny model, real gloo
+    groups, the real store behind its front): a hard kill and a join, every
+    rank's final model the undisturbed run's, no survivor restarted."""
+
+    STEPS = 400
+
+    def test_sixteen_ranks_survive_a_hard_kill_and_a_join(self):
+        job = self.job(16, "2:16", steps=self.STEPS, env={"STEP_SLEEP": "0.05"})
+        g16, at_step = job.wait_world(16, timeout=180)
+        job.wait_step(at_step + 5, timeout=120)
+        pids = {n: p.pid for n, p in job.procs.items()}
+        killed = time.time()
+        job.procs["w15"].kill()
+        survivors = ["w%d" % i for i in range(15)]
+        g15, _ = job.wait_world(15, timeout=120)
+        back = min(s[5] for s in job.steps("w0") if s[3] == g15)
+        name = job.start()
+        joined, _ = job.wait_world(16, name=name, timeout=180)
+        self.assertGreater(joined, g15, job.dump())
+        codes = job.wait_exit(survivors + [name], timeout=300)
+        self.assertEqual(set(codes.values()), {0}, job.dump())
+        self.assert_survivors_kept_their_process(job, survivors, pids)
+        self.assert_finished_like_undisturbed(job, survivors + [name])
+        print("\n16 ranks: training at 15 %.1f s after the kill, the joiner trained from step %d" % (
+            back - killed, job.steps(name)[0][0]))
+
+
+if __name__ == "__main__":
+    unittest.main()
