@@ -34,64 +34,16 @@ class BulkStoreTest(unittest.TestCase):
     N = 6
 
     def test_a_gloo_group_reads_its_peers_in_bulk(self):
+        import scale_harness
+
         master = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
-        calls = {}
-        lock = threading.Lock()
-
-        class Counting(dist.Store):
-            def __init__(self, inner, r):
-                super().__init__()
-                self.inner, self.r = inner, r
-
-            def _n(self):
-                with lock:
-                    calls[self.r] = calls.get(self.r, 0) + 1
-
-            def set(self, k, v):
-                self._n()
-                return self.inner.set(k, v)
-
-            def get(self, k):
-                self._n()
-                return self.inner.get(k)
-
-            def wait(self, keys, timeout=None):
-                self._n()
-                return self.inner.wait(keys) if timeout is None else self.inner.wait(keys, timeout)
-
-            def add(self, k, v):
-                self._n()
-                return self.inner.add(k, v)
-
-            def check(self, keys):
-                self._n()
-                return self.inner.check(keys)
-
-            def multi_get(self, keys):
-                self._n()
-                return self.inner.multi_get(keys)
-
-            def compare_set(self, k, a, b):
-                self._n()
-                return self.inner.compare_set(k, a, b)
-
-            def delete_key(self, k):
-                self._n()
-                return self.inner.delete_key(k)
-
-            def num_keys(self):
-                self._n()
-                return self.inner.num_keys()
-
-            def set_timeout(self, t):
-                pass
-
+        h = scale_harness.Harness("", 1, self.N)  # its counts only: nothing installed, no rank started
         out, errs, keep = {}, [], []
 
         def rank(r):
             try:
                 c = dist.TCPStore("127.0.0.1", master.port, is_master=False, timeout=timedelta(seconds=30))
-                counting = Counting(c, r)  # referenced here: a Python store only C++ holds is gone
+                counting = scale_harness.CountingStore(c, h, r)  # referenced here: a Python store only C++ holds is gone
                 store = groupstore.BulkStore(dist.PrefixStore("g/", counting), r, self.N, timedelta(seconds=30))
                 pg = dist.ProcessGroupGloo(store, r, self.N, timedelta(seconds=30))
                 keep.append((pg, store, counting, c))
@@ -113,6 +65,7 @@ class BulkStoreTest(unittest.TestCase):
         # bulk value's set); torch 1.13's gloo has two families (host
         # names, addresses), 2.x one
         families = 2 if torch.__version__.startswith("1.") else 1
+        calls = {r: h.counts.total(ranks=[r]) for r in range(self.N)}
         ordered = sorted(calls.values())
         self.assertLessEqual(ordered[-families - 1], 4 * families, calls)  # all but the claimants
         self.assertLessEqual(sum(calls.values()), 4 * families * self.N + (self.N + 1) * families, calls)
