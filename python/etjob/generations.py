@@ -118,15 +118,16 @@ class Group:
 # waited 1 s, at most once a beat), not only once a heartbeat timeout.
 # Short: after a hard kill the ranks that are not the dead one's neighbours
 # hear of it only so, and must arrive within the next generation's settle
-# (0.5 s; at 0.5 s here one came 0.6 s late and was left for the generation
-# after, test_elastic_ddp). At 20 ms (before) every DDP bucket that waited
-# for a slower peer's backward pass made its rank ask 10 times a second.
-_OVERDUE = 0.1
+# (0.5 s). At 0.5 s one came 0.6 s late and was left for the generation
+# after (test_elastic_ddp); at 0.1 s a hard kill's pause grew from 0.65 to
+# 0.85 s (make bench-elastic). The price: a rank whose DDP bucket waits
+# this long for a slower peer asks every tick while it waits (issue #43).
+_OVERDUE = 0.02
 # How much a waiting rank's polls of the store grow apart (a factor a poll)
 # and up to how far apart (seconds): a rank's store calls while it waits
 # for a generation to close stay a few, whatever the number of ranks (at
 # most _POLL_MAX later than the close).
-_BACKOFF, _POLL_MAX = 2.0, 0.25
+_BACKOFF, _POLL_MAX = 2.0, 0.1
 
 # torch 2.x's gloo groups have abort(), which ends their work in flight and
 # their connections: a generation left behind is aborted and let go. torch
@@ -427,7 +428,6 @@ class Context:
         deadline = began + self.join_timeout
         want = prev.gen + 1 if (prev is not None and survivor) else None
         scanned = prev.gen + 1 if prev is not None else None
-        nap = self.poll
         while time.monotonic() < deadline:
             if self._orphaned:
                 _log("leaving: the job went on without this rank while its rendezvous store was replaced")
@@ -444,8 +444,9 @@ class Context:
                 # the generation we were in may not be marked over yet (our
                 # own failure): end it, which opens the next.
                 if changed and time.monotonic() < began + self.heartbeat_timeout:
-                    time.sleep(nap)
-                    nap = min(nap * _BACKOFF, _POLL_MAX)
+                    # the lowest staying rank ends it within milliseconds:
+                    # a short poll (a backed-off one cost every join ~0.3 s)
+                    time.sleep(self.poll)
                     continue
                 self.end(want - 1, "a collective failed" if not changed else "its membership changed")
                 continue
@@ -721,7 +722,7 @@ class Context:
                 _log("generation %d: %d arrived in %.0f s, below the minimum %d: stopping" % (gen, n, now - began, self.min))
                 return self._publish(gen, n, n + _STOP, codes)
             time.sleep(nap)
-            nap = min(nap * _BACKOFF, 0.05)
+            nap = min(nap * _BACKOFF, 0.02)
         return None, None
 
     def _publish(self, gen, n, close, codes):
@@ -880,7 +881,6 @@ class Context:
             _log("generation %d is closed: this rank waits to join at its members' next commit" % gen)
         beat, since = self._count(k + "hb0"), time.monotonic()
         store = self.store.reconnects
-        nap = self.poll * 5
         while time.monotonic() < deadline:
             self._leave_if_told()
             self._job_done(gen)
@@ -896,8 +896,9 @@ class Context:
             elif time.monotonic() - since > self.stale:
                 self.end(gen, "no heartbeat of its rank 0 for %.0f s" % (time.monotonic() - since))
                 return None
-            time.sleep(nap)
-            nap = min(nap * _BACKOFF, 2 * _POLL_MAX)
+            # one rank a join, not N: a short poll (a backed-off one cost
+            # every join ~0.3 s, make bench-elastic)
+            time.sleep(self.poll * 5)
         return None
 
     # -- heartbeats -------------------------------------------------------

@@ -5,7 +5,7 @@ change costs O(N) store calls, not O(N^2).
   address in a few store calls a rank, on the torch this runs.
 - scale_harness at N = 24 (threads with a FAKE process group, the real
   etjob.rdzv store and its front): the store calls of the rendezvous after
-  a hard kill and after a join stay within 20 a rank (25 on torch 1.13,
+  a hard kill and after a join stay within 20 a rank (30 on torch 1.13,
   which polls). On the commit this work started from (901f045) it failed
   on torch 2.15: "AssertionError: 3690 not less than or equal to 480"
   (every rank read every arrival's code and every peer's address).
@@ -116,8 +116,9 @@ class GenerationChangeCallsTest(unittest.TestCase):
             self.N, kill["rdzv_calls"], kill["fault_to_training_s"], join["rdzv_calls"]))
         # torch 2.x waits in the store for the close (one call a beat);
         # torch 1.13's client cannot wait with a timeout and stay in step,
-        # so its ranks poll (measured ~20 a rank beside the other lanes)
-        bound = 20 if storeclient.WAIT_SAFE else 25
+        # so its ranks poll, at most 0.1 s apart (a hard kill's pause): 21-24
+        # a rank measured, alone and beside the other lanes
+        bound = 20 if storeclient.WAIT_SAFE else 30
         self.assertLessEqual(kill["rdzv_calls"], bound * self.N)
         self.assertLessEqual(join["rdzv_calls"], bound * self.N)
 
