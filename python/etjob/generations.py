@@ -103,7 +103,8 @@ def _keep_forever(obj):
 
 class Group:
     """Group is one generation: its number, this rank, its size, its gloo
-    group (and, where groups can be aborted, the store client of its setup)."""
+    group, and what its setup used: (the setup's store client, the
+    group's BulkStore), kept as long as the group)."""
 
     def __init__(self, gen, rank, size, pg, ids, client=None, sub=False):
         self.gen, self.rank, self.size, self.pg, self.ids = gen, rank, size, pg, ids

@@ -85,11 +85,6 @@ class CountingStore(dist.Store):
         kind = "watch" if name == "etjob-heartbeat" else ("rdzv" if name == "etjob-group-setup" else
                                                           self._h.phase.get(self._rank, "train"))
         self._h.counts.add(self._rank, kind)
-        if self._h.trace == self._rank:
-            import inspect
-            f = next((f.function for f in inspect.stack()[2:] if f.filename.endswith(("generations.py", "groupstore.py"))
-                      and f.function not in ("_count", "_call", "ended", "_closed")), "?")
-            self._h.traced.append((kind, f, time.time()))
 
     def set(self, key, value):
         self._count()
@@ -226,7 +221,6 @@ class Harness:
         self.steps = collections.defaultdict(list)  # rank id -> [(gen, size, t)]
         self.errors = []
         self.entered = []  # when a rank entered a rendezvous
-        self.trace, self.traced = None, []  # one rank's calls: (kind, the caller's function, when)
         self.threads = {}
         self.stop = False
         self._next = 0
