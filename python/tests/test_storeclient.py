@@ -96,6 +96,30 @@ class CompareSetWithoutGILTest(unittest.TestCase):
 
 
 @unittest.skipIf(dist is None, "needs torch")
+@unittest.skipIf(dist is None, "needs torch")
+class WaitTest(unittest.TestCase):
+    """StoreClient.wait (the rendezvous' wait for a generation's close,
+    issue #43): on torch 2.x a wait that times out says so and leaves the
+    client in step with its server; on torch 1.13, whose client it puts out
+    of step, it is refused."""
+
+    def test_a_timed_out_wait_keeps_the_client_in_step(self):
+        srv = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+        raw = dist.TCPStore("127.0.0.1", srv.port, is_master=False, timeout=timedelta(seconds=10))
+        c = storeclient.StoreClient(raw, "127.0.0.1", srv.port)
+        if not storeclient.WAIT_SAFE:
+            with self.assertRaisesRegex(RuntimeError, "out of step"):
+                c.wait(["missing"], timedelta(seconds=0.1))
+            return
+        for i in range(3):
+            self.assertFalse(c.wait(["missing"], timedelta(seconds=0.1)))
+            self.assertEqual(c.add("counter", 1), i + 1)  # the answer to this call, not a late one to the wait
+        srv.set("missing", "here")
+        self.assertTrue(c.wait(["missing"], timedelta(seconds=1)))
+        self.assertEqual(c.get("missing"), b"here")
+        self.assertEqual(c.reconnects, 0)
+
+
 class WireCompareSetTest(unittest.TestCase):
     """etjob's compare_set answers and stores what torch's does."""
 
