@@ -30,7 +30,7 @@ def run(n, steady_s=10.0):
     with open(os.path.join(d, "store.err"), "w") as log:
         store = scale_harness.start_store(port, secret, log)
     os.environ.update(ETJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, ETJOB_STORE_SECRET_FILE=secret)
-    h = scale_harness.Harness("127.0.0.1:%d" % port, min_size=max(2, n // 2), max_size=n)
+    h = scale_harness.Harness(min_size=max(2, n // 2), max_size=n)
     h.install()
     try:
         t0 = time.time()

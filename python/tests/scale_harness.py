@@ -209,10 +209,12 @@ class FakeGloo:
 
 
 class Harness:
-    """N ranks (threads) of one job against an etjob.rdzv store process."""
+    """N ranks (threads) of one job against an etjob.rdzv store process:
+    the one $ETJOB_RDZV_ENDPOINT names, with $ETJOB_STORE_SECRET_FILE's
+    secret (each rank's Context reads them, as a worker's does)."""
 
-    def __init__(self, endpoint, min_size, max_size, step_sleep=0.05, prefix=None):
-        self.endpoint, self.min, self.max = endpoint, min_size, max_size
+    def __init__(self, min_size, max_size, step_sleep=0.05, prefix=None):
+        self.min, self.max = min_size, max_size
         self.step_sleep = step_sleep
         self.prefix = prefix or "etjob/elastic/scale-%s/" % uuid.uuid4().hex[:8]
         self.counts = Counts()

@@ -37,7 +37,7 @@ class BulkStoreTest(unittest.TestCase):
         import scale_harness
 
         master = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
-        h = scale_harness.Harness("", 1, self.N)  # its counts only: nothing installed, no rank started
+        h = scale_harness.Harness(1, self.N)  # its counts only: nothing installed, no rank started
         out, errs, keep = {}, [], []
 
         def rank(r):
@@ -103,7 +103,7 @@ class GenerationChangeCallsTest(unittest.TestCase):
         os.environ.update(ETJOB_RDZV_ENDPOINT="127.0.0.1:%d" % port, ETJOB_STORE_SECRET_FILE=secret)
         for k, v in saved.items():
             self.addCleanup(lambda k=k, v=v: os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v))
-        h = scale_harness.Harness("127.0.0.1:%d" % port, min_size=2, max_size=self.N)
+        h = scale_harness.Harness(min_size=2, max_size=self.N)
         h.install()
         self.addCleanup(h.uninstall)
         self.addCleanup(h.close)
