@@ -106,7 +106,11 @@ class WaitTest(unittest.TestCase):
     def test_a_timed_out_wait_keeps_the_client_in_step(self):
         srv = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
         raw = dist.TCPStore("127.0.0.1", srv.port, is_master=False, timeout=timedelta(seconds=10))
-        c = storeclient.StoreClient(raw, "127.0.0.1", srv.port)
+        c = storeclient.StoreClient(raw, "127.0.0.1", srv.port, limit=1.0)
+        # once srv is gone, a later test's reconnect asks every client of the
+        # process to call (storeclient._after_loss): this one must not wait
+        # for its dead server (with the default limit a CI run waited 600 s)
+        self.addCleanup(storeclient._clients.discard, c)
         if not storeclient.WAIT_SAFE:
             with self.assertRaisesRegex(RuntimeError, "out of step"):
                 c.wait(["missing"], timedelta(seconds=0.1))
