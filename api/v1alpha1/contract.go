@@ -21,6 +21,12 @@ const (
 	EnvFramework = "ETJOB_FRAMEWORK"
 	// EnvSlotsPerWorker is the processes a worker runs (its GPUs, or 1).
 	EnvSlotsPerWorker = "ETJOB_SLOTS_PER_WORKER"
+	// EnvLocalRank and EnvLocalWorldSize are torchrun's names, which
+	// etjob.launch sets too: a rank's place among its pod's ranks and their
+	// number (spec.slotsPerWorker). etjob.elastic keeps a pod's ranks
+	// together: adjacent ranks, one failure domain.
+	EnvLocalRank      = "LOCAL_RANK"
+	EnvLocalWorldSize = "LOCAL_WORLD_SIZE"
 	// EnvAttempt is status.restarts when the pod was made.
 	EnvAttempt = "ETJOB_ATTEMPT"
 	// EnvExitCodePreempted is ExitCodePreempted, the exit of a worker told

@@ -563,8 +563,13 @@ type ElasticJobStatus struct {
 	Replicas int32 `json:"replicas,omitempty"`
 	// readyReplicas is the number of ready workers that are not leaving.
 	ReadyReplicas int32 `json:"readyReplicas"`
-	// members is the number of published members.
+	// members is the number of published members (worker pods).
 	Members int32 `json:"members"`
+	// ranks is the training processes of the published members: members
+	// times slotsPerWorker (a pod may hold several ranks, which leave and
+	// join together).
+	// +optional
+	Ranks int32 `json:"ranks,omitempty"`
 	// training is the number of members whose heartbeat (the worker
 	// library's, through its node agent) advanced within the last
 	// HeartbeatStale; unset while no member reports one (a script that
@@ -661,6 +666,7 @@ type ElasticJobStatus struct {
 // +kubebuilder:resource:shortName=etjob;ej,categories=all
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
 // +kubebuilder:printcolumn:name="Desired",type=string,JSONPath=`.status.desired`
+// +kubebuilder:printcolumn:name="Ranks",type=integer,JSONPath=`.status.ranks`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.summary`
 // +kubebuilder:printcolumn:name="Restarts",type=integer,JSONPath=`.status.restarts`
 // +kubebuilder:printcolumn:name="Preemptions",type=integer,JSONPath=`.status.preemptions`

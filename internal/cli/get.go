@@ -338,6 +338,9 @@ func printJob(out io.Writer, job *etjobv1.ElasticJob, pods []corev1.Pod, events 
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "Workers:     %d members, %d desired (min %d, max %d)", st.Members, job.Spec.Replicas, job.Spec.MinReplicas, job.Spec.MaxReplicas)
+	if st.SlotsPerWorker > 1 {
+		fmt.Fprintf(out, ", %d ranks (%d a worker)", ranks(job), st.SlotsPerWorker)
+	}
 	if st.Training != nil {
 		fmt.Fprintf(out, ", %d training", *st.Training)
 	}

@@ -125,7 +125,7 @@ func printJobList(out io.Writer, jobs []etjobv1.ElasticJob, pods map[string][]co
 	}
 	fmt.Fprint(tw, "NAME\tSTATUS\tTRAINER\tDURATION\tGPU(Requested)\tGPU(Allocated)\tNODE")
 	if wide {
-		fmt.Fprint(tw, "\tMEMBERS\tDESIRED\tRESTARTS\tPREEMPTIONS")
+		fmt.Fprint(tw, "\tMEMBERS\tRANKS\tDESIRED\tRESTARTS\tPREEMPTIONS")
 	}
 	fmt.Fprintln(tw)
 	for i := range jobs {
@@ -151,7 +151,7 @@ func printJobList(out io.Writer, jobs []etjobv1.ElasticJob, pods map[string][]co
 		}
 		fmt.Fprintf(tw, "%s\t%s\tETJOB\t%s\t%d\t%d\t%s", j.Name, jobStatus(j), shortDuration(jobDuration(j, now)), requested, allocated, orNA(node))
 		if wide {
-			fmt.Fprintf(tw, "\t%d\t%s\t%d\t%d", j.Status.Members, desired(j), j.Status.Restarts, j.Status.Preemptions)
+			fmt.Fprintf(tw, "\t%d\t%d\t%s\t%d\t%d", j.Status.Members, ranks(j), desired(j), j.Status.Restarts, j.Status.Preemptions)
 		}
 		fmt.Fprintln(tw)
 	}
@@ -161,4 +161,13 @@ func printJobList(out io.Writer, jobs []etjobv1.ElasticJob, pods map[string][]co
 // desired is "replicas (min-max)", as the Desired column of kubectl get.
 func desired(j *etjobv1.ElasticJob) string {
 	return fmt.Sprintf("%d (%d-%d)", j.Spec.Replicas, j.Spec.MinReplicas, j.Spec.MaxReplicas)
+}
+
+// ranks is the job's training processes: its members times the ranks a
+// worker holds (status.ranks; computed for a status written before it).
+func ranks(j *etjobv1.ElasticJob) int32 {
+	if j.Status.Ranks > 0 || j.Status.Members == 0 {
+		return j.Status.Ranks
+	}
+	return j.Status.Members * max(j.Status.SlotsPerWorker, 1)
 }

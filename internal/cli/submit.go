@@ -73,6 +73,9 @@ type SubmitOptions struct {
 	Image string
 	// GPUs is --gpus, GPUs per worker (nvidia.com/gpu limit).
 	GPUs int
+	// NProcPerNode is --nproc-per-node (torchrun's): spec.slotsPerWorker,
+	// the training processes a worker runs; 0 leaves it to --gpus.
+	NProcPerNode int
 	// CPU is --cpu, a worker's CPU request and limit.
 	CPU string
 	// Memory is --memory, a worker's memory request and limit.
@@ -221,7 +224,8 @@ $((${workers}*${gpus})) work verbatim. Wrong input is refused before anything is
 	fs.StringVar(&o.Name, "name", "", "the job's name (required)")
 	fs.StringVar(&o.Image, "image", "", "the container image of the job (required)")
 	fs.StringVar(&o.Framework, "framework", "", "the distributed launcher: torchrun or horovod (default: horovod when COMMAND starts with horovodrun, as in Arena's examples, else torchrun)")
-	fs.IntVar(&o.GPUs, "gpus", 0, "GPUs per worker (nvidia.com/gpu); also the processes per worker")
+	fs.IntVar(&o.GPUs, "gpus", 0, "GPUs per worker (nvidia.com/gpu); also the processes per worker unless --nproc-per-node says otherwise")
+	fs.IntVar(&o.NProcPerNode, "nproc-per-node", 0, "training processes (ranks) per worker, torchrun's flag (spec.slotsPerWorker; default --gpus, else 1); with --recovery InProcess run the script as `python3 -m etjob.launch train.py`: a worker's ranks leave and join together")
 	fs.StringVar(&o.CPU, "cpu", "", "CPU per worker, request and limit, like 4")
 	fs.StringVar(&o.Memory, "memory", "", "memory per worker, request and limit, like 16Gi")
 	fs.IntVar(&o.Workers, "workers", 1, "the initial number of workers")
@@ -471,6 +475,9 @@ func BuildElasticJob(o SubmitOptions) (*etjobv1.ElasticJob, error) {
 	if o.GPUs < 0 {
 		return nil, fmt.Errorf("--gpus %d: must be 0 or more", o.GPUs)
 	}
+	if o.NProcPerNode < 0 || o.NProcPerNode > 1024 {
+		return nil, fmt.Errorf("--nproc-per-node %d: must be between 1 and 1024 (or left out: --gpus, else 1)", o.NProcPerNode)
+	}
 	shell := o.Shell
 	if shell == "" {
 		shell = "sh"
@@ -489,6 +496,10 @@ func BuildElasticJob(o SubmitOptions) (*etjobv1.ElasticJob, error) {
 		Framework:     framework,
 		MaxWaitTime:   maxWait,
 		CheckpointDir: o.CheckpointDir,
+	}
+	if o.NProcPerNode > 0 {
+		n := int32(o.NProcPerNode)
+		spec.SlotsPerWorker = &n
 	}
 	if spec.Recovery, err = pickEnum("--recovery", o.Recovery, etjobv1.RecoveryRestart, etjobv1.RecoveryInProcess); err != nil {
 		return nil, err

@@ -47,6 +47,14 @@ func TestBuildElasticJob(t *testing.T) {
 				}
 			},
 		},
+		"--nproc-per-node is spec.slotsPerWorker, whatever --gpus says": {
+			opts: func(o *SubmitOptions) { o.GPUs, o.NProcPerNode = 1, 2 },
+			check: func(t *testing.T, j *etjobv1.ElasticJob) {
+				if got := etjobv1.SlotsPerWorker(&j.Spec); got != 2 {
+					t.Errorf("slots per worker %d, want 2", got)
+				}
+			},
+		},
 		"a horovodrun command without --framework is horovod, as in Arena": {
 			opts: func(o *SubmitOptions) { o.Framework, o.Command = "", seed001 },
 			check: func(t *testing.T, j *etjobv1.ElasticJob) {
@@ -214,6 +222,7 @@ func TestBuildElasticJobRefusals(t *testing.T) {
 		"workers below min":          {func(o *SubmitOptions) { o.MinWorkers = 2 }, "--workers"},
 		"workers above max":          {func(o *SubmitOptions) { o.Workers, o.MaxWorkers = 5, 4 }, "--workers"},
 		"negative gpus":              {func(o *SubmitOptions) { o.GPUs = -1 }, "--gpus"},
+		"nproc per node":             {func(o *SubmitOptions) { o.NProcPerNode = 2000 }, "--nproc-per-node"},
 		"fractional wait":            {func(o *SubmitOptions) { o.MaxWaitTime = "1.5s" }, "--max-wait-time"},
 		"garbage wait":               {func(o *SubmitOptions) { o.MaxWaitTime = "soon" }, "--max-wait-time"},
 		"restart policy":             {func(o *SubmitOptions) { o.JobRestartPolicy = "Always" }, "--job-restart-policy"},

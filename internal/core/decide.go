@@ -79,6 +79,7 @@ func (d *decision) build() Plan {
 	st.Growth = d.growth
 	st.LastCheckpoint = d.checkpoint
 	st.SlotsPerWorker = etjobv1.SlotsPerWorker(d.spec)
+	st.Ranks = st.Members * st.SlotsPerWorker
 	st.Desired = fmt.Sprintf("%d (%d-%d)", d.spec.Replicas, d.spec.MinReplicas, d.spec.MaxReplicas)
 	st.Selector = etjobv1.LabelJobName + "=" + d.job.Name + "," + etjobv1.LabelRole + "=" + etjobv1.RoleWorker
 	st.Workers, st.Replicas, st.ReadyReplicas, st.LeavingReplicas = d.workerStatuses(st.Membership)

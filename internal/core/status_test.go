@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/core"
@@ -85,6 +86,13 @@ func TestStatusWorkers(t *testing.T) {
 	}
 	if st.Desired != "4 (2-5)" || st.Selector != "etjob.dev/job-name=j,etjob.dev/role=worker" {
 		t.Errorf("desired %q, selector %q", st.Desired, st.Selector)
+	}
+	if st.Ranks != 2 {
+		t.Errorf("ranks %d, want 2: 2 members of one rank", st.Ranks)
+	}
+	job.Spec.SlotsPerWorker = ptr.To(int32(8))
+	if st := core.Decide(core.Snapshot{Job: job, Pods: pods, Nodes: nodes("od", "n0", "n1", "n2", "n4")}, t0).Status; st.Members != 2 || st.Ranks != 16 || st.SlotsPerWorker != 8 {
+		t.Errorf("members/ranks/slots = %d/%d/%d, want 2/16/8: pods and ranks are counted apart", st.Members, st.Ranks, st.SlotsPerWorker)
 	}
 	if c := cond(st, etjobv1.ConditionResizing); c == nil || c.Reason != etjobv1.ReasonWorkersLeaving || st.Summary != "Resizing" {
 		t.Errorf("Resizing = %+v, summary %q; want WorkersLeaving, Resizing", c, st.Summary)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -74,6 +76,62 @@ func (c *Cluster) FreezeNode(name string, frozen bool) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// KillPodProcess sends sig to one process of a pod: the one whose PID is pid
+// inside the pod's PID namespace (what the pod's own logs say, os.getpid()
+// in a worker), found among the processes of the pod's containers on the
+// nodes' process groups. It returns the process's PID on the host. One
+// rank of a pod of several dies so, its node and pod staying.
+func (c *Cluster) KillPodProcess(namespace, pod string, pid int, sig syscall.Signal) (int, error) {
+	dirs, _ := filepath.Glob(c.path("nodes", "*", "pods", namespace+"_"+pod+"_*"))
+	groups := map[int]bool{}
+	for _, d := range dirs {
+		files, _ := filepath.Glob(filepath.Join(d, "*.pid"))
+		for _, f := range files {
+			if g := readPid(f); g > 0 {
+				groups[g] = true
+			}
+		}
+	}
+	if len(groups) == 0 {
+		return 0, fmt.Errorf("pod %s/%s: no running container on this cluster's nodes", namespace, pod)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/status")
+	for _, status := range procs {
+		host, nsPid, group, ok := procIDs(status)
+		if ok && groups[group] && nsPid == pid {
+			return host, syscall.Kill(host, sig)
+		}
+	}
+	return 0, fmt.Errorf("pod %s/%s: no process %d in its PID namespace", namespace, pod, pid)
+}
+
+// procIDs reads a /proc/<pid>/status: the process's PID on the host, its
+// PID in its own (innermost) namespace, and its process group (from
+// /proc/<pid>/stat).
+func procIDs(status string) (host, inner, group int, ok bool) {
+	b, err := os.ReadFile(status)
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "NSpid:" {
+			host, _ = strconv.Atoi(f[1])
+			inner, _ = strconv.Atoi(f[len(f)-1])
+		}
+	}
+	stat, err := os.ReadFile(filepath.Join(filepath.Dir(status), "stat"))
+	if err != nil || host == 0 {
+		return 0, 0, 0, false
+	}
+	// pid (comm) state ppid pgrp ...: comm may hold spaces, so after its ')'
+	rest := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(rest) < 3 {
+		return 0, 0, 0, false
+	}
+	group, _ = strconv.Atoi(rest[2])
+	return host, inner, group, true
 }
 
 // Reclaim takes a node back as its cloud would: with notice > 0 the node's

@@ -70,7 +70,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
-from etjob import contract, elastic
+from etjob import contract, elastic, generations
 from etjob import state as state_module
 
 _MOD = 2**61 - 1  # the bucket layout's hash stays an int64
@@ -657,6 +657,7 @@ class Optimizer(torch.optim.Optimizer):
             if buckets is not None:
                 buckets.reset()
         flags = torch.stack(votes).max(dim=0).values if len(votes) > 1 else votes[0]
+        generations.pod_wide(flags, g.size, ctx.local_size)  # a pod's ranks leave together
         failed = buckets is not None and buckets.failed is not None
         if flags[x] or failed:
             # a rank's buckets failed before it voted, or this rank's since

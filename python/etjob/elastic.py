@@ -1,7 +1,9 @@
 """In-process recovery for PyTorch: survivors never restart (needs PyTorch).
 
-`python3 train.py` in every worker of an ElasticJob (one rank per pod), with
-the training loop written against this module instead of torchrun:
+`python3 train.py` in every worker of an ElasticJob (one rank per pod; with
+several, `python3 -m etjob.launch train.py`: the pod's ranks are adjacent and
+leave and join together), with the training loop written against this
+module instead of torchrun:
 
     import etjob.elastic as elastic
 
@@ -136,6 +138,10 @@ def _context():
         _install_exit()
         sup = sup_module.Supervisor().start() if os.environ.get(contract.ENV_AGENT_ADDR) else sup_module.Supervisor(agent_addr="")
         _ctx = Context(sup=sup)
+        if _ctx.local_size > 1 and torch.cuda.is_available():
+            # one device a local rank (etjob.launch), as torchrun's scripts
+            # choose it with torch.cuda.set_device(LOCAL_RANK)
+            torch.cuda.set_device(_ctx.local_rank % torch.cuda.device_count())
     return _ctx
 
 
@@ -279,6 +285,18 @@ def size():
     return c.group.size if c and c.group else 1
 
 
+def local_rank():
+    """local_rank is this rank's place among its pod's ranks (LOCAL_RANK,
+    etjob.launch; 0 with one rank a pod)."""
+    return _context().local_rank
+
+
+def local_size():
+    """local_size is the number of ranks in this rank's pod
+    (LOCAL_WORLD_SIZE, etjob.launch; 1 with one rank a pod)."""
+    return _context().local_size
+
+
 def get_rank():
     """get_rank is torch.distributed's name for rank()."""
     return rank()
@@ -342,6 +360,6 @@ def __getattr__(name):
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
-__all__ = ["State", "run", "init", "allreduce_", "broadcast_", "allreduce_gradients", "rank", "size", "supervisor",
+__all__ = ["State", "run", "init", "allreduce_", "broadcast_", "allreduce_gradients", "rank", "size", "local_rank", "local_size", "supervisor",
            "get_rank", "get_world_size", "init_process_group", "destroy_process_group",
            "DistributedDataParallel", "Optimizer", "DataLoader", "DistributedSampler", "CollectiveError", "MembershipChanged", "EXIT_CODE_PREEMPTED"]

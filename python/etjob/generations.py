@@ -56,6 +56,9 @@ _NEWCOMER, _STEP_SHIFT = 1 << 32, 33
 _MEMBER_LATE = _NEWCOMER - 1
 _MEMBER_MASK = (1 << _STEP_SHIFT) - 1
 _STEP_MAX = (1 << 30) - 1
+# What a pod's local rank 0 tells its pod's other ranks in g<G>/at/<pod>
+# when it found generation G closed (else its arrival index, 1 on).
+_POD_LATE = 1 << 40
 
 
 def _env_float(name, default):
@@ -156,6 +159,15 @@ class Context:
                      returned, or opt.steps(total) ended): the job is over,
                      a newcomer waiting for G+1 exits 0 (finished)
       g<G>/hb<r>     rank r's heartbeats in G (its watcher adds one a beat)
+      g<G>/at/<pod>  where a pod's local rank 0 went in G (its arrival
+                     index, or _POD_LATE): the pod's other ranks follow it
+
+    A pod may hold several ranks (etjob.launch: LOCAL_RANK of
+    LOCAL_WORLD_SIZE). The pod is then the unit of the rendezvous: its local
+    rank 0 arrives for it, so arrivals, the close count, `leave`, `joins`,
+    minReplicas and maxReplicas count pods; the pod's ranks are adjacent in
+    every generation (rank = its pod's place * LOCAL_WORLD_SIZE + LOCAL_RANK),
+    and a commit's vote takes a pod's ranks out together (pod_wide).
       kinds, kind<i> the protocol and torch versions seen in the job;
       proto/<kind>   how many ranks registered that kind (protocol 2 on)
       lineage        in a store that replaced one: "members" once a member
@@ -238,6 +250,12 @@ class Context:
         rid = os.environ.get(contract.ENV_TORCHRUN_RDZV_ID) or os.environ.get(contract.ENV_RENDEZVOUS_ID) or "default"
         self.prefix = prefix if prefix is not None else "etjob/elastic/%s/" % rid
         self.id = ident or os.environ.get(contract.ENV_POD_NAME) or "%s-%d" % (os.uname().nodename, os.getpid())
+        self.local_rank, self.local_size = local_ranks()
+        # the pod's ranks share their launcher (etjob.launch), whose pid
+        # tells this pod from another of the same name in a test
+        self.pod_key = "%s-%d" % (self.id, os.getppid())
+        if self.local_size > 1:
+            self.id += "/%d" % self.local_rank
         lo, _, hi = os.environ.get(contract.ENV_TORCHRUN_N_NODES, "1:1000000").partition(":")
         self.min = min_size if min_size is not None else int(lo or 1)
         self.max = max_size if max_size is not None else int(hi or lo or 1000000)
@@ -355,7 +373,7 @@ class Context:
                 # compare_set from "" would not replace
                 key = k("g%d/close" % g.gen)
                 if int(client.add(key, 0)) == 0:
-                    client.compare_set(key, "0", str(g.size))
+                    client.compare_set(key, "0", str(g.size // self.local_size))
                 mine = max(mine, g.gen)
             cur = int(client.add(k("gen"), 0))
             while cur < mine:
@@ -600,19 +618,28 @@ class Context:
         self._parked = [p for p in self._parked if p[2] is not None and not p[2].is_completed()]
 
     def _join(self, gen, prev, deadline, step=0):
-        """_join arrives in generation gen; None when it closed without us."""
+        """_join arrives in generation gen; None when it closed without us.
+        In a pod of several ranks, local rank 0 arrives for the pod and
+        the others follow it (_follow)."""
         k = "g%d/" % gen
+        if self.local_rank > 0:
+            return self._follow(gen, deadline, step)
         closed = self._closed(gen)
         if closed is not None:
+            self._tell_pod(gen, _POD_LATE)
             self._late_for_stop(gen, closed, step)
             return self._wait_next(gen, deadline)
+        if not self._pod_whole(gen):
+            return None
         i = self._count(k + "n", 1)
+        self._tell_pod(gen, i)
         # Counters only: a blocking get of a key a dead rank never wrote, or a
         # wait that times out, leaves a torch 1.13 store client out of step.
         # A rank that was ever a member holds a commit: it says so even when
         # it comes back as a newcomer (late, fenced), for the stop below min.
         # The step is clamped to the code's 30 bits (it orders savers only).
-        member = prev.rank if prev is not None else (_MEMBER_LATE if self._was_member else _NEWCOMER)
+        # In a pod of several ranks the code is the pod's: its old place.
+        member = prev.rank // self.local_size if prev is not None else (_MEMBER_LATE if self._was_member else _NEWCOMER)
         code = 1 + member + (min(max(int(step), 0), _STEP_MAX) << _STEP_SHIFT)
         self._count(k + "m%d" % i, code)
         codes = None
@@ -620,37 +647,102 @@ class Context:
             n, codes = self._close(gen, prev, deadline)
         else:
             n = self._await_close(gen, deadline)
+        return self._form(gen, i, n, codes, deadline, step)
+
+    def _tell_pod(self, gen, where):
+        """Local rank 0 tells its pod's other ranks where it went in
+        generation gen: its arrival index, or _POD_LATE."""
+        if self.local_size > 1:
+            self._count("g%d/at/%s" % (gen, self.pod_key), where)
+
+    def _pod_whole(self, gen):
+        """Local rank 0 arrives for its pod once the pod's other ranks said
+        they are here (g<G>/at/<pod>/here): a pod one of whose ranks died
+        never arrives (its launcher kills the others within milliseconds;
+        a generation closed with it would wait for its group's setup to
+        time out). After a heartbeat timeout without them it arrives anyway
+        (a rank that is slow, not dead: the group's setup decides); False
+        when gen ended meanwhile (look again)."""
+        if self.local_size == 1:
+            return True
+        key = "g%d/at/%s/here" % (gen, self.pod_key)
+        began = time.monotonic()
+        nap = self.poll
+        while self._count(key) < self.local_size - 1:
+            self._leave_if_told()
+            if time.monotonic() - began > self.heartbeat_timeout:
+                _log("generation %d: the pod's other ranks did not come in %.1f s: arriving without them" % (
+                    gen, self.heartbeat_timeout))
+                return True
+            if self.ended(gen):
+                return False
+            time.sleep(nap)
+            nap = min(nap * _BACKOFF, 0.02)
+        return True
+
+    def _follow(self, gen, deadline, step):
+        """A pod's local rank > 0 says it is here and goes where its local
+        rank 0 went in generation gen: into it at its arrival index, or to
+        wait for the next; None (look again) once gen ended without a word
+        from it (it went on to a later one)."""
+        key = "g%d/at/%s" % (gen, self.pod_key)
+        self._count(key + "/here", 1)
+        nap, looked = self.poll, time.monotonic()
+        while time.monotonic() < deadline:
+            self._leave_if_told()
+            i = self._count(key)
+            if i == _POD_LATE:
+                self._late_for_stop(gen, self._closed(gen) or 0, step)
+                return self._wait_next(gen, deadline, ask=False)
+            if i > 0:
+                n = self._await_close(gen, deadline)
+                return self._form(gen, i, n, None, deadline, step)
+            if time.monotonic() - looked >= _POLL_MAX:
+                looked = time.monotonic()
+                if self.ended(gen):
+                    return None
+            time.sleep(nap)
+            nap = min(nap * _BACKOFF, _POLL_MAX)
+        return None
+
+    def _form(self, gen, i, n, codes, deadline, step):
+        """_form makes this rank's group of generation gen, which the
+        arrival i (its own, or its pod's) was counted in and which closed
+        with n (None: it formed without it): None when it is not a member."""
+        k = "g%d/" % gen
         if n is not None and i > n % _STOP:
             self._late_for_stop(gen, n, step)
         stop = n is not None and n >= _STOP
         if stop:
             n -= _STOP
         if n is None or i > n:
-            return self._wait_next(gen, deadline)
+            return self._wait_next(gen, deadline, ask=self.local_rank == 0)
         codes = codes or self._published(gen, n) or self._arrival_codes(gen, n, None, time.monotonic() + self.heartbeat_timeout)
         if codes is None:
             # (a replaced store, re-seeded with the close count only)
             self.end(gen, "an arrival never said who it is")
-            return self._wait_next(gen, deadline)
+            return self._wait_next(gen, deadline, ask=self.local_rank == 0)
         # newcomers after survivors, survivors by their old rank
         members = [((code - 1) & _MEMBER_MASK, j, (code - 1) >> _STEP_SHIFT) for j, code in enumerate(codes, 1)]
         if stop:
             # below min: the member with the newest commit (the lowest such
             # rank) saves it; everyone stops
             saver = min((m for m in members if m[0] != _NEWCOMER), key=lambda m: (-m[2], m[0]))
-            raise BelowMin(gen, saver[1] == i, n)
+            raise BelowMin(gen, saver[1] == i and self.local_rank == 0, n)
         members.sort()
-        rank = [m[1] for m in members].index(i)
+        # a pod's ranks are adjacent: its place times its ranks, + the local rank
+        p = self.local_size
+        rank = [m[1] for m in members].index(i) * p + self.local_rank
         try:
             # _make_pg gives the group a store client of its own (gloo's
             # setup waits on keys of peers that may be dead, and a timeout
             # there must not hurt ours) and bounds the setup; the group's own
             # timeout per operation is beyond any of ours, which decide first.
-            pg, client = self._make_pg(k + "pg/", rank, n)
+            pg, client = self._make_pg(k + "pg/", rank, n * p)
         except RuntimeError as e:
             self.end(gen, "group setup failed: %s" % e)
-            return self._wait_next(gen, deadline)
-        group = Group(gen, rank, n, pg, [m[1] for m in members], client)
+            return self._wait_next(gen, deadline, ask=self.local_rank == 0)
+        group = Group(gen, rank, n * p, pg, [m[1] for m in members for _ in range(p)], client)
         self._was_member = True
         self._member_of = self._store_id
         self._watch(group)
@@ -809,7 +901,7 @@ class Context:
             return
         n = closed % _STOP
         newest = max(self._arrival_steps(gen, n), default=-1)
-        raise BelowMin(gen, min(int(step), _STEP_MAX) > newest, n)
+        raise BelowMin(gen, self.local_rank == 0 and min(int(step), _STEP_MAX) > newest, n)
 
     def _store_changed(self, since, gen):
         """While generation gen forms: when this rank's store client
@@ -868,13 +960,16 @@ class Context:
                 nap = min(nap * _BACKOFF, _POLL_MAX)
         return None
 
-    def _wait_next(self, gen, deadline):
+    def _wait_next(self, gen, deadline, ask=True):
         """A newcomer to a closed generation asks to join and waits until it
         ends: the members let it in at their next commit. A generation whose
         rank 0 stops beating (its members are gone) is ended after `stale`
-        seconds ($ETJOB_STALE_SECONDS, 3 heartbeat timeouts)."""
+        seconds ($ETJOB_STALE_SECONDS, 3 heartbeat timeouts). A pod's local
+        ranks > 0 wait without asking (ask=False): its local rank 0 asks
+        for the pod."""
         k = "g%d/" % gen
-        self._count(k + "joins", 1)
+        if ask:
+            self._count(k + "joins", 1)
         size = self._count(k + "close") % _STOP
         if size >= self.max:
             _log("generation %d has the job's maximum of %d ranks: this rank waits to join as a spare, until a member leaves" % (gen, self.max))
@@ -890,7 +985,8 @@ class Context:
             if self.store.reconnects != store:
                 # a new store: the request to join was in the old one
                 store = self.store.reconnects
-                self._count(k + "joins", 1)
+                if ask:
+                    self._count(k + "joins", 1)
             b = self._count(k + "hb0")
             if b != beat:
                 beat, since = b, time.monotonic()
@@ -1104,6 +1200,40 @@ class Context:
         if self.group is None:
             raise CollectiveError("no generation: call this inside the function etjob.elastic.run wraps")
         return self.group
+
+
+def local_ranks():
+    """local_ranks is (LOCAL_RANK, LOCAL_WORLD_SIZE) of this process, (0, 1)
+    outside etjob.launch. A pod made for several ranks (spec.slotsPerWorker,
+    $ETJOB_SLOTS_PER_WORKER) whose script runs alone is refused by name:
+    its ranks would each arrive as a pod of one."""
+    size = os.environ.get(contract.ENV_LOCAL_WORLD_SIZE, "")
+    slots = os.environ.get(contract.ENV_SLOTS_PER_WORKER, "")
+    try:
+        if not size:
+            if slots and int(slots) > 1:
+                _fatal("this pod holds %s ranks ($%s, spec.slotsPerWorker) but its script runs alone: start it with "
+                       "`python3 -m etjob.launch %s`, which starts the pod's ranks" % (
+                           slots, contract.ENV_SLOTS_PER_WORKER, " ".join(sys.argv) or "train.py"))
+            return 0, 1
+        size, rank = int(size), int(os.environ.get(contract.ENV_LOCAL_RANK, "0"))
+    except ValueError:
+        _fatal("$%s=%r, $%s=%r: not numbers" % (contract.ENV_LOCAL_RANK, os.environ.get(contract.ENV_LOCAL_RANK),
+                                                contract.ENV_LOCAL_WORLD_SIZE, size))
+    if size < 1 or not 0 <= rank < size:
+        _fatal("$%s=%d is not a local rank of $%s=%d" % (contract.ENV_LOCAL_RANK, rank, contract.ENV_LOCAL_WORLD_SIZE, size))
+    return rank, size
+
+
+def pod_wide(flags, size, per_pod):
+    """pod_wide makes a reduced vote's leave slots (flags[:size], one a
+    rank) a pod's: every rank of a pod (per_pod adjacent ranks) leaves when
+    one does (a notice reaches each rank's own poll of the node agent at
+    its own moment: one may vote to leave a commit before its siblings)."""
+    if per_pod > 1 and size % per_pod == 0:
+        pods = flags[:size].view(size // per_pod, per_pod)
+        flags[:size] = pods.max(dim=1, keepdim=True).values.expand(-1, per_pod).reshape(-1)
+    return flags
 
 
 def _nbytes(tensor):

@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from etjob import contract, sharded, stateio
 from etjob import torch as etorch
-from etjob.generations import CollectiveError, MembershipChanged, _env_float, _fatal, _log
+from etjob.generations import CollectiveError, MembershipChanged, _env_float, _fatal, _log, pod_wide
 
 _writers = set()  # background checkpoint threads (State.checkpoint_async); flushed at exit
 
@@ -279,6 +279,7 @@ class State:
         digest = self._periodic_digest()
         flags[x], flags[x + 1] = digest, -digest
         ctx.allreduce(flags, dist.ReduceOp.MAX, "commit")
+        pod_wide(flags, g.size, ctx.local_size)
         if int(flags[x]) != -int(flags[x + 1]):
             # a divergence: the generation ends, run rolls back to this
             # commit and the next generation's sync names what differs and
@@ -314,7 +315,7 @@ class State:
         # the maximum again, and end at every commit while one waits): it
         # waits as a spare, and takes the place of the first that leaves.
         ctx = self._ctx
-        joins = ctx._joins[1] if g.rank == 0 and ctx._joins[0] == g.gen and g.size < ctx.max else 0
+        joins = ctx._joins[1] if g.rank == 0 and ctx._joins[0] == g.gen and g.size < ctx.max * ctx.local_size else 0
         flags = torch.zeros(self._extra_at(g) + extra, dtype=torch.int64)
         sup = ctx.sup
         flags[g.rank] = 0 if sup.check_alive() else 1
@@ -333,7 +334,8 @@ class State:
     def _act(self, flags):
         """_act carries out a vote every rank took part in (flags, reduced
         with MAX): leavers exit 75, too few left stops the job at this step,
-        a leave or a join ends the generation (MembershipChanged)."""
+        a leave or a join ends the generation (MembershipChanged). A pod's
+        ranks leave together (the vote is pod_wide); minReplicas counts pods."""
         ctx = self._ctx
         g, sup = ctx.group, ctx.sup
         leaving = int(flags[:g.size].sum())
@@ -341,7 +343,7 @@ class State:
         if not leaving and not flags[g.size]:
             return
         staying = [r for r in range(g.size) if not flags[r]]
-        if leaving and len(staying) < ctx.min:
+        if leaving and len(staying) < ctx.min * ctx.local_size:
             # Too few would be left: everyone stops at this step, agreed by
             # the all-reduce above; rank 0 writes it to disk (the job resumes
             # from it), however long that takes, then ends the generation.
@@ -355,7 +357,8 @@ class State:
                 self._stop_checkpoint()
                 # over: the job's next pods open a new generation at once
                 ctx.end(g.gen, "stopped below min")
-                _log("stop step=%d: %d of %d leave, below min %d" % (self.step_of(), leaving, g.size, ctx.min))
+                _log("stop step=%d: %d of %d ranks leave, below min %d pods of %d" % (
+                    self.step_of(), leaving, g.size, ctx.min, ctx.local_size))
                 print("stop step=%d reason=%s t=%.3f" % (self.step_of(), sup.reason() or "peer", time.time()), flush=True)
             sup.exit_preempted()
         if flags[g.rank]:
@@ -365,7 +368,7 @@ class State:
             # The leavers are counted before the generation ends, so that
             # the next one's closer expects the right number.
             if leaving:
-                ctx._count("g%d/leave" % g.gen, leaving)
+                ctx._count("g%d/leave" % g.gen, leaving // ctx.local_size)  # pods, as the close count
             ctx.end(g.gen, "%d leave, %d join at step %d" % (leaving, int(flags[g.size]), self.step_of()))
         raise MembershipChanged()
 

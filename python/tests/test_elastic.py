@@ -53,7 +53,8 @@ class Job:
     (etjob.storeauth): test.store is the store's own server object, the
     front of the test process serves the port."""
 
-    def __init__(self, test, n, nnodes, steps=150, env=None, store_process=False, replacement=0):
+    def __init__(self, test, n, nnodes, steps=150, env=None, store_process=False, replacement=0, per_pod=1):
+        self.per_pod = per_pod  # ranks a worker: etjob.launch starts them (w<i> is then a pod)
         self.dir = tempfile.mkdtemp(prefix="etjob-elastic-")
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
@@ -94,7 +95,14 @@ class Job:
             env["HOLD_FILE"] = os.path.join(self.dir, name + ".go")
         script = os.path.join(HERE, self.env.get("WORKER_SCRIPT", "elastic_worker.py"))  # loader_worker.py: the DataLoader's shape
         out, err = os.path.join(self.dir, name + ".out"), os.path.join(self.dir, name + ".err")
-        if os.environ.get("ETJOB_TEST_WORKER_START", "fork") == "exec":
+        if self.per_pod > 1:
+            # a pod of several ranks: etjob.launch's processes, one output
+            # file for the pod as its log is (each line names its rank)
+            with open(out, "w") as o, open(err, "w") as e:
+                self.procs[name] = subprocess.Popen(
+                    [sys.executable, "-m", "etjob.launch", "--nproc-per-node", str(self.per_pod), script],
+                    env=dict(env, ETJOB_SLOTS_PER_WORKER=str(self.per_pod)), stdout=o, stderr=e)
+        elif os.environ.get("ETJOB_TEST_WORKER_START", "fork") == "exec":
             with open(out, "w") as o, open(err, "w") as e:
                 self.procs[name] = subprocess.Popen([sys.executable, script], env=env, stdout=o, stderr=e)
         else:

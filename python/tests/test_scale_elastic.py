@@ -158,5 +158,71 @@ class SixteenRanksTest(Undisturbed, unittest.TestCase):
             back - killed, job.steps(name)[0][0]))
 
 
+@unittest.skipIf(dist is None, "needs torch")
+class PodsTest(Undisturbed, unittest.TestCase):
+    """Two pods of two ranks each (etjob.launch, real processes and gloo,
+    the real store behind its front): the pod is one failure domain. One
+    local rank SIGKILLed: its launcher kills its sibling and exits 137, the
+    other pod trains on at world 2 in its own processes; a replacement pod
+    brings the job back to 4; SIGTERM to a pod (its deletion): both its
+    ranks leave at one commit (exit 75), the last pod finishes. Every
+    rank's final model is the undisturbed run's, and a pod's ranks are
+    adjacent in every generation."""
+
+    STEPS = 300
+
+    def finals(self, job, name):
+        """The (ledger, weight) of each of a pod's ranks that finished."""
+        lines = job.lines(name)
+        ledgers = [l for l in lines if l.startswith("ledger")]
+        weights = [l.split("weight=")[1] for l in lines if l.startswith("done")]
+        return list(zip(ledgers, weights))
+
+    def test_a_pod_leaves_and_joins_whole(self):
+        job = self.job(2, "1:2", steps=self.STEPS, env={"STEP_SLEEP": "0.04"}, per_pod=2)
+        _, at = job.wait_world(4, timeout=180)
+        job.wait_step(at + 5, timeout=120)
+        ranks = {}  # pid -> (pod, rank) at world 4
+        for name in ("w0", "w1"):
+            for s in job.steps(name):
+                if s[2] == 4:
+                    ranks[s[4]] = (name, s[1])
+        for name in ("w0", "w1"):
+            mine = sorted({r for pod, r in ranks.values() if pod == name})
+            self.assertEqual(len(mine), 2, job.dump("%s's ranks at world 4: %s" % (name, mine)))
+            self.assertEqual(mine[0] // 2, mine[1] // 2, job.dump("%s's ranks are not adjacent: %s" % (name, mine)))
+        survivors = sorted(pid for pid, (pod, _) in ranks.items() if pod == "w0")
+        victim = max(pid for pid, (pod, _) in ranks.items() if pod == "w1")
+        killed = time.time()
+        os.kill(victim, 9)
+        codes = job.wait_exit(["w1"], timeout=30)
+        self.assertEqual(codes["w1"], 137, job.dump("the killed rank's pod:"))
+        self.assertTrue(any("other running rank(s) were killed with it" in l for l in job.lines("w1", "err")), job.dump())
+        g2, _ = job.wait_world(2, timeout=120)
+        back = min(s[5] for s in job.steps("w0") if s[3] == g2)
+        name = job.start()
+        joined, _ = job.wait_world(4, name=name, timeout=180)
+        self.assertGreater(joined, g2, job.dump())
+        job.wait_step(max(s[0] for s in job.steps(name)) + 5, names=[name], timeout=60)
+        job.procs[name].send_signal(15)  # the pod deleted: both ranks leave at one commit
+        codes = job.wait_exit([name], timeout=60)
+        self.assertEqual(codes[name], 75, job.dump("the deleted pod:"))
+        left = [l for l in job.lines(name, "err") if "leaving at step" in l]
+        self.assertEqual(len(left), 2, job.dump("the deleted pod's ranks: %s" % left))
+        self.assertEqual(len({l.split("leaving at step ")[1].split()[0] for l in left}), 1, job.dump("not one step: %s" % left))
+        codes = job.wait_exit(["w0"], timeout=300)
+        self.assertEqual(codes["w0"], 0, job.dump())
+        self.assertEqual(sorted({s[4] for s in job.steps("w0")}), survivors, job.dump("w0 restarted a rank"))
+        finals = self.finals(job, "w0")
+        self.assertEqual(len(finals), 2, job.dump())
+        want = [float(v) for v in self.want.split(",")]
+        for ledger, weight in finals:
+            self.assertEqual(ledger, "ledger ok", job.dump())
+            for g, w in zip([float(v) for v in weight.split(",")], want):
+                self.assertAlmostEqual(g, w, delta=1e-4, msg="a rank ended with another model (%s) than the "
+                                       "undisturbed run (%s)" % (weight, self.want))
+        print("\n2 pods x 2 ranks: training at world 2 %.1f s after a local rank's kill" % (back - killed))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -38,7 +38,8 @@ import (
 //     its connections open): the others go on without it after the
 //     collective timeout; thawed, the frozen rank comes back as a newcomer;
 //   - a noticed loss (a 20 s notice): the rank leaves at a commit (exit 75),
-//     the others go on without a rollback (0 steps done again).
+//     the others go on without a rollback (0 steps done again);
+//   - then, on the same cluster, podsStory: 2 pods of 2 ranks each.
 //
 // After each: no survivor's pid changed (the pids of every pod's step lines),
 // at most one step was done again (every generation's resume against the
@@ -355,6 +356,10 @@ func inProcessStory(t *testing.T, o inProcessRun) {
 	t.Logf("in-process story (%s): hard kill → training again %.2fs after, join %.2fs, store lost %.2fs (%d steps meanwhile, training %.2fs after the new store listened), freeze %.2fs (collective timeout 5 s), notice %.2fs; %d pods, %d resumes, final accuracy %.4f after %d steps (the undisturbed run's accuracy or held-out loss %.4f)",
 		o.image, hard.Seconds(), join.Seconds(), store.away.Seconds(), store.during, store.after.Seconds(), frozen.Seconds(), noticed.Seconds(), len(pids), len(resumes), acc, steps, baseAcc)
 	run(e.bin, "delete", o.name)
+	if o.full && !t.Failed() {
+		// several ranks a pod, on this cluster (stories share one where they can)
+		podsStory(t, e, o.image, e.sharedDir(t, "ckpt-pods"))
+	}
 }
 
 // storeLost is what storeLoss measured.
