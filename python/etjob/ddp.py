@@ -70,7 +70,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
-from etjob import contract, elastic, generations
+from etjob import contract, elastic
 from etjob import state as state_module
 
 _MOD = 2**61 - 1  # the bucket layout's hash stays an int64
@@ -564,6 +564,12 @@ class Optimizer(torch.optim.Optimizer):
                 self._state._act(flags)  # a leaver exits 75 here, a stop below min too
             except elastic.MembershipChanged:
                 self._meet, self._changed = True, True
+            except elastic.CollectiveError as e:
+                # who leaves was not agreed: the step is made, the next
+                # generation goes on from it and the leaver leaves at its
+                # first commit
+                elastic._log("after step %d: %s" % (self._state.step_of(), e))
+                self._meet = True
         if self._meet:
             self._generation()
 
@@ -657,7 +663,6 @@ class Optimizer(torch.optim.Optimizer):
             if buckets is not None:
                 buckets.reset()
         flags = torch.stack(votes).max(dim=0).values if len(votes) > 1 else votes[0]
-        generations.pod_wide(flags, g.size, ctx.local_size)  # a pod's ranks leave together
         failed = buckets is not None and buckets.failed is not None
         if flags[x] or failed:
             # a rank's buckets failed before it voted, or this rank's since
@@ -685,9 +690,9 @@ class Optimizer(torch.optim.Optimizer):
                 o.commit()
         state._values["step"] = state.step_of() + 1
         state.commits += 1
-        object.__setattr__(state, "checkpoint_wanted", bool(flags[g.size + 1]))
+        object.__setattr__(state, "checkpoint_wanted", bool(flags[state_module._CHECKPOINT]))
         state._after_vote(flags, g)  # a checkpoint's parts, its manifest
-        if int(flags[:g.size].sum()) or flags[g.size]:
+        if flags[state_module._LEAVE] or flags[state_module._JOINS]:
             # a leave or a join: carried out between this step and the
             # next (steps), once the loop's body has finished this one
             self._acting = flags[:x]

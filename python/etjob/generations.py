@@ -153,6 +153,9 @@ class Context:
                      others end G when they stop (no single closer stalls it)
       g<G>/pg/       the gloo group's own keys
       g<G>/end       >0 once G is over (a failure, a leave, a join, a timeout)
+      g<G>/over      set by the rank that ended G (after `end`): what a
+                     torch 2.x watcher waits for in the store while its
+                     rank's collective waits
       g<G>/leave     how many members of G leave at its last commit
       g<G>/joins     how many newcomers wait for G+1
       g<G>/done      >0 once a member of G finished (its training function
@@ -167,7 +170,7 @@ class Context:
     rank 0 arrives for it, so arrivals, the close count, `leave`, `joins`,
     minReplicas and maxReplicas count pods; the pod's ranks are adjacent in
     every generation (rank = its pod's place * LOCAL_WORLD_SIZE + LOCAL_RANK),
-    and a commit's vote takes a pod's ranks out together (pod_wide).
+    and a commit's leave takes a pod's ranks out together (pod_wide).
       kinds, kind<i> the protocol and torch versions seen in the job;
       proto/<kind>   how many ranks registered that kind (protocol 2 on)
       lineage        in a store that replaced one: "members" once a member
@@ -426,6 +429,7 @@ class Context:
         self._over = max(self._over, gen)
         if self._count("g%d/end" % gen, 1) == 1:
             self._count("gen", 1)
+            self.store.set(self._k("g%d/over" % gen), why[:200])
             _log("generation %d ended (%s)" % (gen, why))
 
     # -- rendezvous -------------------------------------------------------
@@ -1026,9 +1030,14 @@ class Context:
         when none did (a long step, a checkpoint, a wait for a peer), and
         rank 0 always (a newcomer watches its beats, and it reads the
         joins). Whether the generation ended is read once a heartbeat
-        timeout, and every tick while a collective has waited _OVERDUE or
-        more (the rank may be waiting for one that will never answer)."""
+        timeout, and while a collective has waited _OVERDUE or more (the
+        rank may be waiting for one that will never answer): on torch 2.x
+        the watcher then waits in the store for g<G>/over up to its next
+        beat, one call a beat that returns the moment the generation ends;
+        on torch 1.13 (whose client a timed-out wait puts out of step) it
+        asks every tick."""
         interval = max(self.heartbeat_timeout / 5.0, 0.05)
+        blocking = storeclient.WAIT_SAFE and isinstance(client, StoreClient)
         tick = min(interval, 0.1)  # how soon a rank waiting in a collective hears that another ended it
         seen_for, last, since, beat, looked = None, None, 0.0, 0.0, 0.0
         said = None  # the store error last logged: said once, not every tick
@@ -1044,12 +1053,29 @@ class Context:
             g = self._watched
             now = time.monotonic()
             waited = self.waited()
-            every = min(max(tick, waited / 10.0), interval) if waited >= _OVERDUE else self.heartbeat_timeout
-            ask_end = now - looked >= every
-            if not ask_end and now - beat < interval:
-                continue
+            k = self.prefix + "g%d/" % g.gen
+            if waited >= _OVERDUE and blocking and self._over < g.gen:
+                # the wait stands for the end checks of every tick (issue
+                # #43: ten calls a second a rank while DDP buckets wait for
+                # a slow peer); `end` itself is still read once a heartbeat
+                # timeout (a rank that died between `end` and `over`)
+                ask_end = now - looked >= self.heartbeat_timeout
+                if not ask_end and now - beat < interval:
+                    try:
+                        if client.wait([k + "over"], timedelta(seconds=max(interval - (now - beat), tick))):
+                            self._over = max(self._over, g.gen)
+                    except Exception as e:  # noqa: BLE001 - as below: said once, never fatal
+                        first = (str(e).splitlines() or ["?"])[0]
+                        if first != said:
+                            _log("heartbeat: %s" % first)
+                            said = first
+                    continue
+            else:
+                every = min(max(tick, waited / 10.0), interval) if waited >= _OVERDUE else self.heartbeat_timeout
+                ask_end = now - looked >= every
+                if not ask_end and now - beat < interval:
+                    continue
             try:
-                k = self.prefix + "g%d/" % g.gen
                 if ask_end:
                     looked = now
                     if int(client.add(k + "end", 0)) > 0:
@@ -1084,6 +1110,7 @@ class Context:
                     elif now - since > self.heartbeat_timeout:
                         if int(client.add(k + "end", 1)) == 1:
                             client.add(self.prefix + "gen", 1)
+                            client.set(k + "over", "rank %d sent no heartbeat" % nxt)
                             _log("generation %d ended (rank %d sent no heartbeat for %.1f s)" % (g.gen, nxt, now - since))
                         self._over = max(self._over, g.gen)
                 said = None
@@ -1226,10 +1253,10 @@ def local_ranks():
 
 
 def pod_wide(flags, size, per_pod):
-    """pod_wide makes a reduced vote's leave slots (flags[:size], one a
-    rank) a pod's: every rank of a pod (per_pod adjacent ranks) leaves when
-    one does (a notice reaches each rank's own poll of the node agent at
-    its own moment: one may vote to leave a commit before its siblings)."""
+    """pod_wide makes who leaves (flags[:size], one a rank, reduced) a
+    pod's: every rank of a pod (per_pod adjacent ranks) leaves when one
+    does (a notice reaches each rank's own poll of the node agent at its
+    own moment: one may vote to leave a commit before its siblings)."""
     if per_pod > 1 and size % per_pod == 0:
         pods = flags[:size].view(size // per_pod, per_pod)
         flags[:size] = pods.max(dim=1, keepdim=True).values.expand(-1, per_pod).reshape(-1)

@@ -279,7 +279,6 @@ class State:
         digest = self._periodic_digest()
         flags[x], flags[x + 1] = digest, -digest
         ctx.allreduce(flags, dist.ReduceOp.MAX, "commit")
-        pod_wide(flags, g.size, ctx.local_size)
         if int(flags[x]) != -int(flags[x + 1]):
             # a divergence: the generation ends, run rolls back to this
             # commit and the next generation's sync names what differs and
@@ -309,7 +308,9 @@ class State:
     def _flags(self, g, extra=0):
         """_flags is this rank's part of a commit's vote: whether it leaves,
         (rank 0) how many newcomers wait, whether a checkpoint is wanted, and
-        extra slots after those for the caller (all 0)."""
+        extra slots after those for the caller (all 0). Its size does not
+        grow with the ranks (issue #43): the vote says whether any rank
+        leaves; who leaves is asked only then (_act)."""
         # read by rank 0's watcher: no store call per step. A generation at
         # the job's maximum lets no newcomer in (the next one would close at
         # the maximum again, and end at every commit while one waits): it
@@ -318,31 +319,48 @@ class State:
         joins = ctx._joins[1] if g.rank == 0 and ctx._joins[0] == g.gen and g.size < ctx.max * ctx.local_size else 0
         flags = torch.zeros(self._extra_at(g) + extra, dtype=torch.int64)
         sup = ctx.sup
-        flags[g.rank] = 0 if sup.check_alive() else 1
+        leaves = not sup.check_alive()
+        object.__setattr__(self, "_leaves", leaves)  # what this rank voted: _act's who-leaves asks it
+        flags[_LEAVE] = 1 if leaves else 0
         sup.beat(self.step_of(), g.size, g.gen)  # the heartbeat the agent publishes (no store call, no I/O)
-        flags[g.size] = joins
-        flags[g.size + 1] = 1 if sup.should_checkpoint() else 0
+        flags[_JOINS] = joins
+        flags[_CHECKPOINT] = 1 if sup.should_checkpoint() else 0
         self._save_flags(flags, g)
         return flags
 
     @staticmethod
     def _extra_at(g):
-        """Where a vote's slots for its caller begin: after who leaves, the
-        joins, the checkpoint wanted and the sharded saves' slots."""
-        return g.size + 2 + _SAVE_SLOTS
+        """Where a vote's slots for its caller begin: after whether a rank
+        leaves, the joins, the checkpoint wanted and the sharded saves'
+        slots (the same for every world size)."""
+        return _SAVE_AT + _SAVE_SLOTS
+
+    def _who_leaves(self, g):
+        """_who_leaves is, after a vote in which a rank leaves, the ranks
+        that leave (one all-reduce of one number a rank, only then): every
+        rank of a pod when one of them does (pod_wide: a notice reaches each
+        rank's poll of the node agent at its own moment)."""
+        ctx = self._ctx
+        who = torch.zeros(g.size, dtype=torch.int64)
+        who[g.rank] = 1 if getattr(self, "_leaves", False) else 0
+        ctx.allreduce(who, dist.ReduceOp.MAX, "who leaves")
+        return pod_wide(who, g.size, ctx.local_size)
 
     def _act(self, flags):
         """_act carries out a vote every rank took part in (flags, reduced
         with MAX): leavers exit 75, too few left stops the job at this step,
         a leave or a join ends the generation (MembershipChanged). A pod's
-        ranks leave together (the vote is pod_wide); minReplicas counts pods."""
+        ranks leave together (_who_leaves); minReplicas counts pods. A
+        failed who-leaves all-reduce raises CollectiveError (this commit is
+        made: the next generation goes on from it)."""
         ctx = self._ctx
         g, sup = ctx.group, ctx.sup
-        leaving = int(flags[:g.size].sum())
-        object.__setattr__(self, "checkpoint_wanted", bool(flags[g.size + 1]))
-        if not leaving and not flags[g.size]:
+        object.__setattr__(self, "checkpoint_wanted", bool(flags[_CHECKPOINT]))
+        if not flags[_LEAVE] and not flags[_JOINS]:
             return
-        staying = [r for r in range(g.size) if not flags[r]]
+        who = self._who_leaves(g) if flags[_LEAVE] else torch.zeros(g.size, dtype=torch.int64)
+        leaving = int(who.sum())
+        staying = [r for r in range(g.size) if not who[r]]
         if leaving and len(staying) < ctx.min * ctx.local_size:
             # Too few would be left: everyone stops at this step, agreed by
             # the all-reduce above; rank 0 writes it to disk (the job resumes
@@ -361,15 +379,15 @@ class State:
                     self.step_of(), leaving, g.size, ctx.min, ctx.local_size))
                 print("stop step=%d reason=%s t=%.3f" % (self.step_of(), sup.reason() or "peer", time.time()), flush=True)
             sup.exit_preempted()
-        if flags[g.rank]:
-            _log("leaving at step %d (%s)" % (self.step_of(), sup.reason()))
+        if who[g.rank]:
+            _log("leaving at step %d (%s)" % (self.step_of(), sup.reason() or "a rank of its pod leaves"))
             sup.exit_preempted()
         if g.rank == staying[0]:
             # The leavers are counted before the generation ends, so that
             # the next one's closer expects the right number.
             if leaving:
                 ctx._count("g%d/leave" % g.gen, leaving // ctx.local_size)  # pods, as the close count
-            ctx.end(g.gen, "%d leave, %d join at step %d" % (leaving, int(flags[g.size]), self.step_of()))
+            ctx.end(g.gen, "%d leave, %d join at step %d" % (leaving, int(flags[_JOINS]), self.step_of()))
         raise MembershipChanged()
 
     # -- disk -------------------------------------------------------------
@@ -491,7 +509,7 @@ class State:
         """A vote's slots for sharded saves: whether rank 0 requests one, the
         commit whose part this rank landed (negated: the smallest), and
         whether this rank's part of it failed."""
-        at = g.size + 2
+        at = _SAVE_AT
         if g.rank == 0 and self._request is not None:
             flags[at] = 1
         pend = self._pending
@@ -506,7 +524,7 @@ class State:
         dropped everywhere (the next request starts afresh); a request
         starts every rank's part of this commit (or rank 0's whole save,
         when the vote changes the membership or a save is still landing)."""
-        at = g.size + 2
+        at = _SAVE_AT
         pend = self._pending
         if pend is not None and pend["gen"] == g.gen:
             if flags[at + 2]:
@@ -521,7 +539,7 @@ class State:
             return
         request = self._request if g.rank == 0 else None
         object.__setattr__(self, "_request", None)
-        changing = int(flags[:g.size].sum()) or int(flags[g.size])
+        changing = int(flags[_LEAVE]) or int(flags[_JOINS])
         if changing or self._pending is not None:
             if request is not None:
                 _log("checkpoint of step %d written by rank 0 alone (%s)" % (
@@ -889,7 +907,11 @@ class State:
                 stateio.unpack(views, start, end, part)
 
 
-_SAVE_SLOTS = 3  # a vote's slots for sharded saves (State._save_flags)
+# A commit's vote (State._flags, reduced with MAX): whether a rank leaves,
+# how many newcomers wait (rank 0's), whether a checkpoint is wanted, then
+# _SAVE_SLOTS for sharded saves (State._save_flags), then the caller's.
+_LEAVE, _JOINS, _CHECKPOINT, _SAVE_AT = 0, 1, 2, 3
+_SAVE_SLOTS = 3
 _DIR_BYTES = 4096  # the longest checkpoint directory path a sharded save carries (PATH_MAX)
 
 
