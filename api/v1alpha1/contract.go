@@ -32,6 +32,8 @@ const (
 	// EnvExitCodePreempted is ExitCodePreempted, the exit of a worker told
 	// to stop.
 	EnvExitCodePreempted = "ETJOB_EXIT_CODE_PREEMPTED"
+	// EnvWorldSizes is spec.worldSizes, comma-separated, where set.
+	EnvWorldSizes = "ETJOB_WORLD_SIZES"
 	// EnvCheckpointDir is spec.checkpointDir, where set.
 	EnvCheckpointDir = "ETJOB_CHECKPOINT_DIR"
 	// EnvPodName, EnvPodIP and EnvNodeIP come from the downward API.

@@ -84,6 +84,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.replicas <= self.maxReplicas",message="spec.replicas must be less than or equal to spec.maxReplicas",fieldPath=".replicas"
 // +kubebuilder:validation:XValidation:rule="self.framework != 'horovod' || has(self.launcherTemplate)",message="spec.launcherTemplate is required when spec.framework is horovod",fieldPath=".launcherTemplate"
 // +kubebuilder:validation:XValidation:rule="self.framework != 'horovod' || self.recovery != 'InProcess'",message="spec.recovery InProcess needs spec.framework torchrun (etjob.elastic workers): horovodrun runs in the launcher and cannot outlive it",fieldPath=".recovery"
+// +kubebuilder:validation:XValidation:rule="!has(self.worldSizes) || size(self.worldSizes) == 0 || self.recovery == 'InProcess'",message="spec.worldSizes needs spec.recovery InProcess: etjob.elastic's ranks form only those sizes (torchrun and horovodrun have no such list)",fieldPath=".worldSizes"
 type ElasticJobSpec struct {
 	// replicas is the desired number of workers. `kubectl scale`, an HPA and
 	// `etjob scale` write it through the /scale subresource.
@@ -186,6 +187,21 @@ type ElasticJobSpec struct {
 	// while the job is suspended (what a queue such as Kueue needs).
 	// +optional
 	Suspend *bool `json:"suspend,omitempty"`
+
+	// worldSizes are the only world sizes (ranks) an etjob.elastic job
+	// (recovery InProcess) trains at, such as [8, 16, 32] for a model
+	// sharded 8 ways: a generation forms at the largest listed size its
+	// ranks reach, the others wait as spares, and below the smallest listed
+	// size that holds minReplicas workers the job stops as below min. Each
+	// must be a multiple of the ranks a worker holds (slotsPerWorker); sizes
+	// that are not are never formed. Empty: any whole number of workers.
+	// The global batch is the script's (etjob.elastic's samplers keep it
+	// whatever the world).
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:Minimum=1
+	// +listType=set
+	// +optional
+	WorldSizes []int32 `json:"worldSizes,omitempty"`
 
 	// checkpointDir is the checkpoint directory on shared storage (a PVC mounted
 	// by the worker template), exported to workers as ETJOB_CHECKPOINT_DIR.

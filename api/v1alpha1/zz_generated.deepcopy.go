@@ -168,6 +168,11 @@ func (in *ElasticJobSpec) DeepCopyInto(out *ElasticJobSpec) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.WorldSizes != nil {
+		in, out := &in.WorldSizes, &out.WorldSizes
+		*out = make([]int32, len(*in))
+		copy(*out, *in)
+	}
 	if in.NetworkPeers != nil {
 		in, out := &in.NetworkPeers, &out.NetworkPeers
 		*out = make([]networkingv1.NetworkPolicyPeer, len(*in))

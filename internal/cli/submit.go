@@ -76,6 +76,8 @@ type SubmitOptions struct {
 	// NProcPerNode is --nproc-per-node (torchrun's): spec.slotsPerWorker,
 	// the training processes a worker runs; 0 leaves it to --gpus.
 	NProcPerNode int
+	// WorldSizes is --world-sizes: spec.worldSizes, comma-separated.
+	WorldSizes string
 	// CPU is --cpu, a worker's CPU request and limit.
 	CPU string
 	// Memory is --memory, a worker's memory request and limit.
@@ -225,6 +227,7 @@ $((${workers}*${gpus})) work verbatim. Wrong input is refused before anything is
 	fs.StringVar(&o.Image, "image", "", "the container image of the job (required)")
 	fs.StringVar(&o.Framework, "framework", "", "the distributed launcher: torchrun or horovod (default: horovod when COMMAND starts with horovodrun, as in Arena's examples, else torchrun)")
 	fs.IntVar(&o.GPUs, "gpus", 0, "GPUs per worker (nvidia.com/gpu); also the processes per worker unless --nproc-per-node says otherwise")
+	fs.StringVar(&o.WorldSizes, "world-sizes", "", "with --recovery InProcess: the only world sizes (ranks) the job trains at, like 8,16,32 (spec.worldSizes; each a multiple of --nproc-per-node); more workers wait as spares")
 	fs.IntVar(&o.NProcPerNode, "nproc-per-node", 0, "training processes (ranks) per worker, torchrun's flag (spec.slotsPerWorker; default --gpus, else 1); with --recovery InProcess run the script as `python3 -m etjob.launch train.py`: a worker's ranks leave and join together")
 	fs.StringVar(&o.CPU, "cpu", "", "CPU per worker, request and limit, like 4")
 	fs.StringVar(&o.Memory, "memory", "", "memory per worker, request and limit, like 16Gi")
@@ -506,6 +509,12 @@ func BuildElasticJob(o SubmitOptions) (*etjobv1.ElasticJob, error) {
 	}
 	if spec.Recovery == etjobv1.RecoveryInProcess && framework == etjobv1.FrameworkHorovod {
 		return nil, fmt.Errorf("--recovery InProcess needs --framework torchrun (workers that run etjob.elastic): horovodrun runs in the launcher and cannot outlive it")
+	}
+	if spec.WorldSizes, err = parseWorldSizes(o); err != nil {
+		return nil, err
+	}
+	if len(spec.WorldSizes) > 0 && spec.Recovery != etjobv1.RecoveryInProcess {
+		return nil, fmt.Errorf("--world-sizes needs --recovery InProcess: etjob.elastic's ranks form only those sizes (torchrun and horovodrun have no such list)")
 	}
 	if spec.RestartPolicy, err = pickEnum("--job-restart-policy", o.JobRestartPolicy, etjobv1.RestartPolicyNever, etjobv1.RestartPolicyOnFailure); err != nil {
 		return nil, err
@@ -1132,4 +1141,34 @@ func cloneSlice[T any](s []T) []T {
 		return nil
 	}
 	return append([]T(nil), s...)
+}
+
+// parseWorldSizes reads --world-sizes ("8,16,32"): positive, each a multiple
+// of the ranks a worker holds (--nproc-per-node, else --gpus, else 1).
+func parseWorldSizes(o SubmitOptions) ([]int32, error) {
+	if strings.TrimSpace(o.WorldSizes) == "" {
+		return nil, nil
+	}
+	per := 1
+	switch {
+	case o.NProcPerNode > 0:
+		per = o.NProcPerNode
+	case o.GPUs > 0:
+		per = o.GPUs
+	}
+	var out []int32
+	for _, f := range strings.Split(o.WorldSizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--world-sizes %q: %q is not a positive number of ranks", o.WorldSizes, f)
+		}
+		if n%per != 0 {
+			return nil, fmt.Errorf("--world-sizes %q: %d is not a multiple of the %d ranks a worker holds (--nproc-per-node, else --gpus): a worker's ranks leave and join together", o.WorldSizes, n, per)
+		}
+		if !slices.Contains(out, int32(n)) {
+			out = append(out, int32(n))
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }

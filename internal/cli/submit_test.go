@@ -47,6 +47,14 @@ func TestBuildElasticJob(t *testing.T) {
 				}
 			},
 		},
+		"--world-sizes is spec.worldSizes, sorted, once each": {
+			opts: func(o *SubmitOptions) { o.Recovery, o.GPUs, o.WorldSizes = "InProcess", 8, "32, 8,16,8" },
+			check: func(t *testing.T, j *etjobv1.ElasticJob) {
+				if diff := cmp.Diff([]int32{8, 16, 32}, j.Spec.WorldSizes); diff != "" {
+					t.Errorf("worldSizes (-want +got):\n%s", diff)
+				}
+			},
+		},
 		"--nproc-per-node is spec.slotsPerWorker, whatever --gpus says": {
 			opts: func(o *SubmitOptions) { o.GPUs, o.NProcPerNode = 1, 2 },
 			check: func(t *testing.T, j *etjobv1.ElasticJob) {
@@ -212,21 +220,24 @@ func TestBuildElasticJobRefusals(t *testing.T) {
 		opts     func(*SubmitOptions)
 		wantFlag string
 	}{
-		"no name":                    {func(o *SubmitOptions) { o.Name = "" }, "--name"},
-		"bad name":                   {func(o *SubmitOptions) { o.Name = "My_Job" }, "--name"},
-		"no image":                   {func(o *SubmitOptions) { o.Image = "" }, "--image"},
-		"no command":                 {func(o *SubmitOptions) { o.Command = "" }, "training command"},
-		"framework":                  {func(o *SubmitOptions) { o.Framework = "mpi" }, "--framework"},
-		"horovod without horovodrun": {func(o *SubmitOptions) { o.Framework = "horovod" }, "--framework horovod"},
-		"min above max":              {func(o *SubmitOptions) { o.MinWorkers, o.MaxWorkers = 5, 4; o.Workers = 4 }, "--min-workers"},
-		"workers below min":          {func(o *SubmitOptions) { o.MinWorkers = 2 }, "--workers"},
-		"workers above max":          {func(o *SubmitOptions) { o.Workers, o.MaxWorkers = 5, 4 }, "--workers"},
-		"negative gpus":              {func(o *SubmitOptions) { o.GPUs = -1 }, "--gpus"},
-		"nproc per node":             {func(o *SubmitOptions) { o.NProcPerNode = 2000 }, "--nproc-per-node"},
-		"fractional wait":            {func(o *SubmitOptions) { o.MaxWaitTime = "1.5s" }, "--max-wait-time"},
-		"garbage wait":               {func(o *SubmitOptions) { o.MaxWaitTime = "soon" }, "--max-wait-time"},
-		"restart policy":             {func(o *SubmitOptions) { o.JobRestartPolicy = "Always" }, "--job-restart-policy"},
-		"recovery":                   {func(o *SubmitOptions) { o.Recovery = "Resume" }, "--recovery"},
+		"no name":                       {func(o *SubmitOptions) { o.Name = "" }, "--name"},
+		"bad name":                      {func(o *SubmitOptions) { o.Name = "My_Job" }, "--name"},
+		"no image":                      {func(o *SubmitOptions) { o.Image = "" }, "--image"},
+		"no command":                    {func(o *SubmitOptions) { o.Command = "" }, "training command"},
+		"framework":                     {func(o *SubmitOptions) { o.Framework = "mpi" }, "--framework"},
+		"horovod without horovodrun":    {func(o *SubmitOptions) { o.Framework = "horovod" }, "--framework horovod"},
+		"min above max":                 {func(o *SubmitOptions) { o.MinWorkers, o.MaxWorkers = 5, 4; o.Workers = 4 }, "--min-workers"},
+		"workers below min":             {func(o *SubmitOptions) { o.MinWorkers = 2 }, "--workers"},
+		"workers above max":             {func(o *SubmitOptions) { o.Workers, o.MaxWorkers = 5, 4 }, "--workers"},
+		"negative gpus":                 {func(o *SubmitOptions) { o.GPUs = -1 }, "--gpus"},
+		"nproc per node":                {func(o *SubmitOptions) { o.NProcPerNode = 2000 }, "--nproc-per-node"},
+		"world sizes not a number":      {func(o *SubmitOptions) { o.Recovery, o.WorldSizes = "InProcess", "8,x" }, "--world-sizes"},
+		"world sizes not a multiple":    {func(o *SubmitOptions) { o.Recovery, o.NProcPerNode, o.WorldSizes = "InProcess", 8, "8,12" }, "not a multiple of the 8 ranks"},
+		"world sizes without InProcess": {func(o *SubmitOptions) { o.WorldSizes = "8" }, "--world-sizes needs --recovery InProcess"},
+		"fractional wait":               {func(o *SubmitOptions) { o.MaxWaitTime = "1.5s" }, "--max-wait-time"},
+		"garbage wait":                  {func(o *SubmitOptions) { o.MaxWaitTime = "soon" }, "--max-wait-time"},
+		"restart policy":                {func(o *SubmitOptions) { o.JobRestartPolicy = "Always" }, "--job-restart-policy"},
+		"recovery":                      {func(o *SubmitOptions) { o.Recovery = "Resume" }, "--recovery"},
 		"in-process horovod": {func(o *SubmitOptions) {
 			o.Recovery, o.Framework, o.Command = "InProcess", "horovod", "horovodrun python train.py"
 		}, "--recovery InProcess needs --framework torchrun"},

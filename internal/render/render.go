@@ -369,6 +369,13 @@ func jobEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
 	if s.CheckpointDir != "" {
 		env = append(env, corev1.EnvVar{Name: etjobv1.EnvCheckpointDir, Value: s.CheckpointDir})
 	}
+	if len(s.WorldSizes) > 0 {
+		sizes := make([]string, len(s.WorldSizes))
+		for i, n := range s.WorldSizes {
+			sizes[i] = strconv.Itoa(int(n))
+		}
+		env = append(env, corev1.EnvVar{Name: etjobv1.EnvWorldSizes, Value: strings.Join(sizes, ",")})
+	}
 	return env
 }
 

@@ -35,6 +35,7 @@ func env(c corev1.Container) map[string]string {
 func TestWorker(t *testing.T) {
 	job := MakeElasticJob("train", "ml").Replicas(4).Min(2).Max(6).GPUs(2).Obj()
 	job.Spec.CheckpointDir = "/ckpt"
+	job.Spec.WorldSizes = []int32{4, 8, 12}
 	job.Status.Restarts = 2
 	job.Spec.WorkerTemplate.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "workers", Value: "mine"}}
 	pod := render.Worker(job, 7)
@@ -57,6 +58,7 @@ func TestWorker(t *testing.T) {
 		"ETJOB_AGENT_ADDR": "$(ETJOB_NODE_IP):9477", "ETJOB_AGENT_TOKEN_PATH": etjobv1.AgentTokenPath, "ETJOB_RDZV_ENDPOINT": "train-launcher.train.ml.svc:29400",
 		"ETJOB_FRAMEWORK": "torchrun", "ETJOB_SLOTS_PER_WORKER": "2", "ETJOB_ATTEMPT": "2",
 		"ETJOB_EXIT_CODE_PREEMPTED": "75", "ETJOB_CHECKPOINT_DIR": "/ckpt", "ETJOB_STORE_SECRET_FILE": etjobv1.StoreSecretPath,
+		"ETJOB_WORLD_SIZES": "4,8,12",
 		"PET_NNODES": "2:6", "PET_NPROC_PER_NODE": "2", "PET_RDZV_BACKEND": "c10d",
 		"PET_RDZV_ENDPOINT": "train-launcher.train.ml.svc:29400", "PET_RDZV_ID": "train-uid-2",
 		"PET_RDZV_CONF": "is_host=false,join_timeout=600,last_call_timeout=3", "PET_MAX_RESTARTS": "1000", "PET_MONITOR_INTERVAL": "0.25",

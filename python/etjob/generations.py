@@ -254,6 +254,7 @@ class Context:
         self.prefix = prefix if prefix is not None else "etjob/elastic/%s/" % rid
         self.id = ident or os.environ.get(contract.ENV_POD_NAME) or "%s-%d" % (os.uname().nodename, os.getpid())
         self.local_rank, self.local_size = local_ranks()
+        self.sizes = world_sizes(self.local_size)  # the legal pod counts (spec.worldSizes), or None: any
         # the pod's ranks share their launcher (etjob.launch), whose pid
         # tells this pod from another of the same name in a test
         self.pod_key = "%s-%d" % (self.id, os.getppid())
@@ -810,12 +811,13 @@ class Context:
                 survivors_due = False
             quiet = max(self.settle, self.heartbeat_timeout) if survivors_due else self.settle
             # never below the minimum: `expected` after a stop below min
-            # is the stopped generation's few
-            if n >= self.min and (n >= self.max or (expected is not None and n >= expected) or
-                                  now - since >= quiet):
-                n = min(n, self.max)
-                return self._publish(gen, n, n, codes)
-            if n < self.min and now - began >= self.below_min_wait and self._has_survivor(gen, n, codes):
+            # is the stopped generation's few; with spec.worldSizes at the
+            # largest legal size reached (the others wait as spares)
+            size = self.legal(min(n, self.max))
+            if size >= self.min and (n >= self.max or (expected is not None and n >= expected) or
+                                     now - since >= quiet):
+                return self._publish(gen, size, size, codes)
+            if size < self.min and now - began >= self.below_min_wait and self._has_survivor(gen, n, codes):
                 _log("generation %d: %d arrived in %.0f s, below the minimum %d: stopping" % (gen, n, now - began, self.min))
                 return self._publish(gen, n, n + _STOP, codes)
             time.sleep(nap)
@@ -964,6 +966,24 @@ class Context:
                 nap = min(nap * _BACKOFF, _POLL_MAX)
         return None
 
+    def legal(self, pods):
+        """legal is the largest number of pods, at most pods, that
+        spec.worldSizes allows (0: none); pods itself without a list."""
+        if self.sizes is None:
+            return pods
+        return max((p for p in self.sizes if p <= pods), default=0)
+
+    def joining(self, pods, waiting):
+        """joining is how many of `waiting` newcomers a generation of `pods`
+        pods lets in at its next commit: all of them (the next generation
+        takes as many as its size allows) when they make it larger, none
+        when it is at the maximum or no larger legal size is reached (they
+        wait as spares: a generation that ended for them would close at its
+        size again, and end at every commit)."""
+        if waiting <= 0 or pods >= self.max or self.legal(min(pods + waiting, self.max)) <= pods:
+            return 0
+        return waiting
+
     def _wait_next(self, gen, deadline, ask=True):
         """A newcomer to a closed generation asks to join and waits until it
         ends: the members let it in at their next commit. A generation whose
@@ -977,6 +997,10 @@ class Context:
         size = self._count(k + "close") % _STOP
         if size >= self.max:
             _log("generation %d has the job's maximum of %d ranks: this rank waits to join as a spare, until a member leaves" % (gen, self.max))
+        elif self.sizes is not None and self.legal(size + 1) == size:
+            _log("generation %d is closed at %d ranks: this rank waits as a spare until enough come for the next of "
+                 "the job's world sizes (%s) or a member leaves" % (
+                     gen, size * self.local_size, ",".join(str(p * self.local_size) for p in self.sizes)))
         else:
             _log("generation %d is closed: this rank waits to join at its members' next commit" % gen)
         beat, since = self._count(k + "hb0"), time.monotonic()
@@ -1250,6 +1274,29 @@ def local_ranks():
     if size < 1 or not 0 <= rank < size:
         _fatal("$%s=%d is not a local rank of $%s=%d" % (contract.ENV_LOCAL_RANK, rank, contract.ENV_LOCAL_WORLD_SIZE, size))
     return rank, size
+
+
+def world_sizes(per_pod):
+    """world_sizes is spec.worldSizes ($ETJOB_WORLD_SIZES: ranks, comma-
+    separated) as numbers of pods of per_pod ranks, sorted; None where the
+    job lists none (any whole number of pods). A size that is not a
+    multiple of per_pod is never formed (said once); a list with no size
+    left is refused by name."""
+    raw = os.environ.get(contract.ENV_WORLD_SIZES, "").strip()
+    if not raw:
+        return None
+    try:
+        sizes = sorted({int(f) for f in raw.split(",") if f.strip()})
+    except ValueError:
+        _fatal("$%s=%r is not a list of numbers of ranks (spec.worldSizes)" % (contract.ENV_WORLD_SIZES, raw))
+    pods = sorted({n // per_pod for n in sizes if n > 0 and n % per_pod == 0})
+    skipped = [n for n in sizes if n <= 0 or n % per_pod]
+    if skipped:
+        _log("world sizes %s are not multiples of the %d ranks a pod holds: never formed" % (skipped, per_pod))
+    if not pods:
+        _fatal("no size of $%s=%r (spec.worldSizes) is a multiple of the %d ranks a pod holds" % (
+            contract.ENV_WORLD_SIZES, raw, per_pod))
+    return pods
 
 
 def pod_wide(flags, size, per_pod):

@@ -312,11 +312,12 @@ class State:
         grow with the ranks (issue #43): the vote says whether any rank
         leaves; who leaves is asked only then (_act)."""
         # read by rank 0's watcher: no store call per step. A generation at
-        # the job's maximum lets no newcomer in (the next one would close at
-        # the maximum again, and end at every commit while one waits): it
-        # waits as a spare, and takes the place of the first that leaves.
+        # the job's maximum, or whose next legal size (spec.worldSizes) the
+        # newcomers do not reach, lets none in (the next one would close at
+        # its size again, and end at every commit while one waits): they
+        # wait as spares (Context.joining).
         ctx = self._ctx
-        joins = ctx._joins[1] if g.rank == 0 and ctx._joins[0] == g.gen and g.size < ctx.max * ctx.local_size else 0
+        joins = ctx.joining(g.size // ctx.local_size, ctx._joins[1]) if g.rank == 0 and ctx._joins[0] == g.gen else 0
         flags = torch.zeros(self._extra_at(g) + extra, dtype=torch.int64)
         sup = ctx.sup
         leaves = not sup.check_alive()
@@ -361,7 +362,7 @@ class State:
         who = self._who_leaves(g) if flags[_LEAVE] else torch.zeros(g.size, dtype=torch.int64)
         leaving = int(who.sum())
         staying = [r for r in range(g.size) if not who[r]]
-        if leaving and len(staying) < ctx.min * ctx.local_size:
+        if leaving and ctx.legal(len(staying) // ctx.local_size) < ctx.min:
             # Too few would be left: everyone stops at this step, agreed by
             # the all-reduce above; rank 0 writes it to disk (the job resumes
             # from it), however long that takes, then ends the generation.

@@ -247,5 +247,42 @@ class PodsTest(Undisturbed, unittest.TestCase):
         print("\n2 pods x 2 ranks: training at world 2 %.1f s after a local rank's kill" % (back - killed))
 
 
+@unittest.skipIf(dist is None, "needs torch")
+class WorldSizesTest(Undisturbed, unittest.TestCase):
+    """spec.worldSizes [2, 4] ($ETJOB_WORLD_SIZES): 3 ranks form a world of
+    2 and the third waits as a spare; a fourth brings 4; a hard kill leaves
+    3, which train at 2 (one a spare again). No world of 3 ever, and every
+    rank that finished holds the undisturbed run's model."""
+
+    STEPS = 300
+
+    def test_only_the_listed_world_sizes_form(self):
+        job = self.job(3, "1:8", steps=self.STEPS, env={"STEP_SLEEP": "0.03", "ETJOB_WORLD_SIZES": "2,4"})
+        end = time.monotonic() + 180
+        while not any(s[2] == 2 for n in job.procs for s in job.steps(n)):  # any two of the three
+            self.assertLess(time.monotonic(), end, job.dump("no world of 2"))
+            time.sleep(0.05)
+        job.wait_step(job.max_step() + 10, timeout=120)
+        spares = [n for n in job.procs if any("waits as a spare" in l for l in job.lines(n, "err"))]
+        self.assertEqual(len(spares), 1, job.dump("spares: %s" % spares))
+        job.start()
+        g4, at = job.wait_world(4, name=spares[0], timeout=180)
+        job.wait_step(at + 10, timeout=120)
+        victim = sorted(job.procs)[0]
+        job.procs[victim].kill()
+        others = [n for n in job.procs if n != victim]
+        end = time.monotonic() + 120
+        while not any(s[2] == 2 and s[3] > g4 for n in others for s in job.steps(n)):
+            self.assertLess(time.monotonic(), end, job.dump("no world of 2 after the kill"))
+            time.sleep(0.1)
+        codes = job.wait_exit(others, timeout=300)
+        self.assertEqual(set(codes.values()), {0}, job.dump())
+        worlds = {s[2] for n in job.procs for s in job.steps(n)}
+        self.assertLessEqual(worlds, {2, 4}, job.dump("worlds formed: %s" % sorted(worlds)))
+        finished = [n for n in others if job.done(n)[1] is not None]
+        self.assertGreaterEqual(len(finished), 2, job.dump())
+        self.assert_finished_like_undisturbed(job, finished)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/driver"
 	"github.com/etjob/etjob/internal/testutil"
 )
 
@@ -155,4 +156,44 @@ func reclaimAsync(t *testing.T, ctx context.Context, e *e2eCluster, node string,
 			t.Errorf("reclaim %s: %v", node, err)
 		}
 	}()
+}
+
+// jobLogs reads the worker logs of job name in namespace default of the
+// cluster under dir (driver.ReadLogs), failing the test on an error.
+func jobLogs(t *testing.T, dir, name string) func() []driver.LogLine {
+	return func() []driver.LogLine {
+		t.Helper()
+		lines, err := driver.ReadLogs(dir, "default", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lines
+	}
+}
+
+// waitWorld waits for a step at world size world logged after at and
+// returns how long after at the first came (0 for a zero at).
+func waitWorld(t *testing.T, ctx context.Context, logs func() []driver.LogLine, what string, world int, at time.Time) time.Duration {
+	t.Helper()
+	var first float64
+	waitFor(t, ctx, what, 3*time.Minute, func() (bool, string) {
+		last := "no step yet"
+		for _, l := range logs() {
+			if l.Kind == "step" && l.T >= float64(at.UnixNano())/1e9 {
+				if l.World == world {
+					first = l.T
+					return true, ""
+				}
+				last = fmt.Sprintf("last step %d at world %d", l.Step, l.World)
+			}
+		}
+		return false, last
+	})
+	if at.IsZero() {
+		t.Logf("%s: training with %d ranks", what, world)
+		return 0
+	}
+	d := time.Duration((first - float64(at.UnixNano())/1e9) * float64(time.Second))
+	t.Logf("%s: training with %d ranks %.2fs after", what, world, d.Seconds())
+	return d
 }

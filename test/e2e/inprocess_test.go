@@ -154,39 +154,12 @@ func inProcessStory(t *testing.T, o inProcessRun) {
 		t.Helper()
 		return e.job(t, ctx, o.name)
 	}
-	logs := func() []driver.LogLine {
-		t.Helper()
-		lines, err := driver.ReadLogs(dir, "default", o.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return lines
-	}
+	logs := jobLogs(t, dir, o.name)
 	// waitTraining waits for steps at world size world after at, and
 	// returns how long after at the first came.
 	waitTraining := func(what string, world int, at time.Time) time.Duration {
 		t.Helper()
-		var first float64
-		waitFor(t, ctx, what, 3*time.Minute, func() (bool, string) {
-			last := "no step yet"
-			for _, l := range logs() {
-				if l.Kind == "step" && l.T >= float64(at.UnixNano())/1e9 {
-					if l.World == world {
-						first = l.T
-						return true, ""
-					}
-					last = fmt.Sprintf("last step %d at world %d", l.Step, l.World)
-				}
-			}
-			return false, last
-		})
-		if at.IsZero() {
-			t.Logf("%s: training with %d ranks", what, world)
-			return 0
-		}
-		d := time.Duration((first - float64(at.UnixNano())/1e9) * float64(time.Second))
-		t.Logf("%s: training with %d ranks %.2fs after", what, world, d.Seconds())
-		return d
+		return waitWorld(t, ctx, logs, what, world, at)
 	}
 	// member picks a member's pod and node that is not the launcher's.
 	member := func() (pod, node string) {

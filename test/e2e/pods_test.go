@@ -35,35 +35,10 @@ func podsStory(t *testing.T, e *e2eCluster, image, ckpt string) {
 		t.Helper()
 		return e.run(t, ctx, bin, args...)
 	}
-	logs := func() []driver.LogLine {
-		t.Helper()
-		lines, err := driver.ReadLogs(e.Dir, "default", name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return lines
-	}
-	// worldAfter waits for a step at world size world after at and returns
-	// how long after at it came.
+	logs := jobLogs(t, e.Dir, name)
 	worldAfter := func(what string, world int, at time.Time) time.Duration {
 		t.Helper()
-		var first float64
-		waitFor(t, ctx, what, 3*time.Minute, func() (bool, string) {
-			last := "no step yet"
-			for _, l := range logs() {
-				if l.Kind == "step" && l.T >= float64(at.UnixNano())/1e9 {
-					if l.World == world {
-						first = l.T
-						return true, ""
-					}
-					last = fmt.Sprintf("last step %d at world %d", l.Step, l.World)
-				}
-			}
-			return false, last
-		})
-		d := time.Duration((first - float64(at.UnixNano())/1e9) * float64(time.Second))
-		t.Logf("pods story: %s: training with %d ranks %.2fs after", what, world, d.Seconds())
-		return d
+		return waitWorld(t, ctx, logs, "pods story: "+what, world, at)
 	}
 
 	run(e.bin, "submit", "etjob", "--name="+name, "--workers=2", "--min-workers=1", "--max-workers=2", "--gpus=1",

@@ -400,6 +400,16 @@ func TestValidation(t *testing.T) {
 		if err := k8s.Create(context.Background(), h); err == nil || !strings.Contains(err.Error(), "spec.recovery InProcess needs spec.framework torchrun") {
 			t.Errorf("create of an InProcess horovod job: %v", err)
 		}
+		w := newJob(ns, "world-sizes").Obj()
+		w.Spec.WorldSizes = []int32{2, 4}
+		if err := k8s.Create(context.Background(), w); err == nil || !strings.Contains(err.Error(), "spec.worldSizes needs spec.recovery InProcess") {
+			t.Errorf("create of a Restart job with worldSizes: %v", err)
+		}
+		w = newJob(ns, "world-sizes-inproc").Recovery(etjobv1.RecoveryInProcess).Obj()
+		w.Spec.WorldSizes = []int32{2, 4}
+		if got := create(t, w); len(got.Spec.WorldSizes) != 2 {
+			t.Errorf("worldSizes %v, want [2 4]", got.Spec.WorldSizes)
+		}
 	})
 	t.Run("server-side apply of minReplicas above replicas is refused", func(t *testing.T) {
 		j := newJob(ns, "ssa").Replicas(1).Min(2).Obj()
