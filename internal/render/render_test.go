@@ -58,8 +58,7 @@ func TestWorker(t *testing.T) {
 		"ETJOB_AGENT_ADDR": "$(ETJOB_NODE_IP):9477", "ETJOB_AGENT_TOKEN_PATH": etjobv1.AgentTokenPath, "ETJOB_RDZV_ENDPOINT": "train-launcher.train.ml.svc:29400",
 		"ETJOB_FRAMEWORK": "torchrun", "ETJOB_SLOTS_PER_WORKER": "2", "ETJOB_ATTEMPT": "2",
 		"ETJOB_EXIT_CODE_PREEMPTED": "75", "ETJOB_CHECKPOINT_DIR": "/ckpt", "ETJOB_STORE_SECRET_FILE": etjobv1.StoreSecretPath,
-		"ETJOB_WORLD_SIZES": "4,8,12",
-		"PET_NNODES": "2:6", "PET_NPROC_PER_NODE": "2", "PET_RDZV_BACKEND": "c10d",
+		"ETJOB_WORLD_SIZES": "4,8,12", "PET_NNODES": "2:6", "PET_NPROC_PER_NODE": "2", "PET_RDZV_BACKEND": "c10d",
 		"PET_RDZV_ENDPOINT": "train-launcher.train.ml.svc:29400", "PET_RDZV_ID": "train-uid-2",
 		"PET_RDZV_CONF": "is_host=false,join_timeout=600,last_call_timeout=3", "PET_MAX_RESTARTS": "1000", "PET_MONITOR_INTERVAL": "0.25",
 	}
