@@ -18,6 +18,10 @@ import (
 // deliberate change of what Decide plans for
 // these snapshots fails TestReplayRecorded: cut a new slice from a fresh
 // run's record (the records named above) and say why in the change.
+// 2026-12-07: status.ranks (members × slotsPerWorker, issue #43) was added
+// to every recorded status that has members, the plans' and the
+// snapshots' (which a controller with the field would have written), by a
+// script; nothing else changed.
 const recorded = "testdata/decisions.jsonl.gz"
 
 func readRecord(t *testing.T) [][]byte {
