@@ -996,7 +996,8 @@ class Context:
             self._count(k + "joins", 1)
         size = self._count(k + "close") % _STOP
         if size >= self.max:
-            _log("generation %d has the job's maximum of %d ranks: this rank waits to join as a spare, until a member leaves" % (gen, self.max))
+            _log("generation %d has the job's maximum of %d ranks: this rank waits to join as a spare, until a member leaves" % (
+                gen, self.max * self.local_size))
         elif self.sizes is not None and self.legal(size + 1) == size:
             _log("generation %d is closed at %d ranks: this rank waits as a spare until enough come for the next of "
                  "the job's world sizes (%s) or a member leaves" % (

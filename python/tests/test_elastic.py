@@ -432,7 +432,11 @@ class InProcessRecoveryTest(Undisturbed, unittest.TestCase):
         # others still train. At 20 ms a step the others finished their
         # remaining 120 steps (5.6 s) before a joiner still importing torch
         # 2.15 on a loaded machine asked to join (a CI run).
-        job = self.job(3, "2:4", env={"STEP_SLEEP": "0.1"})
+        # 0.2 s a step: the joiner, released at step 30, took 15 s to ask
+        # to join in a loaded CI run (2026-12-07, five shards on two
+        # cores), and at 0.1 s the others had reached their 150th and last
+        # step by then
+        job = self.job(3, "2:4", env={"STEP_SLEEP": "0.2"})
         # held until the others trained a while: it imports torch first (up
         # to 20 s on a loaded machine, longer than the others' remaining
         # steps took in a CI run)

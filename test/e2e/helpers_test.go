@@ -197,3 +197,14 @@ func waitWorld(t *testing.T, ctx context.Context, logs func() []driver.LogLine, 
 	t.Logf("%s: training with %d ranks %.2fs after", what, world, d.Seconds())
 	return d
 }
+
+// countSteps counts the step lines among lines (a story's progress).
+func countSteps(lines []driver.LogLine) int {
+	n := 0
+	for _, l := range lines {
+		if l.Kind == "step" {
+			n++
+		}
+	}
+	return n
+}

@@ -229,15 +229,7 @@ func inProcessStory(t *testing.T, o inProcessRun) {
 		noticed = waitTraining("after "+pod+"'s node was reclaimed with a 20 s notice", 3, noticedAt)
 	}
 
-	stepLines := func() int {
-		n := 0
-		for _, l := range logs() {
-			if l.Kind == "step" {
-				n++
-			}
-		}
-		return n
-	}
+	stepLines := func() int { return countSteps(logs()) }
 	waitProgressing(t, ctx, "the job Complete", 2*time.Minute, stepLines, func() (bool, string) {
 		j := job()
 		if c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed); c != nil && c.Status == "True" {

@@ -96,15 +96,7 @@ func podsStory(t *testing.T, e *e2eCluster, image, ckpt string) {
 	}
 	back := worldAfter("after the replacement pod joined", 4, killedAt.Add(alone))
 
-	stepLines := func() int {
-		n := 0
-		for _, l := range logs() {
-			if l.Kind == "step" {
-				n++
-			}
-		}
-		return n
-	}
+	stepLines := func() int { return countSteps(logs()) }
 	waitProgressing(t, ctx, "the pods job Complete", 2*time.Minute, stepLines, func() (bool, string) {
 		j := e.job(t, ctx, name)
 		if c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed); c != nil && c.Status == "True" {
