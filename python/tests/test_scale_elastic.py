@@ -12,6 +12,7 @@ change costs O(N) store calls, not O(N^2).
 make bench-scale-elastic measures the same at 16, 64 and 256 ranks."""
 
 import os
+import re
 import tempfile
 import threading
 import time
@@ -195,11 +196,15 @@ class PodsTest(Undisturbed, unittest.TestCase):
     STEPS = 300
 
     def finals(self, job, name):
-        """The (ledger, weight) of each of a pod's ranks that finished."""
-        lines = job.lines(name)
-        ledgers = [l for l in lines if l.startswith("ledger")]
-        weights = [l.split("weight=")[1] for l in lines if l.startswith("done")]
-        return list(zip(ledgers, weights))
+        """The (ledger, weight) of each of a pod's ranks that finished. The
+        pod's ranks share its output file, as a pod's log, and print()
+        writes a line's newline apart: their lines may run into each
+        other ("ledger okdone step=..."), so they are found, not split."""
+        with open(os.path.join(job.dir, name + ".out")) as f:
+            text = f.read()
+        ledgers = re.findall(r"ledger (ok|problems=[^\n]*)", text)
+        weights = re.findall(r"done step=\d+ pid=\d+ weight=(-?[\d.]+(?:,-?[\d.]+)*)", text)
+        return list(zip(["ledger " + l for l in ledgers], weights))
 
     def test_a_pod_leaves_and_joins_whole(self):
         job = self.job(2, "1:2", steps=self.STEPS, env={"STEP_SLEEP": "0.04"}, per_pod=2)
