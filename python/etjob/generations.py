@@ -153,9 +153,6 @@ class Context:
                      others end G when they stop (no single closer stalls it)
       g<G>/pg/       the gloo group's own keys
       g<G>/end       >0 once G is over (a failure, a leave, a join, a timeout)
-      g<G>/over      set by the rank that ended G (after `end`), and by any
-                     that finds `end` set and `over` not: what each torch
-                     2.x rank's end-waiter waits for in the store
       g<G>/leave     how many members of G leave at its last commit
       g<G>/joins     how many newcomers wait for G+1
       g<G>/done      >0 once a member of G finished (its training function
@@ -430,7 +427,6 @@ class Context:
         self._over = max(self._over, gen)
         if self._count("g%d/end" % gen, 1) == 1:
             self._count("gen", 1)
-            self.store.set(self._k("g%d/over" % gen), why[:200])
             _log("generation %d ended (%s)" % (gen, why))
 
     # -- rendezvous -------------------------------------------------------
@@ -1038,43 +1034,6 @@ class Context:
             client = StoreClient(raw, self.host, self.port, limit=self.store_loss, on_connect=self._reseed)
             self._watcher = threading.Thread(target=self._watch_loop, args=(client,), name="etjob-heartbeat", daemon=True)
             self._watcher.start()
-            if storeclient.WAIT_SAFE:
-                raw = new_client(self.host, self.port, timedelta(seconds=30))
-                # never poked by another client's reconnect: the poke would
-                # wait behind its wait (StoreClient)
-                client = StoreClient(raw, self.host, self.port, limit=self.store_loss, on_connect=self._reseed, poked=False)
-                threading.Thread(target=self._end_loop, args=(client,), name="etjob-end-waiter", daemon=True).start()
-
-    # How long an end-waiter's wait lasts before it asks again: a wait that
-    # times out makes torch's client log two warnings, so it is long; a
-    # generation that ended without its `over` set is found by the
-    # watcher's own check of `end` (once a heartbeat timeout), which sets it.
-    _END_WAIT = timedelta(hours=6)
-
-    def _end_loop(self, client):
-        """The end-waiter (torch 2.x): a store client of its own waits in
-        the store for the watched generation's `over`, and marks it over
-        the moment it is set. So a rank hears that another ended its
-        generation at once, whatever its collectives do, with no store call
-        while it waits (issue #43: a rank whose DDP bucket waited more than
-        20 ms asked ten times a second). torch 1.13's client cannot wait
-        with a timeout and stay in step: there the watcher asks."""
-        said = None
-        while True:
-            g = self._watched
-            if self._over >= g.gen:
-                time.sleep(0.01)  # the next generation comes: this one is over
-                continue
-            try:
-                if client.wait([self.prefix + "g%d/over" % g.gen], self._END_WAIT):
-                    self._over = max(self._over, g.gen)
-                said = None
-            except Exception as e:  # noqa: BLE001 - the store away (its client reconnects) or worse: said once, never fatal
-                first = (str(e).splitlines() or ["?"])[0]
-                if first != said:
-                    _log("end-waiter: %s" % first)
-                    said = first
-                time.sleep(0.5)
 
     def _watch_loop(self, client):
         """The watcher: it ends the generation when the next rank's
@@ -1092,13 +1051,9 @@ class Context:
         when none did (a long step, a checkpoint, a wait for a peer), and
         rank 0 always (a newcomer watches its beats, and it reads the
         joins). Whether the generation ended is read once a heartbeat
-        timeout; on torch 1.13 also every tick while a collective has
-        waited _OVERDUE or more (the rank may be waiting for one that will
-        never answer). On torch 2.x the end-waiter (_end_loop) hears it at
-        once instead; the watcher's own read sets `over` where a rank that
-        ended the generation died before it did."""
+        timeout, and every tick while a collective has waited _OVERDUE or
+        more (the rank may be waiting for one that will never answer)."""
         interval = max(self.heartbeat_timeout / 5.0, 0.05)
-        pushed = storeclient.WAIT_SAFE  # an end-waiter hears the end
         tick = min(interval, 0.1)  # how soon a rank waiting in a collective hears that another ended it
         seen_for, last, since, beat, looked = None, None, 0.0, 0.0, 0.0
         said = None  # the store error last logged: said once, not every tick
@@ -1115,7 +1070,7 @@ class Context:
             now = time.monotonic()
             waited = self.waited()
             k = self.prefix + "g%d/" % g.gen
-            overdue = waited >= _OVERDUE and not pushed
+            overdue = waited >= _OVERDUE
             every = min(max(tick, waited / 10.0), interval) if overdue else self.heartbeat_timeout
             ask_end = now - looked >= every
             if not ask_end and now - beat < interval:
@@ -1124,8 +1079,6 @@ class Context:
                 if ask_end:
                     looked = now
                     if int(client.add(k + "end", 0)) > 0:
-                        if pushed and self._over < g.gen:
-                            client.set(k + "over", "found ended")  # its ender died before it said so
                         self._over = max(self._over, g.gen)
                 if time.monotonic() - beat < interval:
                     continue
@@ -1157,7 +1110,6 @@ class Context:
                     elif now - since > self.heartbeat_timeout:
                         if int(client.add(k + "end", 1)) == 1:
                             client.add(self.prefix + "gen", 1)
-                            client.set(k + "over", "rank %d sent no heartbeat" % nxt)
                             _log("generation %d ended (rank %d sent no heartbeat for %.1f s)" % (g.gen, nxt, now - since))
                         self._over = max(self._over, g.gen)
                 said = None

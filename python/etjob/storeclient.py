@@ -299,12 +299,7 @@ class StoreClient:
     # plain connect, refused at once while the port is closed.
     RETRY = 0.2
 
-    def __init__(self, client, host, port, limit=600.0, timeout=30.0, retry=RETRY, on_connect=None, poked=True):
-        """poked=False keeps the client out of the process's set that a
-        reconnect pokes (_after_loss): a client whose thread waits in the
-        store (etjob.generations' end-waiter) would make the poking thread
-        wait behind that wait (a c10d client runs one call at a time); its
-        own wait fails when its connection does, and it reconnects then."""
+    def __init__(self, client, host, port, limit=600.0, timeout=30.0, retry=RETRY, on_connect=None):
         self._c = client
         self.host, self.port = host, port
         self.limit, self.timeout, self.retry = limit, timeout, retry
@@ -314,8 +309,7 @@ class StoreClient:
         # compare_set over a connection of its own on torch 1.x (WireCompareSet)
         self._wire = WireCompareSet(lambda: storeauth.route(self.host, self.port), timeout) if WIRE_COMPARE_SET else None
         _say_if_exposed()
-        if poked:
-            _clients.add(self)
+        _clients.add(self)
 
     def _tcp(self):
         # c10d's client holds the GIL while it connects and retries (torch
