@@ -43,7 +43,7 @@ func podsStory(t *testing.T, e *e2eCluster, image, ckpt string) {
 
 	run(e.bin, "submit", "etjob", "--name="+name, "--workers=2", "--min-workers=1", "--max-workers=2", "--gpus=1",
 		"--nproc-per-node=2", "--spot-instance", "--image="+image, "--data-dir", e.repo+":/opt/etjob", "--data-dir", ckpt+":/ckpt",
-		"--checkpoint-dir=/ckpt", "--recovery=InProcess", "-e", "PYTHONPATH=/opt/etjob/python", "-e", "EPOCHS=60", "-e", "CHECKPOINT_EVERY=200",
+		"--checkpoint-dir=/ckpt", "--recovery=InProcess", "-e", "PYTHONPATH=/opt/etjob/python", "-e", "EPOCHS=100", "-e", "CHECKPOINT_EVERY=200",
 		"-e", "ETJOB_COLLECTIVE_TIMEOUT=5", "python3 -m etjob.launch /opt/etjob/examples/digits/train_elastic.py")
 	began := time.Now()
 	worldAfter("the job started", 4, began)
