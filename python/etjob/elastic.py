@@ -81,7 +81,7 @@ import torch.distributed as dist
 from etjob import EXIT_CODE_PREEMPTED, contract
 from etjob import supervisor as sup_module
 from etjob.generations import (  # noqa: F401 - the module's names, as before the split
-    PROTOCOL, _ABORTABLE, BelowMin, CollectiveError, Context, Group, MembershipChanged, _env_float, _fatal, _log)
+    PROTOCOL, _ABORTABLE, BelowMin, CollectiveError, Context, Group, MembershipChanged, _env_float, _fatal, _log, local_ranks)
 from etjob.state import State, _writers
 from etjob.storeclient import StoreLost
 
@@ -287,14 +287,15 @@ def size():
 
 def local_rank():
     """local_rank is this rank's place among its pod's ranks (LOCAL_RANK,
-    etjob.launch; 0 with one rank a pod)."""
-    return _context().local_rank
+    etjob.launch; 0 with one rank a pod), from its environment: no store
+    call, before init as after."""
+    return local_ranks()[0]
 
 
 def local_size():
     """local_size is the number of ranks in this rank's pod
     (LOCAL_WORLD_SIZE, etjob.launch; 1 with one rank a pod)."""
-    return _context().local_size
+    return local_ranks()[1]
 
 
 def get_rank():

@@ -161,13 +161,6 @@ class Context:
       g<G>/hb<r>     rank r's heartbeats in G (its watcher adds one a beat)
       g<G>/at/<pod>  where a pod's local rank 0 went in G (its arrival
                      index, or _POD_LATE): the pod's other ranks follow it
-
-    A pod may hold several ranks (etjob.launch: LOCAL_RANK of
-    LOCAL_WORLD_SIZE). The pod is then the unit of the rendezvous: its local
-    rank 0 arrives for it, so arrivals, the close count, `leave`, `joins`,
-    minReplicas and maxReplicas count pods; the pod's ranks are adjacent in
-    every generation (rank = its pod's place * LOCAL_WORLD_SIZE + LOCAL_RANK),
-    and a commit's leave takes a pod's ranks out together (pod_wide).
       kinds, kind<i> the protocol and torch versions seen in the job;
       proto/<kind>   how many ranks registered that kind (protocol 2 on)
       lineage        in a store that replaced one: "members" once a member
@@ -176,6 +169,13 @@ class Context:
     and, outside the job's prefix:
       etjob/store/id           a token naming this store (set once)
       etjob/store/replacement  >0: the store replaces one (etjob.rdzv)
+
+    A pod may hold several ranks (etjob.launch: LOCAL_RANK of
+    LOCAL_WORLD_SIZE). The pod is then the unit of the rendezvous: its local
+    rank 0 arrives for it, so arrivals, the close count, `leave`, `joins`,
+    minReplicas and maxReplicas count pods; the pod's ranks are adjacent in
+    every generation (rank = its pod's place * LOCAL_WORLD_SIZE + LOCAL_RANK),
+    and a commit's leave takes a pod's ranks out together (pod_wide).
 
     `gen` is a hint: the newest generation is the first from it whose `end`
     is 0, so ending a generation is the one store call `g<G>/end`, and a rank

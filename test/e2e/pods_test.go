@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
+	"github.com/etjob/etjob/internal/demo"
 	"github.com/etjob/etjob/internal/driver"
 )
 
@@ -24,13 +28,17 @@ import (
 //   - the controller's replacement pod brings the job back to world 4;
 //   - the job runs to its end.
 //
-// Checked: a pod's ranks are adjacent at world 4 (ranks 2p and 2p+1); the
+// Checked: the final accuracy within 1 point of an undisturbed run of the
+// same script (2 local processes); a pod's ranks are adjacent at world 4 (ranks 2p and 2p+1); the
 // surviving pod's two ranks kept their processes for the whole run; at most
 // one step done again at each resume; the sampler ledger exact; the job
 // Complete; `etjob get` and the status count the pods and the ranks apart.
 func podsStory(t *testing.T, e *e2eCluster, image, ckpt string) {
 	ctx := withTimeout(t, 8*time.Minute)
 	const name = "pods"
+	// 100 epochs (2,200 steps): at 60 the job reached its last step at
+	// world 2 before the replacement pod joined
+	const epochs = 100
 	run := func(bin string, args ...string) string {
 		t.Helper()
 		return e.run(t, ctx, bin, args...)
@@ -43,7 +51,7 @@ func podsStory(t *testing.T, e *e2eCluster, image, ckpt string) {
 
 	run(e.bin, "submit", "etjob", "--name="+name, "--workers=2", "--min-workers=1", "--max-workers=2", "--gpus=1",
 		"--nproc-per-node=2", "--spot-instance", "--image="+image, "--data-dir", e.repo+":/opt/etjob", "--data-dir", ckpt+":/ckpt",
-		"--checkpoint-dir=/ckpt", "--recovery=InProcess", "-e", "PYTHONPATH=/opt/etjob/python", "-e", "EPOCHS=100", "-e", "CHECKPOINT_EVERY=200",
+		"--checkpoint-dir=/ckpt", "--recovery=InProcess", "-e", "PYTHONPATH=/opt/etjob/python", "-e", "EPOCHS="+strconv.Itoa(epochs), "-e", "CHECKPOINT_EVERY=200",
 		"-e", "ETJOB_COLLECTIVE_TIMEOUT=5", "python3 -m etjob.launch /opt/etjob/examples/digits/train_elastic.py")
 	began := time.Now()
 	worldAfter("the job started", 4, began)
@@ -95,6 +103,12 @@ func podsStory(t *testing.T, e *e2eCluster, image, ckpt string) {
 		}
 	}
 	back := worldAfter("after the replacement pod joined", 4, killedAt.Add(alone))
+	// The model against an undisturbed run of the same script (2 local
+	// processes, no cluster), begun once the faults are over: a fault may
+	// cost time, never a different model.
+	undisturbed := demo.Beside(ctx, func(ctx context.Context) (float64, error) {
+		return demo.UndisturbedElastic(ctx, e.repo, epochs, 2)
+	})
 
 	stepLines := func() int { return countSteps(logs()) }
 	waitProgressing(t, ctx, "the pods job Complete", 2*time.Minute, stepLines, func() (bool, string) {
@@ -135,6 +149,12 @@ func podsStory(t *testing.T, e *e2eCluster, image, ckpt string) {
 		t.Errorf("etjob get does not count the ranks apart from the pods:\n%s", got)
 	}
 	acc, steps, _ := driver.Final(lines)
+	switch base, err := undisturbed(); {
+	case err != nil:
+		t.Errorf("the undisturbed run: %v", err)
+	case math.Abs(acc-base) > 0.01:
+		t.Errorf("final accuracy %.4f is not within 1 point of the undisturbed run's %.4f", acc, base)
+	}
 	t.Logf("pods story: 2 pods x 2 ranks; a local rank killed → the other pod training at world 2 %.2fs after, the replacement back at 4 %.2fs after that; final accuracy %.4f after %d steps",
 		alone.Seconds(), back.Seconds(), acc, steps)
 	run(e.bin, "delete", name)
