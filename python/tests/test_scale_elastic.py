@@ -289,5 +289,11 @@ class WorldSizesTest(Undisturbed, unittest.TestCase):
         self.assert_finished_like_undisturbed(job, finished)
 
 
-if __name__ == "__main__":
-    unittest.main()
+@unittest.skipIf(dist is None, "needs torch")
+class VotePodsTest(PodsTest):
+    """PodsTest with the script a DDP team brings (elastic_worker.py's
+    API=vote: torch's DDP through etjob.elastic.DistributedDataParallel and
+    the vote-then-step Optimizer), its undisturbed run too: the pod's leave
+    goes through the DDP vote's who-leaves."""
+
+    ENV = {"API": "vote"}
