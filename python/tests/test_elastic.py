@@ -71,8 +71,12 @@ class Job:
             self.store = None
         else:
             self.store, inner = storeauth.loopback_store(timedelta(seconds=300))
-            self.front = storeauth.Front("127.0.0.1", port, ("127.0.0.1", inner), storeauth.load_secret(self.secret),
+            # port 0: the front binds a free port itself (a port picked here
+            # and bound later was taken in between by another shard's
+            # process in a CI run: "Address already in use")
+            self.front = storeauth.Front("127.0.0.1", 0, ("127.0.0.1", inner), storeauth.load_secret(self.secret),
                                          who="test store")
+            self.port = self.front.port
         self.env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python") + os.pathsep + HERE,
                         ETJOB_RDZV_ENDPOINT="127.0.0.1:%d" % self.port, PET_NNODES=nnodes, PET_RDZV_ID="test",
                         STEPS=str(steps), ETJOB_COLLECTIVE_TIMEOUT="3", ETJOB_STORE_SECRET_FILE=self.secret)
