@@ -56,7 +56,10 @@ type ElasticJobReconciler struct {
 	// NoPodNoticeEvents is --pod-notice-events=off: no pod Event is read
 	// or watched, so a pod hears a notice only through its node's agent.
 	NoPodNoticeEvents bool
-	expectations      *Expectations
+	// EvictionRequests: the API server serves the EvictionRequest API;
+	// a request for a job's pod is a notice of it (evictionrequest.go).
+	EvictionRequests bool
+	expectations     *Expectations
 }
 
 // NewElasticJobReconciler returns a reconciler using the manager's client.
@@ -72,6 +75,8 @@ func NewElasticJobReconciler(c client.Client, rec events.EventRecorder, clk cloc
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=lifecycle.k8s.io,resources=evictionrequests,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=etjob-launcher
@@ -154,6 +159,18 @@ func (r *ElasticJobReconciler) observe(ctx context.Context, job *etjobv1.Elastic
 				snap.PodNotices = map[string]string{}
 			}
 			snap.PodNotices[p.Name] = reason
+		}
+	}
+	if r.EvictionRequests && len(snap.Pods) > 0 {
+		asked, err := r.evictionRequested(ctx, job.Namespace, snap.Pods)
+		if err != nil {
+			return core.Snapshot{}, false, err
+		}
+		for pod, requester := range asked {
+			if snap.PodNotices == nil {
+				snap.PodNotices = map[string]string{}
+			}
+			snap.PodNotices[pod] = "EvictionRequest:" + requester
 		}
 	}
 	snap.Prices = r.Prices.Get(ctx) // the bill prices by it too
@@ -338,7 +355,7 @@ func withStatus(job *etjobv1.ElasticJob, plan *core.Plan) *etjobv1.ElasticJob {
 	return j
 }
 
-// ensureSupporting creates the Service (its EndpointSlice: publishEndpoints), the launcher's NetworkPolicy, for torchrun the rendezvous store's Secret, and, for horovod, the membership
+// ensureSupporting creates the Service (its EndpointSlice: publishEndpoints), the job's NetworkPolicy and PodDisruptionBudget, for torchrun the rendezvous store's Secret, and, for horovod, the membership
 // ConfigMap and launcher RBAC when missing, and updates the ConfigMap when the
 // membership changed. Reads go to the cache: a steady job costs no writes.
 // torchrun's workers find each other through the rendezvous, not the
@@ -349,7 +366,7 @@ func (r *ElasticJobReconciler) ensureSupporting(ctx context.Context, job *etjobv
 		meta.IsStatusConditionTrue(plan.Status.Conditions, etjobv1.ConditionFailed) {
 		return nil
 	}
-	objs := []client.Object{render.Service(job), render.NetworkPolicy(job)}
+	objs := []client.Object{render.Service(job), render.NetworkPolicy(job), render.DisruptionBudget(job)}
 	if job.Spec.Framework != etjobv1.FrameworkHorovod {
 		// Only created when missing: a new key every pass costs 32 random bytes.
 		key := make([]byte, etjobv1.StoreSecretBytes)

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -79,14 +80,15 @@ func ManagerOptions(o Options) ctrl.Options {
 			// the server's.
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Pod{}:                 {Label: sel, Transform: SlimPod},
-				&corev1.Node{}:                {Transform: SlimNode},
-				&corev1.ConfigMap{}:           {Label: sel},
-				&corev1.Service{}:             {Label: sel},
-				&corev1.ServiceAccount{}:      {Label: sel},
-				&rbacv1.RoleBinding{}:         {Label: sel},
-				&networkingv1.NetworkPolicy{}: {Label: sel},
-				&discoveryv1.EndpointSlice{}:  {Label: sel},
+				&corev1.Pod{}:                   {Label: sel, Transform: SlimPod},
+				&corev1.Node{}:                  {Transform: SlimNode},
+				&corev1.ConfigMap{}:             {Label: sel},
+				&corev1.Service{}:               {Label: sel},
+				&corev1.ServiceAccount{}:        {Label: sel},
+				&rbacv1.RoleBinding{}:           {Label: sel},
+				&networkingv1.NetworkPolicy{}:   {Label: sel},
+				&policyv1.PodDisruptionBudget{}: {Label: sel},
+				&discoveryv1.EndpointSlice{}:    {Label: sel},
 				// Pod-level reclamation notices (ECI, ACS) arrive as Events on pods.
 				&corev1.Event{}: {Field: NoticeEventSelector(), Transform: SlimEvent},
 			}},
@@ -118,6 +120,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, concurrency int, decisions *De
 	r.Prices = trust.Prices.PriceTables(mgr.GetAPIReader(), clock.RealClock{})
 	r.LauncherNode = trust.LauncherNode
 	r.NoPodNoticeEvents = trust.NoPodNoticeEvents
+	r.EvictionRequests = EvictionRequestsServed(mgr.GetRESTMapper())
 	if err := r.SetupWithManager(mgr, concurrency); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	lifecyclev1alpha1 "k8s.io/api/lifecycle/v1alpha1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -83,6 +84,9 @@ func (r *ElasticJobReconciler) SetupWithManager(mgr ctrl.Manager, concurrency in
 	if !r.NoPodNoticeEvents { // off: no Event wakes a job
 		b = b.Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.jobOfNoticeEvent), builder.WithPredicates(eventArrived()))
 	}
+	if r.EvictionRequests {
+		b = b.Watches(&lifecyclev1alpha1.EvictionRequest{}, handler.EnqueueRequestsFromMapFunc(r.jobOfEvictionRequest))
+	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: concurrency}).
 		Named("elasticjob").
 		Complete(r)
@@ -119,7 +123,7 @@ func nodeChanged() predicate.Predicate {
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, n := e.ObjectOld.(*corev1.Node), e.ObjectNew.(*corev1.Node)
 			return o.Annotations[etjobv1.AnnotationNodeNotice] != n.Annotations[etjobv1.AnnotationNodeNotice] ||
-				readyChanged(o, n) || nodePrice(o) != nodePrice(n)
+				core.DrainSource(o) != core.DrainSource(n) || readyChanged(o, n) || nodePrice(o) != nodePrice(n)
 		},
 	}
 }

@@ -298,6 +298,12 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 					v.noticeReason = "ReclaimNotice(" + src + ")"
 				}
 			}
+			if src := DrainSource(node); src != "" && !v.noticed {
+				// A drain, an upgrade or a consolidation: no deadline,
+				// so the pod leaves at the next agreed step (the job's
+				// disruption budget holds the eviction until then).
+				v.noticed, v.noticeReason = true, "NodeDrain("+src+")"
+			}
 			for _, c := range node.Status.Conditions {
 				if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
 					v.notReadySince = c.LastTransitionTime.Time
@@ -341,6 +347,32 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 		}
 	}
 	return v
+}
+
+// drainTaints are the taints of autoscalers about to drain and delete a
+// node: cluster-autoscaler's, Karpenter v1's and v0.3x's.
+var drainTaints = []string{"ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted", "karpenter.sh/disruption"}
+
+// DrainSource reports what says that node is being drained (a voluntary
+// disruption: kubectl drain, an upgrade, an autoscaler consolidating): its
+// cordon (spec.unschedulable, the taint's key) or an autoscaler's taint; ""
+// when nothing does. Every pod on such a node is noticed with no deadline:
+// it leaves at the job's next agreed step.
+func DrainSource(node *corev1.Node) string {
+	if node == nil {
+		return ""
+	}
+	for _, key := range drainTaints {
+		for _, t := range node.Spec.Taints {
+			if t.Key == key {
+				return key
+			}
+		}
+	}
+	if node.Spec.Unschedulable {
+		return corev1.TaintNodeUnschedulable
+	}
+	return ""
 }
 
 // NoticeWindow is a cloud's reclamation notice: how long before its node goes

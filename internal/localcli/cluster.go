@@ -3,8 +3,10 @@ package localcli
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -226,6 +228,50 @@ worker on a node priced above it go at an agreed step, and keeps new workers off
 		}
 	}
 
+	drain := &cobra.Command{
+		Use:   "drain NODE",
+		Short: "Drain a node as kubectl drain --ignore-daemonsets does: cordon, then evict its pods through the Eviction API",
+		Long: `Drain a node as kubectl drain --ignore-daemonsets does: cordon it, then evict each of its
+pods but the DaemonSets' through the Eviction API, asking again every 0.5 s (kubectl: 5 s) while a
+PodDisruptionBudget refuses, until every pod is gone. An etjob job's budget holds its pods until
+they left at an agreed step; the drain then prints how long each took. uncordon NODE makes the
+node schedulable again.`,
+		Example: "  etjob-local cluster drain spot-2\n  etjob-local cluster uncordon spot-2",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, err := o.cluster()
+			if err != nil {
+				return err
+			}
+			d, err := cl.Drain(c.Context(), args[0])
+			for _, name := range slices.Sorted(maps.Keys(d.Pods)) {
+				fmt.Fprintf(o.streams.Out, "pod %s gone %.2fs after the cordon\n", name, d.Pods[name].Seconds())
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(o.streams.Out, "node %s drained in %.2fs (%d evictions refused by a disruption budget)\n", args[0], d.Took.Seconds(), d.Refused)
+			return nil
+		},
+	}
+	uncordon := &cobra.Command{
+		Use:     "uncordon NODE",
+		Short:   "Make a cordoned or drained node schedulable again (kubectl uncordon)",
+		Example: "  etjob-local cluster uncordon spot-2",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, err := o.cluster()
+			if err != nil {
+				return err
+			}
+			if err := cl.Cordon(c.Context(), args[0], false); err != nil {
+				return err
+			}
+			fmt.Fprintf(o.streams.Out, "node %s uncordoned\n", args[0])
+			return nil
+		},
+	}
+
 	var replay replayOptions
 	replayCmd := &cobra.Command{
 		Use:   "replay TRACE",
@@ -244,7 +290,7 @@ machine holds a few process nodes); the adds beyond it, and their removes, are s
 	replayCmd.Flags().DurationVar(&replay.notice, "notice", 30*time.Second, "reclamation notice of every remove (0: hard losses)")
 	replayCmd.Flags().IntVar(&replay.maxNodes, "max-nodes", 4, "the most trace nodes alive at once (0: no cap)")
 
-	cmd.AddCommand(up, down, status, kubeconfig, addNode, reclaim, price, freeze(true), freeze(false), replayCmd)
+	cmd.AddCommand(up, down, status, kubeconfig, addNode, reclaim, drain, uncordon, price, freeze(true), freeze(false), replayCmd)
 	return cmd
 }
 

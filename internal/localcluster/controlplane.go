@@ -81,6 +81,9 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 		// verify the node's self-signed serving certificate.
 		"--kubelet-preferred-address-types=InternalIP",
 		"--kubelet-client-certificate="+c.kubeletClientCert(), "--kubelet-client-key="+c.kubeletClientKey(),
+		// The EvictionRequest API (KEP-4563, alpha in 1.37): the objects are
+		// served; 1.37's kube-controller-manager runs no controller for them.
+		"--feature-gates=EvictionRequestAPI=true", "--runtime-config=lifecycle.k8s.io/v1alpha1=true",
 		"--v=0",
 	); err != nil {
 		return err
@@ -105,6 +108,7 @@ func (c *Cluster) StartControlPlane(ctx context.Context) error {
 		// Nodes without heartbeats for 40 s go NotReady, as on a real cluster;
 		// process nodes keep real leases.
 		"--controllers=*,-nodeipam,-kube-apiserver-serving-clustertrustbundle-publisher-controller",
+		"--feature-gates=EvictionRequestAPI=true",
 	); err != nil {
 		return err
 	}

@@ -16,8 +16,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/core"
@@ -97,6 +99,7 @@ func Worker(job *etjobv1.ElasticJob, index int32) *corev1.Pod {
 	}
 	injectEnv(&pod.Spec, env)
 	mountAgentToken(&pod.Spec)
+	respondToEvictions(&pod.Spec)
 	if sp := job.Spec.Spot; sp != nil && sp.Enabled {
 		preferSpot(&pod.Spec)
 	}
@@ -297,7 +300,29 @@ func Launcher(job *etjobv1.ElasticJob) *corev1.Pod {
 	if sp := job.Spec.Spot; sp != nil && sp.Enabled {
 		requireOnDemand(&pod.Spec)
 	}
+	respondToEvictions(&pod.Spec)
 	return pod
+}
+
+// EvictionResponder is the name etjob's controller answers EvictionRequests
+// under (spec.evictionResponders, KEP-4563), at the priority the API asks of
+// a pod's managing controller.
+const EvictionResponder = "etjob.dev/controller"
+
+// EvictionResponderPriority is EvictionResponder's priority.
+const EvictionResponderPriority = 10000
+
+// respondToEvictions lists etjob's controller as the pod's eviction
+// responder. An API server without the EvictionRequestAPI gate drops the
+// field (an older one ignores it).
+func respondToEvictions(spec *corev1.PodSpec) {
+	for _, r := range spec.EvictionResponders {
+		if r.Name == EvictionResponder {
+			return
+		}
+	}
+	prio := int32(EvictionResponderPriority)
+	spec.EvictionResponders = append(spec.EvictionResponders, corev1.EvictionResponder{Name: EvictionResponder, Priority: &prio})
 }
 
 // RendezvousLauncherTemplate is a torchrun job's launcher, the rendezvous
@@ -725,6 +750,47 @@ func NetworkPolicy(job *etjobv1.ElasticJob) *networkingv1.NetworkPolicy {
 		},
 	}
 }
+
+// DisruptionBudget builds the job's PodDisruptionBudget, which turns every
+// voluntary eviction (kubectl drain, a node upgrade, an autoscaler's
+// scale-down: the Eviction API) of its pods into an agreed stop: no running,
+// Ready pod of the job may be evicted, so the eviction
+// waits while the node's cordon or the autoscaler's taint (core.DrainSource)
+// has the pod leave at the job's next agreed step; a pod that has exited
+// there, or that etjob is deleting, is not held by any budget (the API
+// server lets terminal pods and pods being deleted go), so the drain goes
+// on then. Pods that are not Ready (a pending replacement, a hung rank) are
+// never held (unhealthyPodEvictionPolicy AlwaysAllow), and etjob gives up
+// on a pod that does not leave within its leave grace period by deleting it:
+// a drain waits for at most one step, the checkpoint and that grace period,
+// never for good. Its name is the job's, as the Service's.
+//
+// The budget is minAvailable DisruptionBudgetMinAvailable, a count no job
+// reaches, rather than maxUnavailable 0: with maxUnavailable (or a
+// percentage) the disruption controller counts the pods a job should have
+// from its owner's scale subresource, the ElasticJob's spec.replicas, which
+// leaves out the launcher, so a job of 3 workers and its launcher was
+// allowed one eviction (measured on the local cluster).
+func DisruptionBudget(job *etjobv1.ElasticJob) *policyv1.PodDisruptionBudget {
+	all := intstr.FromInt32(DisruptionBudgetMinAvailable)
+	always := policyv1.AlwaysAllow
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: job.Name, Namespace: job.Namespace,
+			Labels:          map[string]string{etjobv1.LabelJobName: job.Name},
+			OwnerReferences: owner(job),
+		},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			Selector:                   &metav1.LabelSelector{MatchLabels: map[string]string{etjobv1.LabelJobName: job.Name}},
+			MinAvailable:               &all,
+			UnhealthyPodEvictionPolicy: &always,
+		},
+	}
+}
+
+// DisruptionBudgetMinAvailable is the job budget's minAvailable: more pods
+// than any job has, so no Ready pod of the job may be evicted.
+const DisruptionBudgetMinAvailable = 1 << 30
 
 // LauncherClusterRole is the ClusterRole every horovod launcher is bound to
 // in its namespace (config/rbac/launcher_role.yaml): read the membership

@@ -12,7 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/core"
@@ -426,5 +429,38 @@ func TestEndpointSlice(t *testing.T) {
 	}
 	if s := render.EndpointSlice(job, []*corev1.Pod{v6}); s.AddressType != discoveryv1.AddressTypeIPv6 || len(s.Endpoints) != 1 {
 		t.Errorf("an IPv6 job: %s, %d endpoints", s.AddressType, len(s.Endpoints))
+	}
+}
+
+// TestDisruptionBudget: the job's budget holds every Ready pod of the job
+// and none of another job's, lets pods that are not Ready
+// go (AlwaysAllow) and is owned by the job.
+func TestDisruptionBudget(t *testing.T) {
+	job := MakeElasticJob("train", "ml").Replicas(2).Min(1).Max(4).Obj()
+	pdb := render.DisruptionBudget(job)
+	if pdb.Name != job.Name || pdb.Namespace != job.Namespace {
+		t.Errorf("name %s/%s; want the job's", pdb.Namespace, pdb.Name)
+	}
+	if got := pdb.Spec.MinAvailable; got == nil || got.Type != intstr.Int || got.IntValue() != render.DisruptionBudgetMinAvailable || pdb.Spec.MaxUnavailable != nil {
+		t.Errorf("minAvailable %v, maxUnavailable %v; want a count no job reaches (not a percentage or maxUnavailable: those read the job's scale, which leaves out the launcher) and none", got, pdb.Spec.MaxUnavailable)
+	}
+	if p := pdb.Spec.UnhealthyPodEvictionPolicy; p == nil || *p != policyv1.AlwaysAllow {
+		t.Errorf("unhealthyPodEvictionPolicy %v; want AlwaysAllow", p)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pod := range []*corev1.Pod{render.Worker(job, 0), render.Launcher(job)} {
+		if !sel.Matches(labels.Set(pod.Labels)) {
+			t.Errorf("the budget does not select %s", pod.Name)
+		}
+	}
+	other := MakeElasticJob("other", "ml").Replicas(2).Min(1).Max(4).Obj()
+	if sel.Matches(labels.Set(render.Worker(other, 0).Labels)) {
+		t.Errorf("the budget selects another job's worker")
+	}
+	if len(pdb.OwnerReferences) != 1 || pdb.OwnerReferences[0].Name != job.Name {
+		t.Errorf("owners %+v; want the job", pdb.OwnerReferences)
 	}
 }

@@ -302,6 +302,19 @@ func (n *NodeWrapper) Label(k, v string) *NodeWrapper {
 	return n
 }
 
+// Cordon marks the node unschedulable, as kubectl cordon (and drain) does.
+func (n *NodeWrapper) Cordon() *NodeWrapper {
+	n.Spec.Unschedulable = true
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule})
+	return n
+}
+
+// Taint puts a NoSchedule taint with key on the node.
+func (n *NodeWrapper) Taint(key string) *NodeWrapper {
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Effect: corev1.TaintEffectNoSchedule})
+	return n
+}
+
 // NotReady marks the node NotReady since t.
 func (n *NodeWrapper) NotReady(since time.Time) *NodeWrapper {
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.NewTime(since)}}

@@ -64,7 +64,8 @@ func TestInProcessStory(t *testing.T) {
 // alone), and the model the same as an undisturbed run's: its held-out loss
 // within 1e-4 of that of 2 local processes of the same script on the same
 // torch, run beside the story. The freeze and the notice, whose code is the
-// same on both torches, run on torch 1.13 only.
+// same on both torches, run on torch 1.13 only. Then, on the same cluster,
+// drainStory.
 func TestInProcessStoryTorch2(t *testing.T) {
 	venv := localcluster.Torch2Venv()
 	if venv == "" {
@@ -73,7 +74,7 @@ func TestInProcessStoryTorch2(t *testing.T) {
 	const epochs = 10
 	tutorial := []string{"examples/ddp_tutorial/train_elastic.py", "--samples", "4096", "--epochs", strconv.Itoa(epochs)}
 	inProcessStory(t, inProcessRun{cluster: "etjob-e2e-inprocess2", name: "inproc2", image: "pytorch/pytorch:2.15.0",
-		torch: "2.15", epochs: epochs, join: true, env: []string{"SAMPLE_SLEEP=0.006"},
+		torch: "2.15", epochs: epochs, join: true, drain: true, env: []string{"SAMPLE_SLEEP=0.006"},
 		script: "python3 /opt/etjob/" + strings.Join(tutorial, " "),
 		undisturbedLoss: func(ctx context.Context, root string) (float64, error) {
 			return undisturbedLoss(ctx, root, filepath.Join(venv, "bin", "python3"), 4, tutorial)
@@ -119,6 +120,8 @@ type inProcessRun struct {
 	full bool
 	// join: the join without the rest of full
 	join bool
+	// drain: drainStory on the same cluster once the job is gone
+	drain bool
 	// undisturbedLoss, when set, is the held-out loss of an undisturbed run
 	// of script, which the job's final loss must equal (1e-4)
 	undisturbedLoss func(ctx context.Context, root string) (float64, error)
@@ -324,6 +327,10 @@ func inProcessStory(t *testing.T, o inProcessRun) {
 	if o.full && !t.Failed() {
 		// several ranks a pod, on this cluster (stories share one where they can)
 		podsStory(t, e, o.image, e.sharedDir(t, "ckpt-pods"))
+	}
+	if o.drain && !t.Failed() {
+		// drains and cordons, on this cluster (stories share one where they can)
+		drainStory(t, e, e.sharedDir(t, "ckpt-drain"))
 	}
 }
 
