@@ -87,7 +87,10 @@ func KubernetesNotice(node *corev1.Node, pods []*corev1.Pod) (notice.Kind, strin
 
 // draining reports whether a pod was evicted through the Eviction API (what
 // kubectl drain and node termination handlers use): a cordon alone is not a
-// notice.
+// notice with a deadline here. The controller takes a cordon itself for a
+// notice without one (core.DrainSource), and each job's disruption budget
+// holds the eviction until its pod left, so on a cluster running etjob this
+// mostly serves pods of other controllers' kinds.
 func draining(pods []*corev1.Pod) bool {
 	for _, p := range pods {
 		for _, c := range p.Status.Conditions {

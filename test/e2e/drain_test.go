@@ -46,7 +46,7 @@ import (
 // the same script.
 func drainStory(t *testing.T, e *e2eCluster, ckpt string) {
 	ctx := withTimeout(t, 6*time.Minute)
-	const name, epochs = "drain", 50
+	const name, epochs = "drain", 25
 	run := func(bin string, args ...string) string {
 		t.Helper()
 		return e.run(t, ctx, bin, args...)
