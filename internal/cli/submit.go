@@ -42,7 +42,7 @@ var unsupportedArenaFlags = []struct {
 }{
 	{"rdma", "etjob does not manage RDMA devices; request them with your device plugin's resource in a pod template (kubectl apply) instead", true},
 	{"gang", "etjob has no gang scheduler integration and an elastic job needs none: it starts once --min-workers workers are members, and --max-wait-time releases workers held idle below that minimum; use --scheduler NAME to hand pods to a scheduler of your own", true},
-	{"queue", "etjob does not integrate kube-queue; with Kueue, submit with -l kueue.x-k8s.io/queue-name=QUEUE (Kueue suspends and resumes the job through spec.suspend)", true},
+	{"queue", "etjob does not integrate a queue yet: neither kube-queue nor Kueue, which acts only on the kinds it integrates, so no Workload is made for an ElasticJob and Kueue never suspends, admits or counts it (the label kueue.x-k8s.io/queue-name only keeps a job from growing above --workers); to hold a job back, submit it and run etjob suspend NAME, then etjob resume NAME", true},
 	{"ssh-secret", "etjob's horovod launcher reaches workers through the Kubernetes API (an exec, /etc/mpi/kubexec.sh), not SSH, so there is no SSH key to give", false},
 	{"sync-mode", "etjob does not sync code into pods; bake the code into --image or mount it with -d PVC:PATH", false},
 	{"sync-source", "etjob does not sync code into pods; bake the code into --image or mount it with -d PVC:PATH", false},
