@@ -55,9 +55,15 @@ def args(argv=None):
     p.add_argument("--loader-workers", type=int, default=2)
     p.add_argument("--sample-sleep", type=float, default=float(os.environ.get("SAMPLE_SLEEP", "0")),
                    help="seconds each sample takes to load (a test's pace)")
+    p.add_argument("--float64", action="store_true",
+                   help="train in float64: a run whose world size changed then ends with the same model as an "
+                        "undisturbed one to ~1e-12 (in float32 a ReLU whose input rounds to either side of 0 can "
+                        "send the two apart by ~1e-4)")
     a = p.parse_args(argv)
     STEP_SLEEP[0] = a.sample_sleep
     torch.set_num_threads(1)
+    if a.float64:
+        torch.set_default_dtype(torch.float64)  # the data set and the model made after this
     return a
 
 

@@ -59,6 +59,7 @@ class Supervisor:
         self._lock = threading.Lock()
         self._signal = {"action": "none", "reason": "", "deadline": "", "source": ""}
         self._sigterm = False
+        self._sigterm_said = False
         self._pending = False  # a checkpoint asked for and not yet reported by should_checkpoint
         self._clock = clock
         self._stop = threading.Event()
@@ -94,14 +95,14 @@ class Supervisor:
         once a step, it also counts the steps of the worker's heartbeat."""
         with self._lock:
             self._alive_calls += 1
-            return not self._sigterm and not self._stopping()
+            return not self._sigterm_seen() and not self._stopping()
 
     def must_stop(self):
         """must_stop is check_alive's answer negated, without counting a
         step: for a process that asks while it does not train (a newcomer
         waiting to join)."""
         with self._lock:
-            return self._sigterm or self._stopping()
+            return self._sigterm_seen() or self._stopping()
 
     def beat(self, step, world, round_):
         """beat says this worker's training step, world size and round (its
@@ -139,7 +140,7 @@ class Supervisor:
         each early warning (AWS rebalance, GCP maintenance) or notice this
         worker trains through, and always while it stops."""
         with self._lock:
-            if self._sigterm or self._stopping():
+            if self._sigterm_seen() or self._stopping():
                 return True
             pending, self._pending = self._pending, False
             return pending
@@ -158,7 +159,7 @@ class Supervisor:
     def reason(self):
         """reason says why this worker must stop ("" while it may go on)."""
         with self._lock:
-            if self._sigterm:
+            if self._sigterm_seen():
                 return "SIGTERM"
             return self._signal.get("reason", "") if self._signal["action"] != "none" else ""
 
@@ -244,11 +245,20 @@ class Supervisor:
             self._stop.wait(self.interval)
 
     def _on_sigterm(self, signum, frame):
-        with self._lock:
-            first = not self._sigterm
-            self._sigterm = True
-        if first:
+        # Python runs this in the main thread between two bytecodes, maybe
+        # while that thread holds self._lock (check_alive(), once a step) or
+        # writes to stderr: it takes no lock and prints nothing (waiting for
+        # the lock its own thread holds hung the worker for good). A bool
+        # store is atomic; the readers say it once (_sigterm_seen).
+        self._sigterm = True
+
+    def _sigterm_seen(self):
+        """_sigterm_seen is whether SIGTERM came, said once in the log;
+        self._lock held."""
+        if self._sigterm and not self._sigterm_said:
+            self._sigterm_said = True
             self._log("SIGTERM: finishing the step, then checkpoint and exit %d" % EXIT_CODE_PREEMPTED)
+        return self._sigterm
 
     def _warn_once(self, key, msg):
         if key not in self._warned:

@@ -1,6 +1,7 @@
 import os
 import signal
 import tempfile
+import threading
 import time
 import unittest
 from datetime import datetime, timezone
@@ -137,6 +138,28 @@ class SupervisorTest(unittest.TestCase):
             self.assertEqual(s.reason(), "SIGTERM")
         finally:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    def test_sigterm_while_a_step_holds_the_lock(self):
+        # Python runs a signal handler in the main thread between two
+        # bytecodes: also while that thread holds the supervisor's lock,
+        # which check_alive() takes once a step. A handler that took the lock
+        # too waited for itself for good (a torch 2.15 lane run of
+        # test_elastic's SIGTERM test hung 90 s in it).
+        logged = []
+        s = supervisor.Supervisor(agent_addr="", install_sigterm=False, log=logged.append)
+        done = threading.Event()
+
+        def step():
+            with s._lock:  # as check_alive() holds it when the signal lands
+                s._on_sigterm(signal.SIGTERM, None)
+            done.set()
+
+        threading.Thread(target=step, daemon=True).start()
+        self.assertTrue(done.wait(5), "the SIGTERM handler waited for the lock its own thread held")
+        self.assertFalse(s.check_alive())
+        self.assertEqual(s.reason(), "SIGTERM")
+        self.assertTrue(s.must_stop())
+        self.assertEqual([m for m in logged if m.startswith("SIGTERM")], ["SIGTERM: finishing the step, then checkpoint and exit 75"])
 
     def test_progress_is_posted_with_the_token(self):
         s = self.sup()

@@ -220,15 +220,7 @@ func drainStory(t *testing.T, e *e2eCluster, ckpt string) {
 	}
 	resumed := worldAfter("after the nodes were uncordoned", 3, uncordonedAt)
 
-	stepLines := func() int { return countSteps(logs()) }
-	waitProgressing(t, ctx, "the drain job Complete", 2*time.Minute, stepLines, func() (bool, string) {
-		j := e.job(t, ctx, name)
-		if c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed); c != nil && c.Status == "True" {
-			t.Fatalf("the job failed: %s", c.Message)
-		}
-		c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionComplete)
-		return c != nil && c.Status == "True", fmt.Sprintf("members %d", j.Status.Members)
-	})
+	waitComplete(t, ctx, e, name, logs)
 	lines := logs()
 	resumes := driver.Resumes(lines)
 	afterStop := 0

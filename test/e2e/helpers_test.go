@@ -208,3 +208,18 @@ func countSteps(lines []driver.LogLine) int {
 	}
 	return n
 }
+
+// waitComplete waits, while the job's logs show new steps, for job name to
+// be Complete, and fails the test at once when it failed.
+func waitComplete(t *testing.T, ctx context.Context, e *e2eCluster, name string, logs func() []driver.LogLine) {
+	t.Helper()
+	stepLines := func() int { return countSteps(logs()) }
+	waitProgressing(t, ctx, "job "+name+" Complete", 2*time.Minute, stepLines, func() (bool, string) {
+		j := e.job(t, ctx, name)
+		if c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed); c != nil && c.Status == "True" {
+			t.Fatalf("the job failed: %s", c.Message)
+		}
+		c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionComplete)
+		return c != nil && c.Status == "True", fmt.Sprintf("members %d, ranks %d", j.Status.Members, j.Status.Ranks)
+	})
+}

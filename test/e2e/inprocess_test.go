@@ -14,7 +14,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
@@ -72,7 +71,15 @@ func TestInProcessStoryTorch2(t *testing.T) {
 		t.Fatal("the torch 2.x venv is not installed: run hack/install-torch2.sh (make test does)")
 	}
 	const epochs = 10
-	tutorial := []string{"examples/ddp_tutorial/train_elastic.py", "--samples", "4096", "--epochs", strconv.Itoa(epochs)}
+	// In float64: the story's world sizes (4, 3, 4) sum each step's
+	// gradients in another order than the undisturbed run's 2 processes;
+	// in float32 one ReLU input that rounded to the other side of 0 (at
+	// step 540 of 640, seen once in four runs) sent the final held-out loss
+	// 1.45e-4 away from the undisturbed one with every sample trained once
+	// (reproduced outside the cluster by replaying that one flip). In
+	// float64 that takes an input within ~1e-16 of 0, and a step done twice,
+	// a batch skipped or a momentum lost still moves the loss by 6e-4 or more.
+	tutorial := []string{"examples/ddp_tutorial/train_elastic.py", "--samples", "4096", "--epochs", strconv.Itoa(epochs), "--float64"}
 	inProcessStory(t, inProcessRun{cluster: "etjob-e2e-inprocess2", name: "inproc2", image: "pytorch/pytorch:2.15.0",
 		torch: "2.15", epochs: epochs, join: true, drain: true, env: []string{"SAMPLE_SLEEP=0.006"},
 		script: "python3 /opt/etjob/" + strings.Join(tutorial, " "),
@@ -232,15 +239,7 @@ func inProcessStory(t *testing.T, o inProcessRun) {
 		noticed = waitTraining("after "+pod+"'s node was reclaimed with a 20 s notice", 3, noticedAt)
 	}
 
-	stepLines := func() int { return countSteps(logs()) }
-	waitProgressing(t, ctx, "the job Complete", 2*time.Minute, stepLines, func() (bool, string) {
-		j := job()
-		if c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed); c != nil && c.Status == "True" {
-			t.Fatalf("the job failed: %s", c.Message)
-		}
-		c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionComplete)
-		return c != nil && c.Status == "True", fmt.Sprintf("members %d", j.Status.Members)
-	})
+	waitComplete(t, ctx, e, o.name, logs)
 	lines := logs()
 	// No process restarted: every pod's steps come from one pid.
 	pids := map[string]map[int]bool{}

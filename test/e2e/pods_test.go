@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-
-	etjobv1 "github.com/etjob/etjob/api/v1alpha1"
 	"github.com/etjob/etjob/internal/demo"
 	"github.com/etjob/etjob/internal/driver"
 )
@@ -110,15 +107,7 @@ func podsStory(t *testing.T, e *e2eCluster, image, ckpt string) {
 		return demo.UndisturbedElastic(ctx, e.repo, epochs, 2)
 	})
 
-	stepLines := func() int { return countSteps(logs()) }
-	waitProgressing(t, ctx, "the pods job Complete", 2*time.Minute, stepLines, func() (bool, string) {
-		j := e.job(t, ctx, name)
-		if c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionFailed); c != nil && c.Status == "True" {
-			t.Fatalf("the job failed: %s", c.Message)
-		}
-		c := meta.FindStatusCondition(j.Status.Conditions, etjobv1.ConditionComplete)
-		return c != nil && c.Status == "True", fmt.Sprintf("members %d, ranks %d", j.Status.Members, j.Status.Ranks)
-	})
+	waitComplete(t, ctx, e, name, logs)
 	lines := logs()
 	seen := map[int]bool{}
 	for _, l := range lines {
