@@ -378,7 +378,7 @@ func jobEnv(job *etjobv1.ElasticJob) []corev1.EnvVar {
 	s := job.Spec
 	env := []corev1.EnvVar{
 		// Arena's variables, set at creation: they go stale after a resize
-		// (docs/user-guide.md points to WORLD_SIZE for the live value).
+		// (docs/api.md points to WORLD_SIZE for the live value).
 		{Name: etjobv1.EnvArenaWorkers, Value: strconv.Itoa(int(s.Replicas))},
 		{Name: "minWorkers", Value: strconv.Itoa(int(s.MinReplicas))},
 		{Name: "maxWorkers", Value: strconv.Itoa(int(s.MaxReplicas))},
