@@ -266,6 +266,7 @@ class Context:
         self._over = -1         # the newest generation the watcher saw ended
         self._progress = (-1, 0.0)  # (generation, when) this rank's last all-reduce of a whole generation ended
         self._setup_store = None  # the groups' setups' store client (_setup_client)
+        self._setup_reconnects = 0  # self.store.reconnects when it was made
         self._flight = {}       # collectives in flight: token -> when it began (begin_flight)
         self._tokens = itertools.count()
         self._joins = (0, 0)    # (generation, newcomers waiting for it), rank 0's watcher
@@ -538,9 +539,16 @@ class Context:
         looks each client's address up in DNS on its one thread, 5 s when
         the resolver drops the query, measured here), a new one after a
         setup that failed or timed out (its waits may have left it out of
-        step with the server on torch 1.13)."""
+        step with the server on torch 1.13), and a new one after the store
+        was lost and replaced: the old one still talks to the dead store
+        (every member's first setup after a store loss failed on it, and the
+        generation waited out a newcomer's 10 s setup limit and a 5 s
+        heartbeat before it formed again)."""
+        if self._setup_store is not None and self._setup_reconnects != self.store.reconnects:
+            self._setup_store = None  # torch 1.13's is kept (_keep_forever)
         if self._setup_store is None:
             self._setup_store = new_client(self.host, self.port, setup)
+            self._setup_reconnects = self.store.reconnects
             if not _ABORTABLE:
                 _keep_forever(self._setup_store)
         return self._setup_store
