@@ -19,7 +19,10 @@ class StoreLossTest(Undisturbed, unittest.TestCase):
     store is away, and a newcomer that arrives as the new store starts joins
     the members (it never opens a generation of its own beside them)."""
 
-    STEPS = 300  # at 0.1 s a step: the newcomer, importing torch on a loaded machine, comes before the end
+    # at 0.1 s a step: the newcomer, importing torch on a loaded machine,
+    # comes before the end, and the 7 s of CPU windows after it trains end
+    # before the job does (at 300 a clean-clone run's w0 had exited in them)
+    STEPS = 400
 
     def test_the_store_lost_and_replaced_training_goes_on(self):
         job = self.job(3, "2:4", steps=self.STEPS, env={"STEP_SLEEP": "0.1"}, store_process=True)
