@@ -167,6 +167,13 @@ const (
 	RendezvousPort = 29400
 )
 
+// AutoscalerDrainTaints are the taints autoscalers put on a node they are
+// about to drain and delete: cluster-autoscaler's, Karpenter v1's
+// (disrupted) and v0.3x's (disruption=disrupting). The controller takes
+// each for a notice without deadline of the node's pods (core.DrainSource),
+// the node agent for a reclamation within its Kubernetes notice window.
+var AutoscalerDrainTaints = []string{"ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted", "karpenter.sh/disruption"}
+
 // HeartbeatAnnotation is the value of AnnotationHeartbeat (JSON).
 // +kubebuilder:object:generate=false
 type HeartbeatAnnotation struct {

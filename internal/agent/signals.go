@@ -33,12 +33,7 @@ const (
 // reclaimTaints are taints that other components put on a node that is
 // going away: the node is treated as reclaimed within the Kubernetes notice
 // window.
-var reclaimTaints = []string{
-	// cluster-autoscaler, before it drains and deletes a node.
-	"ToBeDeletedByClusterAutoscaler",
-	// Karpenter v1 (disrupted) and v0.3x (disruption=disrupting).
-	"karpenter.sh/disrupted",
-	"karpenter.sh/disruption",
+var reclaimTaints = append([]string{
 	// AWS node termination handler, on a spot interruption, a scheduled
 	// event, an ASG lifecycle termination.
 	"aws-node-termination-handler/spot-itn",
@@ -46,7 +41,8 @@ var reclaimTaints = []string{
 	"aws-node-termination-handler/asg-lifecycle-termination",
 	// Non-graceful node shutdown.
 	"node.kubernetes.io/out-of-service",
-}
+	// cluster-autoscaler and Karpenter, before they drain and delete a node.
+}, etjobv1.AutoscalerDrainTaints...)
 
 // warningTaints are taints that announce a node may go soon.
 var warningTaints = []string{

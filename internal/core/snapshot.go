@@ -349,10 +349,6 @@ func classify(s *Snapshot, pod *corev1.Pod) *podView {
 	return v
 }
 
-// drainTaints are the taints of autoscalers about to drain and delete a
-// node: cluster-autoscaler's, Karpenter v1's and v0.3x's.
-var drainTaints = []string{"ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted", "karpenter.sh/disruption"}
-
 // DrainSource reports what says that node is being drained (a voluntary
 // disruption: kubectl drain, an upgrade, an autoscaler consolidating): its
 // cordon (spec.unschedulable, the taint's key) or an autoscaler's taint; ""
@@ -362,7 +358,7 @@ func DrainSource(node *corev1.Node) string {
 	if node == nil {
 		return ""
 	}
-	for _, key := range drainTaints {
+	for _, key := range etjobv1.AutoscalerDrainTaints {
 		for _, t := range node.Spec.Taints {
 			if t.Key == key {
 				return key
