@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,8 +41,9 @@ import (
 //     at one agreed step after a checkpoint, the job waits for capacity;
 //     the nodes uncordoned, it resumes from that step at world 3.
 //
-// Checked: each drain ends within the leave grace period (its time logged),
-// 0 committed steps done again at every resume, the ledger exact, failures
+// Checked: every drained or requested worker left at an agreed step by
+// itself (exit 75; none deleted at its leave grace period's end), each
+// drain's time logged, 0 committed steps done again at every resume, the ledger exact, failures
 // 0, the job Complete, its accuracy within 1 point of an undisturbed run of
 // the same script.
 func drainStory(t *testing.T, e *e2eCluster, ckpt string) {
@@ -105,9 +107,6 @@ func drainStory(t *testing.T, e *e2eCluster, ckpt string) {
 	t.Logf("$ kubectl drain %s (%.2fs)\n%s", node, kubectlTook.Seconds(), out)
 	if err != nil {
 		t.Fatalf("kubectl drain %s: %v", node, err)
-	}
-	if kubectlTook > 30*time.Second {
-		t.Errorf("kubectl drain took %.1fs; want within the leave grace period (30 s)", kubectlTook.Seconds())
 	}
 	alone := worldAfter("after kubectl drain "+node, 2, drainedAt)
 	back := worldAfter("after the replacement joined", 3, drainedAt.Add(alone))
@@ -196,9 +195,6 @@ func drainStory(t *testing.T, e *e2eCluster, ckpt string) {
 			t.Fatalf("drain %s: %v", n, errs[i])
 		}
 		t.Logf("etjob-local cluster drain %s: done in %.2fs, %d evictions refused by the budget", n, drained[i].Took.Seconds(), drained[i].Refused)
-		if drained[i].Took > 30*time.Second {
-			t.Errorf("the drain of %s took %.1fs; want within the leave grace period (30 s)", n, drained[i].Took.Seconds())
-		}
 	}
 	waitFor(t, ctx, "the job waiting for capacity below min", time.Minute, func() (bool, string) {
 		j := e.job(t, ctx, name)
@@ -241,6 +237,22 @@ func drainStory(t *testing.T, e *e2eCluster, ckpt string) {
 	j := e.job(t, ctx, name)
 	if j.Status.Failures != 0 || j.Status.Preemptions < 4 {
 		t.Errorf("status.failures %d, preemptions %d; want 0 and the three drained workers and the requested one counted as preemptions", j.Status.Failures, j.Status.Preemptions)
+	}
+	// Each drained or requested worker left at an agreed step by itself (exit
+	// 75), none was deleted for outliving its leave grace period: what ended
+	// each drain was the agreed step, not etjob giving up (the drains' times
+	// are measured, logged below and kept in docs/benchmarks.md).
+	graceful := 0
+	for _, ev := range j.Status.Timeline {
+		if strings.Contains(ev.Message, "LeaveGracePeriodExpired") {
+			t.Errorf("timeline: %q; want every leaving worker gone at an agreed step", ev.Message)
+		}
+		if strings.Contains(ev.Message, "preempted (GracefulExit)") {
+			graceful++
+		}
+	}
+	if graceful < 4 {
+		t.Errorf("%d workers left with exit 75 (timeline %+v); want the drained, the requested and the two drained below min", graceful, j.Status.Timeline)
 	}
 	acc, steps, _ := driver.Final(lines)
 	switch base, err := undisturbed(); {
